@@ -1,0 +1,146 @@
+"""Turn the names in a scenario into catalog objects: the model spec, the node, the cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mfukit import catalog, units
+from mfukit.core.cluster import Cluster
+from mfukit.core.hardware import Accelerator, System
+from mfukit.core.model import ModelSpec, from_hf_config
+from mfukit.core.scenario import ClusterSection
+from mfukit.core.schema import si, validate_as
+from mfukit.errors import InputError, UnknownNameError
+
+
+def model_spec(section: dict[str, Any], *, source: str, base_dir: Path | None = None) -> ModelSpec:
+    """The ``[model]`` section: a catalog ``preset``, an ``hf_config`` path, or inline HF fields,
+    with any inline fields overriding the preset or config."""
+    fields = dict(section)
+    preset = fields.pop("preset", None)
+    hf_config = fields.pop("hf_config", None)
+    if isinstance(preset, str) and preset.endswith(".json"):
+        hf_config, preset = preset, None
+    unknown = [key for key in fields if key not in ModelSpec.model_fields]
+    if unknown:
+        raise UnknownNameError(
+            "model field", unknown[0], ModelSpec.model_fields, source=source, field="model"
+        )
+    if preset is not None and hf_config is not None:
+        raise InputError("give preset or hf_config, not both", source=source, field="model")
+    if preset is not None:
+        base = catalog.model(str(preset), field="model.preset", source=source)
+        if not fields:
+            return base
+        merged = base.model_dump(by_alias=True, exclude={"source"}, exclude_none=True) | fields
+        return validate_as(ModelSpec, merged, source=source, prefix="model")
+    if hf_config is not None:
+        path = Path(str(hf_config))
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
+        spec = _read_hf_config(path)
+        if not fields:
+            return spec
+        merged = spec.model_dump(by_alias=True, exclude={"source"}, exclude_none=True) | fields
+        return validate_as(ModelSpec, merged, source=source, prefix="model")
+    if not fields:
+        raise InputError(
+            "is empty",
+            source=source,
+            field="model",
+            hint='set preset = "llama-65b" (see `mfukit catalog list models`), hf_config = "config.json", '
+            "or the HF fields inline",
+        )
+    return validate_as(ModelSpec, {"name": "custom", **fields}, source=source, prefix="model")
+
+
+def _read_hf_config(path: Path) -> ModelSpec:
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("HF config file not found", source=str(path), field="model.hf_config") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise InputError(
+            f"cannot read HF config: {error}", source=str(path), field="model.hf_config"
+        ) from None
+    if not isinstance(config, dict):
+        raise InputError("is not a JSON object", source=str(path))
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return from_hf_config(config, name=name or "custom", source=str(path))
+
+
+def node(section: ClusterSection, *, source: str) -> tuple[System, Accelerator]:
+    """The node and accelerator of ``[cluster]`` (``system``, or ``gpu`` with its default node),
+    with NIC overrides applied."""
+    if section.system is not None:
+        system = catalog.system(section.system, field="cluster.system", source=source)
+        accelerator = catalog.accelerator(system.accelerator, field=f"{system.name}.accelerator")
+        if section.gpu is not None and section.gpu != system.accelerator:
+            raise InputError(
+                f"system {system.name} carries {system.accelerator}, not {section.gpu}",
+                source=source,
+                field="cluster.gpu",
+                value=section.gpu,
+                hint="drop gpu, or choose a system that carries it",
+            )
+    elif section.gpu is not None:
+        accelerator = catalog.accelerator(section.gpu, field="cluster.gpu", source=source)
+        if accelerator.default_system is None:
+            raise InputError(
+                f"{accelerator.name} has no default node in the catalog",
+                source=source,
+                field="cluster.system",
+                hint="set cluster.system",
+            )
+        system = catalog.system(accelerator.default_system, field=f"{accelerator.name}.default_system")
+    else:
+        raise InputError(
+            "needs a system or a gpu",
+            source=source,
+            field="cluster",
+            hint="set cluster.system (see `mfukit catalog list systems`) or --gpu",
+        )
+    update: dict[str, Any] = {}
+    if section.nics_per_node is not None:
+        update["nics_per_node"] = section.nics_per_node
+    if section.nic_rate is not None:
+        update["nic_bytes_per_s"] = si(
+            units.parse_bandwidth_bytes_per_s(section.nic_rate, field="cluster.nic_rate")
+        )
+    if update:
+        system = system.model_copy(update=update)
+    return system, accelerator
+
+
+def cluster(section: ClusterSection, *, source: str) -> Cluster:
+    """A whole cluster: the node, how many GPUs (``num_gpus`` or ``num_nodes``), storage and failure rate."""
+    system, accelerator = node(section, source=source)
+    if section.num_gpus is not None:
+        num_gpus = section.num_gpus
+        if section.num_nodes is not None and section.num_nodes * system.gpus_per_node != num_gpus:
+            raise InputError(
+                f"num_nodes x {system.gpus_per_node} GPUs/node = {section.num_nodes * system.gpus_per_node}, "
+                f"not num_gpus = {num_gpus}",
+                source=source,
+                field="cluster.num_nodes",
+                value=section.num_nodes,
+                hint="give one of num_gpus and num_nodes",
+            )
+    elif section.num_nodes is not None:
+        num_gpus = section.num_nodes * system.gpus_per_node
+    else:
+        raise InputError(
+            "needs num_gpus or num_nodes", source=source, field="cluster", hint="e.g. --gpus 1024"
+        )
+    storage = (
+        catalog.storage(section.storage, field="cluster.storage", source=source) if section.storage else None
+    )
+    return Cluster(
+        system=system,
+        accelerator=accelerator,
+        num_gpus=num_gpus,
+        storage=storage,
+        failure_rate_per_1000_node_days=section.failure_rate_per_1000_node_days,
+    )

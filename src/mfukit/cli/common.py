@@ -1,0 +1,173 @@
+"""Options every command shares: ``--format``, ``--report``, and flags that override scenario fields.
+
+A command declares which scenario fields it takes as flags with ``@scenario_options("model", "tokens", ...)``;
+the values arrive in one ``overrides`` argument keyed by dotted field, typed exactly as the user wrote them,
+and are validated (units included) by the scenario schema, so a flag and a file field behave the same.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from mfukit.cli.render import FORMATS, Format, render
+from mfukit.core.results import Output
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def format_option(function: F) -> F:
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default="table",
+        show_default=True,
+        help="table for people, json (the envelope) or csv for programs.",
+    )(function)
+
+
+def report_option(function: F) -> F:
+    return click.option(
+        "--report",
+        "report_dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=None,
+        help="Also write a self-contained report.html and its PNG charts into this directory.",
+    )(function)
+
+
+def emit(output: Output, fmt: Format) -> int:
+    """Print ``output`` and return its exit code (0, or 1 for a negative answer)."""
+    render(output, fmt)
+    return output.exit_code
+
+
+@dataclass(frozen=True)
+class Flag:
+    option: str
+    field: str
+    help: str
+    choices: tuple[str, ...] | None = None
+    boolean: bool = False
+
+
+SCENARIO_FLAGS: dict[str, Flag] = {
+    flag.option.removeprefix("--").replace("-", "_"): flag
+    for flag in (
+        Flag(
+            "--model",
+            "model.preset",
+            "Model preset (`mfukit catalog list models`) or an HF config.json path.",
+        ),
+        Flag("--tokens", "training.tokens", 'Training tokens, e.g. "1.4T".'),
+        Flag("--seq-len", "training.seq_len", "Sequence length in tokens."),
+        Flag("--global-batch-tokens", "training.global_batch_tokens", 'Global batch in tokens, e.g. "4M".'),
+        Flag("--global-batch-size", "training.global_batch_size", "Global batch in sequences."),
+        Flag("--micro-batch-size", "training.micro_batch_size", "Sequences per micro-batch per GPU."),
+        Flag("--precision", "training.precision", "Training precision.", ("bf16", "fp16", "fp8", "fp32")),
+        Flag("--deadline", "training.deadline", 'Wall-clock target, e.g. "14d".'),
+        Flag(
+            "--attention-flops",
+            "training.attention_flops",
+            "Attention FLOP convention: full s^2 (PaLM, Megatron 2021) or causal-halved (Megatron 2025).",
+            ("full", "causal"),
+        ),
+        Flag("--system", "cluster.system", "Node preset (`mfukit catalog list systems`)."),
+        Flag(
+            "--gpu",
+            "cluster.gpu",
+            "Accelerator (`mfukit catalog list accelerators`); implies its default node.",
+        ),
+        Flag("--gpus", "cluster.num_gpus", "Number of GPUs."),
+        Flag("--nodes", "cluster.num_nodes", "Number of nodes."),
+        Flag("--storage", "cluster.storage", "Storage tier (`mfukit catalog list storage`)."),
+        Flag("--nics-per-node", "cluster.nics_per_node", "Override the node's NIC count."),
+        Flag("--nic-rate", "cluster.nic_rate", 'Override the NIC rate, e.g. "400Gbps".'),
+        Flag("--pue", "cluster.pue", "Data-centre PUE for energy."),
+        Flag("--usd-per-gpu-hour", "cluster.usd_per_gpu_hour", "Price of one GPU-hour, for cost."),
+        Flag(
+            "--failure-rate",
+            "cluster.failure_rate_per_1000_node_days",
+            "Job-interrupting failures per 1,000 node-days.",
+        ),
+        Flag("--tp", "parallelism.tp", "Tensor-parallel degree."),
+        Flag("--pp", "parallelism.pp", "Pipeline-parallel degree."),
+        Flag("--dp", "parallelism.dp", "Data-parallel degree."),
+        Flag("--cp", "parallelism.cp", "Context-parallel degree."),
+        Flag("--ep", "parallelism.ep", "Expert-parallel degree."),
+        Flag("--vpp", "parallelism.vpp", "Virtual pipeline stages per rank (interleaved schedule)."),
+        Flag(
+            "--sequence-parallel",
+            "parallelism.sequence_parallel",
+            "Megatron sequence parallelism.",
+            boolean=True,
+        ),
+        Flag("--recompute", "parallelism.recompute", "Activation recompute.", ("none", "selective", "full")),
+        Flag(
+            "--zero",
+            "parallelism.zero",
+            "ZeRO stage (1 = Megatron distributed optimizer).",
+            ("0", "1", "2", "3"),
+        ),
+        Flag("--fsdp", "parallelism.fsdp", "FSDP sharding.", ("none", "full", "hybrid")),
+        Flag("--failure-model", "ft.failure_model", "Failure-rate preset."),
+        Flag("--checkpoint-interval", "ft.checkpoint_interval", 'e.g. "30min" or "500steps".'),
+        Flag(
+            "--checkpoint-mode", "ft.checkpoint_mode", "Synchronous or asynchronous saves.", ("sync", "async")
+        ),
+        Flag("--checkpoint-blocking", "ft.checkpoint_blocking", 'Blocking time of one save, e.g. "1s".'),
+        Flag("--restart", "ft.restart", 'Time from failure to resumed training, e.g. "5min".'),
+        Flag("--hot-spares", "ft.hot_spares", "Spare nodes ready to replace a failed one."),
+        Flag(
+            "--goodput",
+            "ft.goodput",
+            'Flat goodput allowance when no failure model is used, e.g. 0.9 or "90%".',
+        ),
+    )
+}
+
+
+def scenario_options(*names: str) -> Callable[[F], F]:
+    """Add the named scenario flags; the command receives them as ``overrides: dict[dotted field, value]``."""
+    unknown = [name for name in names if name not in SCENARIO_FLAGS]
+    if unknown:
+        raise KeyError(f"no scenario flag {unknown}")
+
+    def decorate(function: F) -> F:
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            overrides: dict[str, Any] = {}
+            for name in names:
+                value = kwargs.pop(name)
+                if value is not None:
+                    flag = SCENARIO_FLAGS[name]
+                    overrides[flag.field] = value
+            return function(*args, overrides=overrides, **kwargs)
+
+        command: Any = wrapper
+        for name in reversed(names):
+            flag = SCENARIO_FLAGS[name]
+            if flag.boolean:
+                decls = [f"{flag.option}/--no-{flag.option.removeprefix('--')}", name]
+                command = click.option(*decls, default=None, help=flag.help)(command)
+            else:
+                kind = click.Choice(flag.choices) if flag.choices else str
+                command = click.option(flag.option, name, type=kind, default=None, help=flag.help)(command)
+        return command  # type: ignore[no-any-return]
+
+    return decorate
+
+
+def scenario_argument(function: F) -> F:
+    return click.argument(
+        "scenario_path",
+        metavar="[SCENARIO]",
+        required=False,
+        type=click.Path(dir_okay=False, path_type=Path),
+    )(function)

@@ -1,0 +1,1 @@
+"""Shared types: hardware, model, layout, cluster, scenario, results. Stdlib and pydantic only."""

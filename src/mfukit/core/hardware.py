@@ -1,0 +1,165 @@
+"""Hardware as data: accelerators, nodes (systems), network links and switches, storage tiers.
+
+These are the schemas of the catalog files in ``catalog/data/``. Users write quantities with units
+("80GiB", "400Gbps", "989.4 TFLOPS"); the fields hold SI floats. Bandwidths are per direction unless
+the name ends in ``_bidir``. Peak FLOP/s are dense, per device, keyed by dtype.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from mfukit.core.schema import Bytes, BytesPerSecond, FlopsPerSecond, PositiveInt, Seconds, Strict, Usd, Watts
+from mfukit.errors import InputError
+
+Dtype = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
+DTYPES: tuple[Dtype, ...] = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+
+
+class Source(Strict):
+    """Where a fact comes from: every catalog entry carries one."""
+
+    url: str = Field(min_length=8)
+    what: str = Field(min_length=3, description="what the source states, e.g. 'datasheet table, dense BF16'")
+    retrieved: date
+
+
+class Accelerator(Strict):
+    """One device as the training job sees it (one GPU, one MI250X GCD, one TPU chip)."""
+
+    name: str
+    display_name: str
+    vendor: Literal["nvidia", "amd", "google", "intel"]
+    generation: str
+    peak_flops_per_s: dict[Dtype, FlopsPerSecond] = Field(alias="peak_flops")
+    sparse_peak_flops_per_s: dict[Dtype, FlopsPerSecond] = Field(
+        default_factory=dict, alias="sparse_peak_flops"
+    )
+    hbm_bytes: Bytes = Field(alias="hbm")
+    hbm_bytes_per_s: BytesPerSecond = Field(alias="hbm_bandwidth")
+    scale_up_bytes_per_s: BytesPerSecond = Field(alias="scale_up_bandwidth", description="per direction")
+    tdp_w: Watts = Field(alias="tdp")
+    default_system: str | None = None
+    notes: str = ""
+    source: Source
+
+    def peak_flops(self, dtype: Dtype) -> float:
+        """Dense peak FLOP/s for ``dtype``; an InputError if the device has no such math."""
+        if dtype not in self.peak_flops_per_s:
+            raise InputError(
+                f"{self.name} has no {dtype} peak in the catalog",
+                field="precision",
+                value=dtype,
+                expected=", ".join(sorted(self.peak_flops_per_s)),
+            )
+        return self.peak_flops_per_s[dtype]
+
+
+class System(Strict):
+    """A node (or a rack-scale scale-up domain such as GB200 NVL72) as bought and cabled."""
+
+    name: str
+    display_name: str
+    accelerator: str
+    gpus_per_node: PositiveInt
+    scale_up_domain_gpus: PositiveInt = Field(description="GPUs sharing one NVLink/xGMI domain")
+    scale_up_fabric: str
+    nics_per_node: int = Field(ge=0)
+    nic_bytes_per_s: BytesPerSecond = Field(alias="nic_rate", description="per NIC, per direction")
+    scale_out_fabric: str
+    host_memory_bytes: Bytes = Field(alias="host_memory")
+    node_power_w: Watts | None = Field(default=None, alias="node_power")
+    notes: str = ""
+    source: Source
+
+    @property
+    def scale_out_bytes_per_s_per_node(self) -> float:
+        """Aggregate NIC bandwidth of one node, per direction."""
+        return self.nics_per_node * self.nic_bytes_per_s
+
+    @model_validator(mode="after")
+    def _domain_holds_whole_nodes(self) -> System:
+        if self.scale_up_domain_gpus % self.gpus_per_node:
+            raise ValueError("scale_up_domain_gpus must be a multiple of gpus_per_node")
+        return self
+
+
+class Link(Strict):
+    """A link technology: an InfiniBand or Ethernet generation, or an NVLink generation."""
+
+    type: Literal["link"] = "link"
+    name: str
+    display_name: str
+    family: Literal["infiniband", "roce", "ethernet", "nvlink", "xgmi", "ici"]
+    port_bytes_per_s: BytesPerSecond = Field(alias="port_rate", description="per port, per direction")
+    latency_s: Seconds = Field(alias="latency", description="one switch hop (or one NVLink hop)")
+    encoding_efficiency: float = Field(
+        default=1.0, gt=0, le=1, description="payload fraction of the signalled rate after line coding"
+    )
+    notes: str = ""
+    source: Source
+
+
+class PortConfig(Strict):
+    ports: PositiveInt
+    port_bytes_per_s: BytesPerSecond = Field(alias="rate")
+
+
+class Switch(Strict):
+    """A switch SKU: its radix at each supported port speed, power and (optionally) price."""
+
+    type: Literal["switch"] = "switch"
+    name: str
+    display_name: str
+    link: str = Field(description="the link technology it speaks (a Link name)")
+    port_configs: list[PortConfig] = Field(min_length=1)
+    latency_s: Seconds = Field(alias="latency")
+    power_w: Watts = Field(alias="power", description="typical with all ports populated, without optics")
+    rack_units: PositiveInt = 1
+    price_usd: Usd | None = Field(default=None, alias="price")
+    notes: str = ""
+    source: Source
+
+    @property
+    def switching_capacity_bytes_per_s(self) -> float:
+        return max(c.ports * c.port_bytes_per_s for c in self.port_configs)
+
+    def radix_at(self, port_bytes_per_s: float) -> int:
+        """Ports available at ``port_bytes_per_s`` (a split port counts as several)."""
+        fitting = [c for c in self.port_configs if c.port_bytes_per_s >= port_bytes_per_s * 0.999]
+        if not fitting:
+            return 0
+        return max(c.ports for c in fitting if c.port_bytes_per_s == min(f.port_bytes_per_s for f in fitting))
+
+
+class StorageTier(Strict):
+    """A storage tier with default bandwidths a site should override with its own measurements."""
+
+    name: str
+    display_name: str
+    kind: Literal["parallel-fs", "flash-fs", "local-nvme", "object-store"]
+    per_client_write_bytes_per_s: BytesPerSecond = Field(alias="per_client_write")
+    per_client_read_bytes_per_s: BytesPerSecond = Field(alias="per_client_read")
+    aggregate_write_bytes_per_s: BytesPerSecond | None = Field(
+        default=None, alias="aggregate_write", description="None: scales with clients (local NVMe)"
+    )
+    aggregate_read_bytes_per_s: BytesPerSecond | None = Field(default=None, alias="aggregate_read")
+    open_latency_s: Seconds = Field(alias="open_latency", description="metadata cost per file created")
+    notes: str = ""
+    source: Source
+
+    def write_bytes_per_s(self, num_clients: int) -> float:
+        """Sustained write bandwidth when ``num_clients`` nodes write at once."""
+        per_clients = num_clients * self.per_client_write_bytes_per_s
+        if self.aggregate_write_bytes_per_s is None:
+            return per_clients
+        return min(per_clients, self.aggregate_write_bytes_per_s)
+
+    def read_bytes_per_s(self, num_clients: int) -> float:
+        per_clients = num_clients * self.per_client_read_bytes_per_s
+        if self.aggregate_read_bytes_per_s is None:
+            return per_clients
+        return min(per_clients, self.aggregate_read_bytes_per_s)

@@ -1,0 +1,152 @@
+"""A parallel layout (TP, PP, DP, CP, EP, interleaving, sharding, recompute) and the rules that make one buildable.
+
+Conventions follow Megatron-LM: world size = tp x pp x dp x cp; expert parallelism splits the
+dp x cp ranks of the MoE layers (expert data parallel = dp x cp / ep); ``zero`` is the DeepSpeed stage
+(1 = Megatron's distributed optimizer); ``fsdp = "full"`` shards like ZeRO-3, ``"hybrid"`` shards inside
+a node and replicates across nodes (HSDP).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from mfukit.core.model import ModelSpec
+from mfukit.core.schema import PositiveInt, Strict
+
+Recompute = Literal["none", "selective", "full"]
+Fsdp = Literal["none", "full", "hybrid"]
+
+
+class Parallelism(Strict):
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    dp: PositiveInt = 1
+    cp: PositiveInt = 1
+    ep: PositiveInt = 1
+    vpp: PositiveInt = Field(default=1, description="virtual pipeline stages per rank (interleaved 1F1B)")
+    sequence_parallel: bool = False
+    recompute: Recompute = "none"
+    zero: int = Field(default=0, ge=0, le=3)
+    fsdp: Fsdp = "none"
+
+    @model_validator(mode="after")
+    def _one_sharding_scheme(self) -> Parallelism:
+        if self.fsdp != "none" and self.zero not in (0, 3):
+            raise ValueError("fsdp already shards parameters, gradients and optimizer; leave zero at 0")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def shards_parameters(self) -> bool:
+        return self.zero == 3 or self.fsdp != "none"
+
+
+@dataclass(frozen=True)
+class LayoutProblem:
+    """Why a layout cannot be built, as a user would fix it."""
+
+    field: str
+    value: int
+    message: str
+    fix: str
+
+
+def layout_problems(
+    layout: Parallelism,
+    model: ModelSpec,
+    *,
+    seq_len: int,
+    global_batch_sequences: int | None,
+    micro_batch_size: int,
+    num_gpus: int | None = None,
+) -> list[LayoutProblem]:
+    """Every divisibility rule the layout breaks (empty when it can be built)."""
+    problems: list[LayoutProblem] = []
+
+    def need(ok: bool, field: str, value: int, message: str, fix: str) -> None:
+        if not ok:
+            problems.append(LayoutProblem(field, value, message, fix))
+
+    t = layout.tp
+    need(
+        model.num_attention_heads % t == 0,
+        "parallelism.tp",
+        t,
+        f"tp={t} does not divide num_attention_heads={model.num_attention_heads}",
+        "choose tp among the divisors of the head count",
+    )
+    need(
+        model.kv_heads % t == 0 or model.mla is not None,
+        "parallelism.tp",
+        t,
+        f"tp={t} does not divide num_key_value_heads={model.kv_heads} (Megatron needs whole query groups per rank)",
+        f"use tp <= {model.kv_heads} dividing it",
+    )
+    need(
+        model.intermediate_size % t == 0,
+        "parallelism.tp",
+        t,
+        f"tp={t} does not divide intermediate_size={model.intermediate_size}",
+        "choose a tp that divides the FFN width",
+    )
+    stages = layout.pp * layout.vpp
+    need(
+        model.num_hidden_layers % stages == 0,
+        "parallelism.pp",
+        layout.pp,
+        f"pp x vpp = {stages} does not divide num_hidden_layers={model.num_hidden_layers}",
+        "choose pp (and vpp) so that every stage holds the same number of layers",
+    )
+    need(
+        layout.vpp == 1 or layout.pp > 1,
+        "parallelism.vpp",
+        layout.vpp,
+        "interleaving (vpp > 1) needs a pipeline (pp > 1)",
+        "set vpp = 1 or pp > 1",
+    )
+    need(
+        layout.cp == 1 or seq_len % (2 * layout.cp) == 0,
+        "parallelism.cp",
+        layout.cp,
+        f"seq_len={seq_len} is not divisible by 2 x cp = {2 * layout.cp} (load-balanced causal context parallel)",
+        "choose cp so that 2 x cp divides the sequence length",
+    )
+    if model.moe is not None:
+        need(
+            model.moe.num_experts % layout.ep == 0,
+            "parallelism.ep",
+            layout.ep,
+            f"ep={layout.ep} does not divide num_experts={model.moe.num_experts}",
+            "choose ep among the divisors of the expert count",
+        )
+    need(
+        (layout.dp * layout.cp) % layout.ep == 0,
+        "parallelism.ep",
+        layout.ep,
+        f"ep={layout.ep} does not divide dp x cp = {layout.dp * layout.cp}",
+        "expert parallelism splits the data-parallel ranks: make ep divide dp x cp",
+    )
+    if global_batch_sequences is not None:
+        per_step = layout.dp * micro_batch_size
+        need(
+            global_batch_sequences % per_step == 0,
+            "parallelism.dp",
+            layout.dp,
+            f"global batch of {global_batch_sequences} sequences is not divisible by dp x micro_batch_size = {per_step}",
+            "choose dp and micro_batch_size that divide the global batch (in sequences)",
+        )
+    if num_gpus is not None:
+        need(
+            layout.world_size == num_gpus,
+            "parallelism.dp",
+            layout.dp,
+            f"tp x pp x dp x cp = {layout.world_size} but the cluster has {num_gpus} GPUs",
+            f"set dp = {num_gpus // max(1, t * layout.pp * layout.cp)} or change the GPU count",
+        )
+    return problems

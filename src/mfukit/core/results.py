@@ -1,0 +1,118 @@
+"""What every command returns: a JSON-able result, the tables a human reads, and the envelope around them.
+
+Library code builds an :class:`Output`; the CLI renders it as a table, JSON or CSV. The JSON envelope is
+``{"mfukit_version", "schema": "<command>/1", "inputs", "assumptions", "result", "warnings"}``: keys are
+added, never renamed; fractions are 0..1; quantities are SI with the unit in the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from mfukit import __version__
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """A number with the text a human reads: tables show ``text``, CSV writes ``value`` (SI units)."""
+
+    value: float | int | None
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def shown(value: float | int | None, formatter: Callable[[float], str], missing: str = "—") -> Quantity:
+    """``Quantity(value, formatter(value))``, or ``missing`` when there is no value."""
+    return Quantity(value, missing if value is None else formatter(value))
+
+
+Cell = str | int | float | Quantity | None
+
+
+@dataclass
+class Table:
+    """A titled table. ``columns`` are what a human reads; ``csv_columns`` (default: snake_case of
+    ``columns``) name the CSV header and should carry SI units (``memory_per_gpu_bytes``)."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[Cell]] = field(default_factory=list)
+    caption: str = ""
+    csv_columns: list[str] | None = None
+
+    @property
+    def csv_header(self) -> list[str]:
+        if self.csv_columns is not None:
+            return self.csv_columns
+        return [re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_") for name in self.columns]
+
+    def add(self, *cells: Cell) -> None:
+        if len(cells) != len(self.columns):
+            raise ValueError(f"table {self.title!r} has {len(self.columns)} columns, got {len(cells)} cells")
+        self.rows.append(list(cells))
+
+
+@dataclass
+class Output:
+    """A command's answer. ``exit_code`` is 1 when the command ran fine but the answer is negative."""
+
+    schema: str
+    result: dict[str, Any]
+    inputs: dict[str, Any] = field(default_factory=dict)
+    assumptions: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    tables: list[Table] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    files: list[Path] = field(default_factory=list)
+    exit_code: int = 0
+
+    def envelope(self) -> dict[str, Any]:
+        return {
+            "mfukit_version": __version__,
+            "schema": self.schema,
+            "inputs": jsonable(self.inputs),
+            "assumptions": jsonable(self.assumptions),
+            "result": jsonable(self.result),
+            "warnings": jsonable(self.warnings),
+        }
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON types from dataclasses, pydantic models, numpy scalars/arrays, paths and enums.
+
+    Non-finite floats become None (JSON has no NaN or Infinity).
+    """
+    if isinstance(value, Quantity):
+        return jsonable(value.value)
+    if isinstance(value, BaseModel):
+        return jsonable(value.model_dump(by_alias=False))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, Enum):
+        return jsonable(value.value)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, bool | int | str) or value is None:
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if hasattr(value, "tolist"):  # numpy scalar or array
+        return jsonable(value.tolist())
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if isinstance(value, Sequence | set | frozenset):
+        return [jsonable(item) for item in value]
+    raise TypeError(f"cannot turn {type(value).__name__} into JSON")
