@@ -7,16 +7,19 @@ and are validated (units included) by the scenario schema, so a flag and a file 
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from mfukit.cli.render import FORMATS, Format, render
-from mfukit.core.results import Output
+from mfukit.core.results import Output, ProgressCallback
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,6 +43,27 @@ def report_option(function: F) -> F:
         default=None,
         help="Also write a self-contained report.html and its PNG charts into this directory.",
     )(function)
+
+
+@contextlib.contextmanager
+def progress(description: str) -> Iterator[ProgressCallback]:
+    """A progress bar on stderr (only on a terminal) driven by a library ``callback(done, total)``."""
+    stderr = Console(stderr=True)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=stderr,
+        transient=True,
+        disable=not stderr.is_terminal,
+    ) as bar:
+        task = bar.add_task(description, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
 
 
 def emit(output: Output, fmt: Format) -> int:

@@ -20,6 +20,9 @@ from pydantic import BaseModel
 
 from mfukit import __version__
 
+ProgressCallback = Callable[[int, int], None]
+"""Library code reports long work as ``callback(done, total)``; the CLI turns it into a progress bar."""
+
 
 @dataclass(frozen=True)
 class Quantity:
