@@ -27,6 +27,15 @@ class Source(Strict):
     retrieved: date
 
 
+class SourcedFraction(Strict):
+    """A 0..1 figure taken from a published measurement, with where it comes from."""
+
+    value: float = Field(gt=0, le=1)
+    url: str = Field(min_length=8)
+    what: str = Field(min_length=3)
+    retrieved: date
+
+
 class Accelerator(Strict):
     """One device as the training job sees it (one GPU, one MI250X GCD, one TPU chip)."""
 
@@ -43,6 +52,11 @@ class Accelerator(Strict):
     scale_up_bytes_per_s: BytesPerSecond = Field(alias="scale_up_bandwidth", description="per direction")
     tdp_w: Watts = Field(alias="tdp")
     default_system: str | None = None
+    typical_mfu: SourcedFraction | None = Field(
+        default=None,
+        description="MFU that large published runs on this generation reach; the planning default "
+        "until the performance model predicts one",
+    )
     notes: str = ""
     source: Source
 

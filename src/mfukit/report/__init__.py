@@ -1,0 +1,1 @@
+"""Reports: deterministic PNG charts (matplotlib, Agg) and one self-contained HTML file (jinja2)."""
