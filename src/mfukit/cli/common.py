@@ -143,11 +143,49 @@ SCENARIO_FLAGS: dict[str, Flag] = {
         Flag("--failure-model", "ft.failure_model", "Failure-rate preset."),
         Flag("--checkpoint-interval", "ft.checkpoint_interval", 'e.g. "30min" or "500steps".'),
         Flag(
-            "--checkpoint-mode", "ft.checkpoint_mode", "Synchronous or asynchronous saves.", ("sync", "async")
+            "--checkpoint-mode",
+            "ft.checkpoint_mode",
+            "sync (every rank writes its shard), async (snapshot to host memory, persist in the "
+            "background) or single (one rank writes the gathered state).",
+            ("sync", "async", "single"),
+        ),
+        Flag(
+            "--checkpoint-state",
+            "ft.checkpoint_state",
+            "Whose resumable state sets the bytes per parameter (auto: fsdp when FSDP is used, else megatron).",
+            ("auto", "fsdp", "megatron", "deepspeed"),
         ),
         Flag("--checkpoint-blocking", "ft.checkpoint_blocking", 'Blocking time of one save, e.g. "1s".'),
         Flag("--restart", "ft.restart", 'Time from failure to resumed training, e.g. "5min".'),
         Flag("--hot-spares", "ft.hot_spares", "Spare nodes ready to replace a failed one."),
+        Flag("--detection", "ft.detection", 'Failure to detection (watchdog/heartbeat), e.g. "100s".'),
+        Flag(
+            "--replacement",
+            "ft.replacement",
+            'Getting a replacement node when no spare is free, e.g. "5min".',
+        ),
+        Flag("--repair", "ft.repair", 'A failed node back in the spare pool, e.g. "24h" (default: never).'),
+        Flag("--init", "ft.init", 'Process start, rendezvous and NCCL init after a failure, e.g. "5min".'),
+        Flag("--fast-forward", "ft.fast_forward", 'Data-loader fast-forward after a load, e.g. "30s".'),
+        Flag(
+            "--failure-distribution",
+            "ft.failure_distribution",
+            "Time between failures.",
+            ("exponential", "weibull"),
+        ),
+        Flag(
+            "--weibull-shape", "ft.weibull_shape", "Weibull shape k (< 1: failures cluster after restarts)."
+        ),
+        Flag("--step-time", "ft.step_time", 'Failure-free time of one optimizer step, e.g. "6.5s".'),
+        Flag("--mfu", "ft.mfu", "MFU that derives the step time when --step-time is not given."),
+        Flag("--work", "ft.work", 'Failure-free training time, e.g. "48d" (default: from --tokens).'),
+        Flag(
+            "--straggler-rate",
+            "ft.straggler_rate_per_1000_node_days",
+            "Straggler episodes per 1,000 node-days.",
+        ),
+        Flag("--straggler-slowdown", "ft.straggler_slowdown", 'Throughput lost during one, e.g. "30%".'),
+        Flag("--straggler-duration", "ft.straggler_duration", 'Until a straggler is removed, e.g. "20min".'),
         Flag(
             "--goodput",
             "ft.goodput",

@@ -51,6 +51,11 @@ class Accelerator(Strict):
     hbm_bytes_per_s: BytesPerSecond = Field(alias="hbm_bandwidth")
     scale_up_bytes_per_s: BytesPerSecond = Field(alias="scale_up_bandwidth", description="per direction")
     tdp_w: Watts = Field(alias="tdp")
+    host_link_bytes_per_s: BytesPerSecond | None = Field(
+        default=None,
+        alias="host_link_bandwidth",
+        description="device <-> host (PCIe) bandwidth per direction: bounds checkpoint staging to host memory",
+    )
     default_system: str | None = None
     typical_mfu: SourcedFraction | None = Field(
         default=None,

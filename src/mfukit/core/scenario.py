@@ -72,14 +72,45 @@ class ClusterSection(Strict):
 
 
 class FtSection(Strict):
-    failure_model: str = "llama3"
+    failure_model: str = Field(default="llama3", description="a shipped failure preset or a TOML file path")
     checkpoint_interval: str | None = Field(default=None, description='"30min" or "500steps"; omit for Daly')
-    checkpoint_mode: Literal["sync", "async"] = "async"
+    checkpoint_mode: Literal["sync", "async", "single"] = Field(
+        default="async",
+        description="sync: every rank writes its shard; async: snapshot to host, persist in background; "
+        "single: the full state gathered to one rank that writes it",
+    )
+    checkpoint_state: Literal["auto", "fsdp", "megatron", "deepspeed"] = Field(
+        default="auto", description="which framework's resumable state decides the bytes per parameter"
+    )
     checkpoint_blocking_s: Seconds | None = Field(default=None, alias="checkpoint_blocking")
     restart_s: Seconds | None = Field(default=None, alias="restart")
+    detection_s: Seconds | None = Field(default=None, alias="detection", description="failure -> job knows")
+    replacement_s: Seconds | None = Field(
+        default=None, alias="replacement", description="getting a replacement node when no spare is free"
+    )
+    repair_s: Seconds | None = Field(
+        default=None, alias="repair", description="a failed node back in the spare pool; omit: never"
+    )
+    init_s: Seconds | None = Field(default=None, alias="init", description="process start, rendezvous, NCCL")
+    fast_forward_s: Seconds | None = Field(
+        default=None, alias="fast_forward", description="data-loader fast-forward after a load"
+    )
     hot_spares: int = Field(default=0, ge=0, description="spare nodes ready to replace a failed one")
     goodput: Fraction | None = Field(default=None, description="flat goodput allowance when no failure model")
-    rates: dict[str, float] = Field(default_factory=dict, description="per-category failure-rate overrides")
+    rates: dict[str, float] = Field(
+        default_factory=dict,
+        description="per-category overrides, failures per 1,000 unit-days (unit: the category's gpu/node/job)",
+    )
+    failure_distribution: Literal["exponential", "weibull"] = "exponential"
+    weibull_shape: float | None = Field(default=None, gt=0, le=5)
+    step_time_s: Seconds | None = Field(default=None, alias="step_time", description="failure-free step time")
+    mfu: Fraction | None = Field(default=None, description="MFU that derives the step time when not given")
+    work_s: Seconds | None = Field(
+        default=None, alias="work", description="failure-free training time; default from tokens"
+    )
+    straggler_rate_per_1000_node_days: float = Field(default=0.0, ge=0)
+    straggler_slowdown: Fraction = Field(default=0.0, description="throughput lost while a straggler runs")
+    straggler_duration_s: Seconds | None = Field(default=None, alias="straggler_duration")
 
     @field_validator("checkpoint_interval")
     @classmethod

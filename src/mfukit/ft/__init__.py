@@ -1,0 +1,1 @@
+"""Fault tolerance: failure models, checkpoint cost, optimum intervals, expected and simulated ETTR (no torch)."""

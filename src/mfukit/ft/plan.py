@@ -1,0 +1,116 @@
+"""The analytic fault-tolerance plan: MTBF, optimum intervals, expected ETTR and a policy comparison."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mfukit.ft import checkpoint_io as ckio
+from mfukit.ft.interval import Expected, daly_interval_s, expected_run, kokolis_ettr, young_interval_s
+from mfukit.ft.restart import no_spare_probability, spares_for
+from mfukit.ft.setup import FtInputs
+
+COMPARED_INTERVALS_S = (1800.0, 3600.0)
+"""Fixed intervals every comparison shows beside the optimum: the half-hourly and hourly saves common
+in practice (Kokolis et al. 2025: 'hourly checkpointing is typical for large jobs')."""
+SPARE_WAIT_TARGET = 0.01
+"""Hot spares are recommended so that at most 1 % of replacements wait for a node."""
+
+
+@dataclass(frozen=True)
+class PolicyOutcome:
+    mode: ckio.Mode
+    interval_s: float
+    interval_steps: int | None
+    hot_spares: int
+    blocking_s: float
+    expected: Expected
+    recommended: bool
+
+
+@dataclass
+class FtPlan:
+    inputs: FtInputs
+    young_interval_s: float
+    daly_interval_s: float
+    expected: Expected
+    """under the user's policy (the recommended interval when none is given)"""
+    expected_at_optimum: Expected
+    first_order_ettr: float
+    recommended_hot_spares: int | None
+    no_spare_probability: float
+    policies: list[PolicyOutcome]
+
+    @property
+    def expected_interruptions(self) -> float:
+        return self.expected.interruptions_per_s * self.expected.wall_s
+
+    def gpu_hours_lost_per_day(self) -> dict[str, float]:
+        gpus = self.inputs.cluster.num_gpus
+        return {cause: share * gpus * 24.0 for cause, share in self.expected.lost_fractions.items()}
+
+
+def _outcome(inputs: FtInputs, mode: ckio.Mode, interval_s: float | None, spares: int) -> PolicyOutcome:
+    policy = inputs.policy(mode, interval_s, spares)
+    run = inputs.run.with_policy(policy)
+    return PolicyOutcome(
+        mode=mode,
+        interval_s=policy.interval_s,
+        interval_steps=inputs.steps(policy.interval_s),
+        hot_spares=spares,
+        blocking_s=policy.blocking_s,
+        expected=expected_run(run),
+        recommended=interval_s is None,
+    )
+
+
+def plan(inputs: FtInputs) -> FtPlan:
+    run = inputs.run
+    ft = inputs.scenario.ft
+    mtbf = run.mtbf_s
+    blocking = inputs.policy(inputs.mode, None, ft.hot_spares).blocking_s
+    expected = expected_run(run)
+    optimum = _outcome(inputs, inputs.mode, None, ft.hot_spares)
+    failures = inputs.failures
+    node_rate = failures.failure_rate_per_s / failures.num_nodes
+    no_spare = no_spare_probability(run.restart, failures.replacement_rate_per_s, expected.wall_s)
+    replaced = failures.replacement_rate_per_s / failures.failure_rate_per_s
+    restart_s = run.restart.typical_restart_s(run.restart.replacement_s * replaced * no_spare)
+    first_order = kokolis_ettr(failures.num_nodes, node_rate, restart_s, run.interval_s, run.blocking_s)
+    recommended_spares = spares_for(run.restart, failures.replacement_rate_per_s, SPARE_WAIT_TARGET)
+    modes: list[ckio.Mode] = ["sync", "async"] if inputs.mode != "single" else ["single", "sync", "async"]
+    intervals: list[float | None] = [None, inputs.user_interval_s, *COMPARED_INTERVALS_S]
+    unique_intervals = list(dict.fromkeys(intervals))
+    spares = sorted({0, ft.hot_spares, recommended_spares or 0})
+    policies = [
+        _outcome(inputs, mode, interval, count)
+        for mode in modes
+        for interval in unique_intervals
+        for count in spares
+    ]
+    return FtPlan(
+        inputs=inputs,
+        young_interval_s=young_interval_s(blocking, mtbf),
+        daly_interval_s=daly_interval_s(blocking, mtbf),
+        expected=expected,
+        expected_at_optimum=optimum.expected,
+        first_order_ettr=first_order,
+        recommended_hot_spares=recommended_spares,
+        no_spare_probability=no_spare,
+        policies=policies,
+    )
+
+
+def interval_grid_s(inputs: FtInputs, points: int = 25) -> list[float]:
+    """Intervals for an ETTR-vs-interval curve: log-spaced around the optimum, from a tenth to ten times it
+    (and never below one step)."""
+    centre = inputs.recommended_interval_s
+    low = max(centre / 10.0, inputs.step_time_s or 0.0, 1.0)
+    high = max(centre * 10.0, low * 2.0, (inputs.user_interval_s or 0.0) * 1.5)
+    return [float(x) for x in np.geomspace(low, high, points)]
+
+
+def ettr_curve(inputs: FtInputs, mode: ckio.Mode, intervals_s: list[float]) -> list[float]:
+    spares = inputs.scenario.ft.hot_spares
+    return [expected_run(inputs.run.with_policy(inputs.policy(mode, i, spares))).ettr for i in intervals_s]

@@ -1,0 +1,60 @@
+"""The failure-free step time the fault-tolerance model runs on.
+
+Until the performance model predicts a step time, it is either given (``--step-time``) or derived from
+model FLOPs per token, the tokens in a step and an MFU: step = tokens x FLOPs/token / (GPUs x peak x MFU).
+This one function is what the performance model will replace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mfukit import units
+from mfukit.core.cluster import Cluster
+from mfukit.core.model import ModelSpec
+from mfukit.core.scenario import FtSection, TrainingSection
+from mfukit.errors import InputError
+from mfukit.perf import flops
+
+
+@dataclass(frozen=True)
+class Throughput:
+    step_time_s: float | None
+    tokens_per_step: float | None
+    tokens_per_s: float | None
+    how: str
+
+
+def throughput(
+    model: ModelSpec, training: TrainingSection, cluster: Cluster, ft: FtSection, *, source: str
+) -> Throughput:
+    sequences = training.global_batch_sequences
+    tokens_per_step = float(sequences * training.seq_len) if sequences is not None else None
+    if ft.step_time_s is not None:
+        if ft.step_time_s <= 0:
+            raise InputError("must be positive", source=source, field="ft.step_time", value=ft.step_time_s)
+        rate = tokens_per_step / ft.step_time_s if tokens_per_step else None
+        return Throughput(ft.step_time_s, tokens_per_step, rate, f"step time {ft.step_time_s:g} s as given")
+    if ft.mfu is not None:
+        mfu, mfu_from = ft.mfu, "as given"
+    elif cluster.accelerator.typical_mfu is not None:
+        typical = cluster.accelerator.typical_mfu
+        mfu, mfu_from = typical.value, f"typical for {cluster.accelerator.name}: {typical.what}"
+    else:
+        raise InputError(
+            f"{cluster.accelerator.name} has no typical MFU in the catalog",
+            source=source,
+            field="ft.mfu",
+            hint="give --mfu 0.4 or --step-time 6s",
+        )
+    if mfu <= 0:
+        raise InputError("must be positive to derive a step time", source=source, field="ft.mfu", value=mfu)
+    per_token = flops.model_flops_per_token(model, training.seq_len, training.attention_flops)
+    rate = cluster.num_gpus * cluster.accelerator.peak_flops(training.precision) * mfu / per_token
+    step = tokens_per_step / rate if tokens_per_step else None
+    how = (
+        f"{'step time' if step else 'throughput'} from {units.format_flops(per_token)}/token "
+        f"({flops.ATTENTION_CONVENTION_NAMES[training.attention_flops]}), "
+        f"{cluster.num_gpus} x {cluster.accelerator.name} {training.precision} peak and MFU {mfu:.2f} ({mfu_from})"
+    )
+    return Throughput(step, tokens_per_step, rate, how)
