@@ -1,0 +1,122 @@
+"""`mfukit ft plan` and `mfukit ft simulate` through the real entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = str(Path(__file__).parents[2] / "examples" / "llama3-405b_h100x16384.toml")
+PLAN_KEYS = {
+    "mtbf_s",
+    "young_interval_s",
+    "daly_interval_s",
+    "interval_steps",
+    "ettr",
+    "expected_interruptions",
+    "checkpoint_bytes",
+    "checkpoint_write_s",
+    "blocking_s",
+}
+SIMULATE_KEYS = {"ettr_p5", "ettr_p50", "ettr_p95", "interruptions_mean", "replicas"}
+
+
+def test_plan_json_has_the_issue_keys(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("ft", "plan", EXAMPLE, "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    envelope = run.json()
+    result = envelope["result"]
+    assert envelope["schema"] == "ft.plan/1" and set(result) >= PLAN_KEYS
+    assert result["mtbf_s"] / 3600 == pytest.approx(3.093, abs=0.001)  # Table 5
+    assert result["checkpoint_bytes_per_param"] == 14
+    assert 0 < result["ettr"] <= 1 and result["interval_steps"] >= 1
+    assert any("torchtitan" in line for line in envelope["assumptions"])
+    assert {p["mode"] for p in result["policies"]} == {"sync", "async"}
+
+
+def test_plan_table_fits_and_names_categories(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("ft", "plan", EXAMPLE, "--checkpoint-interval", "500steps", "--rate", "faulty-gpu=0.05")
+    assert run.exit_code == 0, run.stderr
+    assert "faulty-gpu *" in run.stdout and "Young interval" in run.stdout
+    assert max(len(line) for line in run.stdout.splitlines()) <= 100
+
+
+def test_plan_csv_is_si(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("ft", "plan", EXAMPLE, "--format", "csv")
+    header, first, *_ = run.stdout.splitlines()
+    assert header == "quantity,value_si" and first.startswith("job MTBF (unplanned),11135")
+
+
+def test_simulate_json_and_report(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit(
+        "ft",
+        "simulate",
+        EXAMPLE,
+        "--replicas",
+        "40",
+        "--seed",
+        "1",
+        "--work",
+        "10d",
+        "--checkpoint-interval",
+        "15min",
+        "--format",
+        "json",
+        "--report",
+        str(tmp_path),
+    )
+    assert run.exit_code == 0, run.stderr
+    result = run.json()["result"]
+    assert set(result) >= SIMULATE_KEYS and result["replicas"] == 40
+    assert result["ettr_p5"] <= result["ettr_p50"] <= result["ettr_p95"]
+    assert abs(result["ettr_mean"] - result["ettr_analytic"]) < 0.02
+    assert {p.name for p in tmp_path.iterdir()} == {
+        "report.html",
+        "ft_ettr_vs_interval.png",
+        "ft_timeline.png",
+    }
+
+
+def test_bad_inputs_exit_2_without_traceback(mfukit) -> None:  # type: ignore[no-untyped-def]
+    bad = [
+        (["--failure-model", "llama"], "did you mean llama3"),
+        (["--rate", "faulty-gpus=1"], "faulty-gpu"),
+        (["--rate", "faulty-gpu"], "CATEGORY=RATE"),
+        (["--checkpoint-interval", "30m"], "ambiguous"),
+        (["--failure-distribution", "weibull"], "weibull_shape"),
+    ]
+    for flags, message in bad:
+        run = mfukit("ft", "plan", EXAMPLE, *flags)
+        assert run.exit_code == 2, (flags, run.stdout)
+        assert message in run.stderr and "Traceback" not in run.stderr
+
+
+def test_missed_deadline_exits_1(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("ft", "plan", EXAMPLE, "--deadline", "60d", "--format", "json")
+    assert run.exit_code == 1
+    assert any("deadline" in warning for warning in run.json()["warnings"])
+
+
+def test_plan_without_a_scenario(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit(
+        "ft",
+        "plan",
+        "--model",
+        "llama-65b",
+        "--gpus",
+        "2048",
+        "--gpu",
+        "a100-80gb-sxm",
+        "--tokens",
+        "1.4T",
+        "--global-batch-tokens",
+        "4M",
+        "--failure-model",
+        "meta-rsc1",
+        "--format",
+        "json",
+    )
+    assert run.exit_code == 0, run.stderr
+    envelope = run.json()
+    assert any("no storage tier" in warning for warning in envelope["warnings"])
+    assert envelope["result"]["mtbf_s"] / 3600 == pytest.approx(24 / (256 * 6.5e-3), rel=1e-9)
