@@ -162,24 +162,26 @@ def _category_table(inputs: FtInputs) -> Table:
 def _policy_table(result: FtPlan) -> Table:
     table = Table(
         "checkpoint policies (expected, analytic)",
-        ["mode", "interval", "hot spares", "blocking", "ETTR", "wall clock", "lost GPU-h/day"],
+        ["mode", "interval", "steps", "spares", "blocking", "ETTR", "wall clock", "lost GPU-h/day"],
         csv_columns=[
             "mode",
             "interval_s",
+            "interval_steps",
             "hot_spares",
             "blocking_s",
             "ettr",
             "wall_clock_s",
             "gpu_hours_lost_per_day",
         ],
+        caption="* the recommended (Daly) interval of that mode",
     )
     best = max(result.policies, key=lambda p: p.expected.ettr)
     gpus = result.inputs.cluster.num_gpus
     for p in result.policies:
-        label = _steps(result.inputs, p.interval_s) + (" (optimum)" if p.recommended else "")
         table.add(
             p.mode + (" <- best" if p is best else ""),
-            Quantity(p.interval_s, label),
+            Quantity(p.interval_s, _dur(p.interval_s) + ("*" if p.recommended else "")),
+            p.interval_steps,
             p.hot_spares,
             shown(p.blocking_s, _dur),
             shown(p.expected.ettr, lambda v: f"{v:.3f}"),

@@ -1,0 +1,27 @@
+"""The goodput `size` divides by: expected ETTR from the failure model, or the flat allowance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mfukit.core.scenario import load_scenario
+from mfukit.ft.goodput import expected_goodput
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "llama3-405b_h100x16384.toml"
+
+
+def test_expected_goodput_falls_with_scale() -> None:
+    scenario = load_scenario(EXAMPLE, {"ft.checkpoint_interval": "10min"})
+    small = expected_goodput(scenario, num_gpus=4096, source=str(EXAMPLE))
+    large = expected_goodput(scenario, num_gpus=32768, source=str(EXAMPLE), step_time_s=3.0)
+    assert 0 < large.ettr < small.ettr < 1
+    assert large.interval_s == pytest.approx(600.0, abs=3.0)  # whole steps of 3 s
+    assert "llama3" in large.how and large.assumptions
+
+
+def test_flat_allowance_when_given() -> None:
+    scenario = load_scenario(EXAMPLE, {"ft.goodput": "85%"})
+    goodput = expected_goodput(scenario, num_gpus=1024, source=str(EXAMPLE))
+    assert goodput.ettr == 0.85 and goodput.interval_s is None
