@@ -120,3 +120,11 @@ def test_plan_without_a_scenario(mfukit) -> None:  # type: ignore[no-untyped-def
     envelope = run.json()
     assert any("no storage tier" in warning for warning in envelope["warnings"])
     assert envelope["result"]["mtbf_s"] / 3600 == pytest.approx(24 / (256 * 6.5e-3), rel=1e-9)
+
+
+def test_plan_report_has_the_fault_tolerance_section(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("ft", "plan", EXAMPLE, "--report", str(tmp_path), "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    html = (tmp_path / "report.html").read_text()
+    assert "Fault tolerance" in html and "Recommended checkpoint interval" in html
+    assert (tmp_path / "ft_ettr_vs_interval.png").stat().st_size > 10_000

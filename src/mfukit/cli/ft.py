@@ -18,13 +18,23 @@ from mfukit.cli.common import (
     scenario_options,
 )
 from mfukit.cli.render import Format
-from mfukit.core.results import Output, Quantity, Table, shown
+from mfukit.core.results import Output, Table, shown
 from mfukit.core.scenario import Scenario, load_scenario
 from mfukit.errors import InputError
 from mfukit.ft import charts
-from mfukit.ft.plan import FtPlan, ettr_curve, interval_grid_s, plan
+from mfukit.ft.plan import FtPlan, interval_grid_s, plan
 from mfukit.ft.setup import FtInputs, ft_inputs
 from mfukit.ft.simulate import CAUSES, Simulation, simulate
+from mfukit.ft.views import (
+    category_table,
+    duration,
+    gpu_hours,
+    interval_chart,
+    interval_text,
+    plan_section,
+    plan_table,
+    policy_table,
+)
 from mfukit.report.html import Chart, Report, Section, write_report
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -113,84 +123,6 @@ def _inputs(scenario_path: Path | None, overrides: dict[str, Any], rates: tuple[
     return ft_inputs(scenario, source=source, base_dir=base_dir)
 
 
-def _dur(value: float) -> str:
-    return units.format_duration(value)
-
-
-def _steps(inputs: FtInputs, interval_s: float) -> str:
-    steps = inputs.steps(interval_s)
-    return f"{_dur(interval_s)} ({steps} steps)" if steps else _dur(interval_s)
-
-
-def _pct(value: float) -> str:
-    return units.format_percent(value)
-
-
-def _gpu_hours(value: float) -> str:
-    return f"{value:,.0f} GPU-h"
-
-
-def _category_table(inputs: FtInputs) -> Table:
-    failures = inputs.failures
-    table = Table(
-        f"failure model {failures.model}: {failures.num_gpus:,} GPUs on {failures.num_nodes:,} nodes",
-        ["category", "per", "rate / 1,000 unit-days", "job failures/day", "share", "swap node"],
-        csv_columns=[
-            "category",
-            "per",
-            "rate_per_1000_unit_days",
-            "job_failures_per_day",
-            "share_of_unplanned",
-            "needs_replacement",
-        ],
-    )
-    total = failures.failure_rate_per_s
-    for c in failures.categories:
-        rate = failures.rate_per_s(c)
-        table.add(
-            c.name + (" *" if c.overridden else ""),
-            c.per,
-            shown(c.rate_per_1000_unit_days, lambda v: f"{v:.4g}"),
-            shown(rate * units.SECONDS_PER_DAY, lambda v: f"{v:.3g}"),
-            shown(None if c.planned else rate / total, _pct, "planned"),
-            "yes" if c.needs_replacement else "no",
-        )
-    table.caption = "* overridden. Rates add: the job is a series system (any failure stops it)."
-    return table
-
-
-def _policy_table(result: FtPlan) -> Table:
-    table = Table(
-        "checkpoint policies (expected, analytic)",
-        ["mode", "interval", "steps", "spares", "blocking", "ETTR", "wall clock", "lost GPU-h/day"],
-        csv_columns=[
-            "mode",
-            "interval_s",
-            "interval_steps",
-            "hot_spares",
-            "blocking_s",
-            "ettr",
-            "wall_clock_s",
-            "gpu_hours_lost_per_day",
-        ],
-        caption="* the recommended (Daly) interval of that mode",
-    )
-    best = max(result.policies, key=lambda p: p.expected.ettr)
-    gpus = result.inputs.cluster.num_gpus
-    for p in result.policies:
-        table.add(
-            p.mode + (" <- best" if p is best else ""),
-            Quantity(p.interval_s, _dur(p.interval_s) + ("*" if p.recommended else "")),
-            p.interval_steps,
-            p.hot_spares,
-            shown(p.blocking_s, _dur),
-            shown(p.expected.ettr, lambda v: f"{v:.3f}"),
-            shown(p.expected.wall_s, _dur),
-            shown((1 - p.expected.ettr) * gpus * 24, _gpu_hours),
-        )
-    return table
-
-
 def _plan_result(result: FtPlan) -> dict[str, Any]:
     inputs = result.inputs
     run = inputs.run
@@ -272,74 +204,13 @@ def _plan_result(result: FtPlan) -> dict[str, Any]:
     }
 
 
-def _plan_table(result: FtPlan) -> Table:
-    inputs = result.inputs
-    run = inputs.run
-    ckpt = inputs.checkpoint
-    expected = result.expected
-    table = Table("fault-tolerance plan", ["quantity", "value"], csv_columns=["quantity", "value_si"])
-    rows: list[tuple[str, float | None, Callable[[float], str]]] = [
-        ("job MTBF (unplanned)", run.mtbf_s, _dur),
-        (
-            "interruptions / day",
-            inputs.failures.failure_rate_per_s * units.SECONDS_PER_DAY,
-            lambda v: f"{v:.2f}",
-        ),
-        (
-            "planned stops / day",
-            inputs.failures.planned_rate_per_s * units.SECONDS_PER_DAY,
-            lambda v: f"{v:.2f}",
-        ),
-        ("step time", inputs.step_time_s, lambda v: f"{v:.2f} s"),
-        (f"checkpoint ({ckpt.bytes_per_param:g} B/param)", ckpt.checkpoint_bytes, units.format_bytes_si),
-        ("  per rank", ckpt.per_rank_bytes, units.format_bytes_si),
-        ("  sharded write (sync)", ckpt.save("sync").write_s, _dur),
-        ("  single-writer save", ckpt.save("single").write_s, _dur),
-        ("  async blocking (to host)", ckpt.save("async").blocking_s, _dur),
-        ("  read on restart", ckpt.read_s, _dur),
-        (f"blocking per save ({inputs.mode})", run.blocking_s, _dur),
-        (
-            "restart (no failure during it)",
-            run.restart.typical_restart_s(run.restart.replacement_s * result.no_spare_probability),
-            _dur,
-        ),
-        ("Young interval sqrt(2 delta M)", result.young_interval_s, lambda v: _steps(inputs, v)),
-        ("Daly interval", result.daly_interval_s, lambda v: _steps(inputs, v)),
-        ("recommended interval", inputs.recommended_interval_s, lambda v: _steps(inputs, v)),
-        ("interval used", run.interval_s, lambda v: _steps(inputs, v)),
-        ("expected ETTR", expected.ettr, lambda v: f"{v:.3f}"),
-        ("  at the recommended interval", result.expected_at_optimum.ettr, lambda v: f"{v:.3f}"),
-        ("  Meta first-order estimate", result.first_order_ettr, lambda v: f"{v:.3f}"),
-        ("expected interruptions", result.expected_interruptions, lambda v: f"{v:,.0f}"),
-        ("failure-free training time", run.work_s, _dur),
-        ("wall clock to finish", expected.wall_s, _dur),
-        ("hot spares for < 1 % waits", result.recommended_hot_spares, lambda v: f"{v:.0f}"),
-    ]
-    for cause, lost in result.gpu_hours_lost_per_day().items():
-        if lost > 0:
-            rows.append((f"lost / day: {cause.replace('_', ' ')}", lost, _gpu_hours))
-    for name, value, formatter in rows:
-        table.add(name, shown(value, formatter))
-    return table
-
-
 def _deadline_check(inputs: FtInputs, wall_s: float, output: Output) -> None:
     deadline = inputs.scenario.training.deadline_s
     if deadline is not None and wall_s > deadline:
         output.warnings.append(
-            f"the run needs {_dur(wall_s)} of wall clock, past the deadline of {_dur(deadline)}"
+            f"the run needs {duration(wall_s)} of wall clock, past the deadline of {duration(deadline)}"
         )
         output.exit_code = 1
-
-
-def _interval_chart(inputs: FtInputs, simulated: charts.SimulatedBand | None = None) -> Chart:
-    grid = interval_grid_s(inputs)
-    curves = {f"{mode} (analytic)": ettr_curve(inputs, mode, grid) for mode in ("sync", "async")}
-    markers = {"recommended": inputs.recommended_interval_s}
-    if inputs.user_interval_s is not None:
-        markers["yours"] = inputs.user_interval_s
-    figure = charts.ettr_vs_interval(grid, curves, markers, simulated)
-    return Chart("ft_ettr_vs_interval.png", figure, "Expected ETTR against the checkpoint interval")
 
 
 @ft.command("plan")
@@ -364,7 +235,7 @@ def plan_command(
         result=_plan_result(result),
         assumptions=inputs.assumptions,
         warnings=list(inputs.warnings),
-        tables=[_plan_table(result), _category_table(inputs), _policy_table(result)],
+        tables=[plan_table(result), category_table(inputs), policy_table(result)],
     )
     if inputs.run.weibull_shape is not None:
         output.warnings.append(
@@ -375,19 +246,14 @@ def plan_command(
         report = Report(
             title=f"Fault tolerance: {inputs.model.name} on {inputs.cluster.num_gpus:,} x {inputs.cluster.accelerator.name}",
             summary=[
-                ("MTBF", _dur(inputs.run.mtbf_s)),
-                ("recommended interval", _steps(inputs, inputs.recommended_interval_s)),
+                ("MTBF", duration(inputs.run.mtbf_s)),
+                ("recommended interval", interval_text(inputs, inputs.recommended_interval_s)),
                 ("expected ETTR", f"{result.expected.ettr:.3f}"),
-                ("wall clock", _dur(result.expected.wall_s)),
+                ("wall clock", duration(result.expected.wall_s)),
             ],
             sections=[
-                Section("Plan", tables=[_plan_table(result)]),
-                Section(
-                    "ETTR vs checkpoint interval",
-                    charts=[_interval_chart(inputs)],
-                    tables=[_policy_table(result)],
-                ),
-                Section("Failure model", tables=[_category_table(inputs)]),
+                plan_section(result),
+                Section("Failure model", tables=[category_table(inputs)]),
             ],
             assumptions=output.assumptions,
             warnings=output.warnings,
@@ -434,22 +300,22 @@ def _sim_table(inputs: FtInputs, sim: Simulation, analytic: float | None) -> Tab
     gpus = inputs.cluster.num_gpus
     three = lambda v: f"{v:.3f}"  # noqa: E731
     rows: list[tuple[str, float | None, Callable[[float], str]]] = [
-        ("interval", inputs.run.interval_s, lambda v: _steps(inputs, v)),
-        (f"blocking per save ({inputs.mode})", inputs.run.blocking_s, _dur),
+        ("interval", inputs.run.interval_s, lambda v: interval_text(inputs, v)),
+        (f"blocking per save ({inputs.mode})", inputs.run.blocking_s, duration),
         ("ETTR p5", sim.percentile(sim.ettr, 5), three),
         ("ETTR p50", sim.percentile(sim.ettr, 50), three),
         ("ETTR p95", sim.percentile(sim.ettr, 95), three),
         ("ETTR analytic (expected)", analytic, three),
         ("interruptions (mean)", float(sim.interruptions.mean()), lambda v: f"{v:,.1f}"),
         ("planned stops (mean)", float(sim.planned_stops.mean()), lambda v: f"{v:,.1f}"),
-        ("wall clock p5", sim.percentile(sim.wall_s, 5), _dur),
-        ("wall clock p50", sim.percentile(sim.wall_s, 50), _dur),
-        ("wall clock p95", sim.percentile(sim.wall_s, 95), _dur),
+        ("wall clock p5", sim.percentile(sim.wall_s, 5), duration),
+        ("wall clock p50", sim.percentile(sim.wall_s, 50), duration),
+        ("wall clock p95", sim.percentile(sim.wall_s, 95), duration),
     ]
     for cause in (*CAUSES, "straggler"):
         lost = float(sim.lost_s[cause].mean()) * gpus / units.SECONDS_PER_HOUR
         if lost > 0:
-            rows.append((f"lost: {cause.replace('_', ' ')}", lost, _gpu_hours))
+            rows.append((f"lost: {cause.replace('_', ' ')}", lost, gpu_hours))
     for name, value, formatter in rows:
         table.add(name, shown(value, formatter))
     return table
@@ -528,11 +394,11 @@ def simulate_command(
                     " / ".join(f"{sim.percentile(sim.ettr, q):.3f}" for q in (5, 50, 95)),
                 ),
                 ("interruptions", f"{sim.interruptions.mean():,.0f}"),
-                ("wall clock p50", _dur(sim.percentile(sim.wall_s, 50))),
+                ("wall clock p50", duration(sim.percentile(sim.wall_s, 50))),
             ],
             sections=[
                 Section("Outcome", tables=[_sim_table(inputs, sim, analytic), _by_category_table(sim)]),
-                Section("ETTR vs checkpoint interval", charts=[_interval_chart(inputs, band)]),
+                Section("ETTR vs checkpoint interval", charts=[interval_chart(inputs, band)]),
                 Section(
                     "One run",
                     paragraphs=["Durable progress of the first replica; each cross is an interruption."],

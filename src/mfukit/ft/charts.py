@@ -65,25 +65,20 @@ def timeline(events: Sequence[TimelineEvent], work_s: float, productive_frac: fl
     end = events[-1].time_s / SECONDS_PER_DAY if events else 0.0
     ideal = work_s / SECONDS_PER_DAY * productive_frac
     axes.plot([0.0, ideal], [0.0, ideal], color=PALETTE[7], linestyle=":", label="no failures")
-    failures = [e for e in events if e.kind.startswith("failure")]
-    planned = [e for e in events if e.kind == "maintenance"]
-    axes.plot(
-        [e.time_s / SECONDS_PER_DAY for e in failures],
-        [e.durable_work_s / SECONDS_PER_DAY * productive_frac for e in failures],
-        "x",
-        color=PALETTE[3],
-        markersize=3,
-        label=f"failures ({len(failures)})",
+    marks = (
+        ("failures", [e for e in events if e.kind.startswith("failure")], "x", PALETTE[3], 3),
+        ("planned stops", [e for e in events if e.kind == "maintenance"], "|", PALETTE[1], 6),
     )
-    if planned:
-        axes.plot(
-            [e.time_s / SECONDS_PER_DAY for e in planned],
-            [e.durable_work_s / SECONDS_PER_DAY * productive_frac for e in planned],
-            "|",
-            color=PALETTE[1],
-            markersize=6,
-            label=f"planned stops ({len(planned)})",
-        )
+    for label, chosen, marker, colour, size in marks:
+        if chosen:
+            axes.plot(
+                [e.time_s / SECONDS_PER_DAY for e in chosen],
+                [e.durable_work_s / SECONDS_PER_DAY * productive_frac for e in chosen],
+                marker,
+                color=colour,
+                markersize=size,
+                label=f"{label} ({len(chosen)})",
+            )
     axes.set_xlim(0.0, max(end, ideal) * 1.02)
     axes.set_xlabel("wall clock (days)")
     axes.set_ylabel("training done (days of failure-free compute)")

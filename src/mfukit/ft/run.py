@@ -19,7 +19,6 @@ from mfukit.ft.restart import RestartParts
 @dataclass(frozen=True)
 class Policy:
     interval_s: float
-    mode: str
     blocking_s: float
     persist_s: float
     hot_spares: int

@@ -60,7 +60,7 @@ class FtInputs:
                 recommended_interval_s(blocking_s, save.persist_s, mtbf, self.step_time_s), self.step_time_s
             )
         blocking_s, persist_s = effective_save(interval, blocking_s, save.persist_s)
-        return Policy(interval, mode, blocking_s, persist_s, hot_spares)
+        return Policy(interval, blocking_s, persist_s, hot_spares)
 
 
 def _whole_steps(interval_s: float, step_time_s: float | None) -> float:

@@ -1,0 +1,168 @@
+"""What a fault-tolerance plan shows a person: its tables and the ETTR-vs-interval chart, and the report
+section other commands (the performance plan report) embed: recommended interval, expected ETTR, chart."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mfukit import units
+from mfukit.core.results import Quantity, Table, shown
+from mfukit.ft import charts
+from mfukit.ft.plan import FtPlan, ettr_curve, interval_grid_s
+from mfukit.ft.setup import FtInputs
+from mfukit.report.html import Chart, Section
+
+
+def duration(value: float) -> str:
+    return units.format_duration(value)
+
+
+def interval_text(inputs: FtInputs, interval_s: float) -> str:
+    steps = inputs.steps(interval_s)
+    return f"{duration(interval_s)} ({steps} steps)" if steps else duration(interval_s)
+
+
+def percent(value: float) -> str:
+    return units.format_percent(value)
+
+
+def gpu_hours(value: float) -> str:
+    return f"{value:,.0f} GPU-h"
+
+
+def category_table(inputs: FtInputs) -> Table:
+    failures = inputs.failures
+    table = Table(
+        f"failure model {failures.model}: {failures.num_gpus:,} GPUs on {failures.num_nodes:,} nodes",
+        ["category", "per", "rate / 1,000 unit-days", "job failures/day", "share", "swap node"],
+        csv_columns=[
+            "category",
+            "per",
+            "rate_per_1000_unit_days",
+            "job_failures_per_day",
+            "share_of_unplanned",
+            "needs_replacement",
+        ],
+    )
+    total = failures.failure_rate_per_s
+    for c in failures.categories:
+        rate = failures.rate_per_s(c)
+        table.add(
+            c.name + (" *" if c.overridden else ""),
+            c.per,
+            shown(c.rate_per_1000_unit_days, lambda v: f"{v:.4g}"),
+            shown(rate * units.SECONDS_PER_DAY, lambda v: f"{v:.3g}"),
+            shown(None if c.planned else rate / total, percent, "planned"),
+            "yes" if c.needs_replacement else "no",
+        )
+    table.caption = "* overridden. Rates add: the job is a series system (any failure stops it)."
+    return table
+
+
+def policy_table(result: FtPlan) -> Table:
+    table = Table(
+        "checkpoint policies (expected, analytic)",
+        ["mode", "interval", "steps", "spares", "blocking", "ETTR", "wall clock", "lost GPU-h/day"],
+        csv_columns=[
+            "mode",
+            "interval_s",
+            "interval_steps",
+            "hot_spares",
+            "blocking_s",
+            "ettr",
+            "wall_clock_s",
+            "gpu_hours_lost_per_day",
+        ],
+        caption="* the recommended (Daly) interval of that mode",
+    )
+    best = max(result.policies, key=lambda p: p.expected.ettr)
+    gpus = result.inputs.cluster.num_gpus
+    for p in result.policies:
+        table.add(
+            p.mode + (" <- best" if p is best else ""),
+            Quantity(p.interval_s, duration(p.interval_s) + ("*" if p.recommended else "")),
+            p.interval_steps,
+            p.hot_spares,
+            shown(p.blocking_s, duration),
+            shown(p.expected.ettr, lambda v: f"{v:.3f}"),
+            shown(p.expected.wall_s, duration),
+            shown((1 - p.expected.ettr) * gpus * 24, gpu_hours),
+        )
+    return table
+
+
+def plan_table(result: FtPlan) -> Table:
+    inputs = result.inputs
+    run = inputs.run
+    ckpt = inputs.checkpoint
+    expected = result.expected
+    table = Table("fault-tolerance plan", ["quantity", "value"], csv_columns=["quantity", "value_si"])
+    rows: list[tuple[str, float | None, Callable[[float], str]]] = [
+        ("job MTBF (unplanned)", run.mtbf_s, duration),
+        (
+            "interruptions / day",
+            inputs.failures.failure_rate_per_s * units.SECONDS_PER_DAY,
+            lambda v: f"{v:.2f}",
+        ),
+        (
+            "planned stops / day",
+            inputs.failures.planned_rate_per_s * units.SECONDS_PER_DAY,
+            lambda v: f"{v:.2f}",
+        ),
+        ("step time", inputs.step_time_s, lambda v: f"{v:.2f} s"),
+        (f"checkpoint ({ckpt.bytes_per_param:g} B/param)", ckpt.checkpoint_bytes, units.format_bytes_si),
+        ("  per rank", ckpt.per_rank_bytes, units.format_bytes_si),
+        ("  sharded write (sync)", ckpt.save("sync").write_s, duration),
+        ("  single-writer save", ckpt.save("single").write_s, duration),
+        ("  async blocking (to host)", ckpt.save("async").blocking_s, duration),
+        ("  read on restart", ckpt.read_s, duration),
+        (f"blocking per save ({inputs.mode})", run.blocking_s, duration),
+        (
+            "restart (no failure during it)",
+            run.restart.typical_restart_s(run.restart.replacement_s * result.no_spare_probability),
+            duration,
+        ),
+        ("Young interval sqrt(2 delta M)", result.young_interval_s, lambda v: interval_text(inputs, v)),
+        ("Daly interval", result.daly_interval_s, lambda v: interval_text(inputs, v)),
+        ("recommended interval", inputs.recommended_interval_s, lambda v: interval_text(inputs, v)),
+        ("interval used", run.interval_s, lambda v: interval_text(inputs, v)),
+        ("expected ETTR", expected.ettr, lambda v: f"{v:.3f}"),
+        ("  at the recommended interval", result.expected_at_optimum.ettr, lambda v: f"{v:.3f}"),
+        ("  Meta first-order estimate", result.first_order_ettr, lambda v: f"{v:.3f}"),
+        ("expected interruptions", result.expected_interruptions, lambda v: f"{v:,.0f}"),
+        ("failure-free training time", run.work_s, duration),
+        ("wall clock to finish", expected.wall_s, duration),
+        ("hot spares for < 1 % waits", result.recommended_hot_spares, lambda v: f"{v:.0f}"),
+    ]
+    for cause, lost in result.gpu_hours_lost_per_day().items():
+        if lost > 0:
+            rows.append((f"lost / day: {cause.replace('_', ' ')}", lost, gpu_hours))
+    for name, value, formatter in rows:
+        table.add(name, shown(value, formatter))
+    return table
+
+
+def interval_chart(inputs: FtInputs, simulated: charts.SimulatedBand | None = None) -> Chart:
+    grid = interval_grid_s(inputs)
+    curves = {f"{mode} (analytic)": ettr_curve(inputs, mode, grid) for mode in ("sync", "async")}
+    markers = {"recommended": inputs.recommended_interval_s}
+    if inputs.user_interval_s is not None:
+        markers["yours"] = inputs.user_interval_s
+    figure = charts.ettr_vs_interval(grid, curves, markers, simulated)
+    return Chart("ft_ettr_vs_interval.png", figure, "Expected ETTR against the checkpoint interval")
+
+
+def plan_section(result: FtPlan) -> Section:
+    """The fault-tolerance section of a plan report for the chosen layout."""
+    inputs = result.inputs
+    return Section(
+        "Fault tolerance",
+        paragraphs=[
+            f"Recommended checkpoint interval {interval_text(inputs, inputs.recommended_interval_s)} "
+            f"({inputs.mode} saves); expected ETTR {result.expected_at_optimum.ettr:.3f} there, "
+            f"{result.expected.ettr:.3f} at the interval used ({interval_text(inputs, inputs.run.interval_s)}); "
+            f"job MTBF {duration(inputs.run.mtbf_s)} ({inputs.failures.model} failure rates)."
+        ],
+        tables=[plan_table(result), policy_table(result)],
+        charts=[interval_chart(inputs)],
+    )
