@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from mfukit.core.scenario import load_scenario
+from mfukit.errors import InputError
 from mfukit.ft.goodput import expected_goodput
+from mfukit.ft.interval import expected_run
+from mfukit.ft.setup import ft_inputs
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "llama3-405b_h100x16384.toml"
 
@@ -25,3 +28,16 @@ def test_flat_allowance_when_given() -> None:
     scenario = load_scenario(EXAMPLE, {"ft.goodput": "85%"})
     goodput = expected_goodput(scenario, num_gpus=1024, source=str(EXAMPLE))
     assert goodput.ettr == 0.85 and goodput.interval_s is None
+
+
+def test_stragglers_cost_their_mean_slowdown() -> None:
+    flags = {"ft.straggler_rate_per_1000_node_days": 10.0, "ft.straggler_slowdown": "30%"}
+    with pytest.raises(InputError, match="duration"):
+        ft_inputs(load_scenario(EXAMPLE, flags), source="test")
+    slow = ft_inputs(load_scenario(EXAMPLE, {**flags, "ft.straggler_duration": "20min"}), source="test")
+    # 2,048 nodes x 10 per 1,000 node-days x 20 min present = 28 % of the time, 30 % slower
+    present = 2048 * 10 / 1000 / 86400 * 1200
+    assert slow.run.straggler_loss_frac == pytest.approx(present * 0.3)
+    fast = ft_inputs(load_scenario(EXAMPLE), source="test")
+    assert expected_run(slow.run).ettr < expected_run(fast.run).ettr
+    assert expected_run(slow.run).straggler > 0
