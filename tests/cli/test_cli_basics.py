@@ -21,7 +21,8 @@ def test_help_lists_exit_codes(mfukit) -> None:  # type: ignore[no-untyped-def]
 def test_unknown_catalog_entry_exits_2_with_suggestions(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit("catalog", "show", "h100")
     assert run.exit_code == 2
-    assert "did you mean h100-sxm" in run.stderr
+    suggestions = run.stderr.partition("did you mean")[2]
+    assert "h100-sxm" in suggestions and "h100-pcie" in suggestions
     assert "Traceback" not in run.stderr and run.stdout == ""
 
 

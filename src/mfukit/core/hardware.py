@@ -50,7 +50,11 @@ class Accelerator(Strict):
     hbm_bytes: Bytes = Field(alias="hbm")
     hbm_bytes_per_s: BytesPerSecond = Field(alias="hbm_bandwidth")
     scale_up_bytes_per_s: BytesPerSecond = Field(alias="scale_up_bandwidth", description="per direction")
-    tdp_w: Watts = Field(alias="tdp")
+    tdp_w: Watts | None = Field(
+        default=None,
+        alias="tdp",
+        description="board power; None only where the vendor publishes none (TPU v5p), said in notes",
+    )
     host_link_bytes_per_s: BytesPerSecond | None = Field(
         default=None,
         alias="host_link_bandwidth",
@@ -112,7 +116,7 @@ class Link(Strict):
     type: Literal["link"] = "link"
     name: str
     display_name: str
-    family: Literal["infiniband", "roce", "ethernet", "nvlink", "xgmi", "ici"]
+    family: Literal["infiniband", "roce", "ethernet", "nvlink", "xgmi", "ici", "pcie"]
     port_bytes_per_s: BytesPerSecond = Field(alias="port_rate", description="per port, per direction")
     latency_s: Seconds = Field(alias="latency", description="one switch hop (or one NVLink hop)")
     encoding_efficiency: float = Field(
@@ -136,7 +140,12 @@ class Switch(Strict):
     link: str = Field(description="the link technology it speaks (a Link name)")
     port_configs: list[PortConfig] = Field(min_length=1)
     latency_s: Seconds = Field(alias="latency")
-    power_w: Watts = Field(alias="power", description="typical with all ports populated, without optics")
+    power_w: Watts | None = Field(
+        default=None,
+        alias="power",
+        description="typical with all ports populated, without optics; None where the cited source gives "
+        "no figure (said in notes)",
+    )
     rack_units: PositiveInt = 1
     price_usd: Usd | None = Field(default=None, alias="price")
     notes: str = ""

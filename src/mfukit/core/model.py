@@ -3,7 +3,8 @@
 One spec serves the planner, the memory model, the checkpoint-size model, the training harness and the
 diagnosis. :func:`from_hf_config` reads any HF config (Llama, Mistral/Mixtral, Qwen2/2-MoE, DeepSeek-V2/V3,
 GPT-2/GPT-3 style, OPT, BLOOM). Parameter counts are exact for the layer structure described here
-(weights, biases and norms); they match the published totals (e.g. LLaMA-65B 65.3B, Llama-3.1-405B 405.9B).
+(weights, biases and norms); ``tests/golden/model_params.toml`` checks every catalog model against its
+published total (BLOOM-176B to the parameter: 176,247,271,424).
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ class ModelSpec(Strict):
     attention_bias: bool = False
     qkv_bias: bool = False
     mlp_bias: bool = False
+    word_embeddings_layernorm: bool = Field(
+        default=False, description="a norm right after the token embedding (BLOOM's StableEmbedding)"
+    )
     num_nextn_predict_layers: int = Field(default=0, ge=0, description="multi-token-prediction modules")
     moe: MoESpec | None = None
     mla: MLASpec | None = None
@@ -168,11 +172,13 @@ class ModelSpec(Strict):
         return self.attention_params() + mlp + 2 * self._norm_params()
 
     def embedding_params(self) -> int:
-        """Input embedding (+ learned positions); the output projection is counted separately."""
+        """Input embedding (+ learned positions, + BLOOM's embedding norm); the output projection is
+        counted separately."""
         positions = (
             self.max_position_embeddings * self.hidden_size if self.position_embedding == "learned" else 0
         )
-        return self.vocab_size * self.hidden_size + positions
+        norm = self._norm_params() if self.word_embeddings_layernorm else 0
+        return self.vocab_size * self.hidden_size + positions + norm
 
     def output_params(self) -> int:
         """The untied output projection (0 when tied) and the final norm."""
@@ -232,6 +238,8 @@ def from_hf_config(config: dict[str, Any], *, name: str, source: str) -> ModelSp
     """A ModelSpec from a HF ``config.json`` dict (unknown HF keys are ignored, as HF itself does)."""
     fields: dict[str, Any] = {"name": name}
     for key, value in config.items():
+        if value is None:  # GPT-2/BLOOM write "n_inner": null for "the default"
+            continue
         target = _ALIASES.get(key, key)
         if target in ModelSpec.model_fields and target not in {"moe", "mla", "source", "name"}:
             fields.setdefault(target, value)
@@ -247,8 +255,10 @@ def from_hf_config(config: dict[str, Any], *, name: str, source: str) -> ModelSp
         fields.setdefault("attention_bias", True)
         fields.setdefault("mlp_bias", True)
         fields.setdefault("position_embedding", "alibi" if model_type == "bloom" else "learned")
-        if model_type in {"gpt2", "bloom"}:
+        if model_type in {"gpt2", "bloom", "opt"}:  # their HF config classes keep the default: tied
             fields.setdefault("tie_word_embeddings", True)
+        if model_type == "bloom":
+            fields.setdefault("word_embeddings_layernorm", True)
     if model_type.startswith("qwen2"):
         fields.setdefault("qkv_bias", True)
     moe = {target: config[key] for key, target in _MOE_KEYS.items() if config.get(key) is not None}
