@@ -138,8 +138,8 @@ def state_bytes_per_param(sharding: Sharding, shard_ranks: int, precision: Preci
     ``w`` is the working weight (2 B, or 4 B in fp32); ``master`` the fp32 master copy (absent in fp32).
     Megatron: ``megatron/training/theoretical_memory_usage.py`` (18 B/param; 6 + 12/DP with the
     distributed optimizer). DeepSpeed: ``estimate_zero2/3_model_states_mem_needs`` after PR #5099
-    (2 + 18/DP for ZeRO-2: 16-bit grads + fp32 grad partition + fp32 master + Adam, sharded); ZeRO-1 keeps
-    the 16-bit gradients whole. FSDP2 (``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16)``):
+    (2 + 18/DP for ZeRO-2: 16-bit grads + fp32 grad partition + fp32 master + Adam, sharded; 18/DP for
+    ZeRO-3, whose 16-bit gradient partition is transient); ZeRO-1 keeps the 16-bit gradients whole. FSDP2 (``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16)``):
     the sharded fp32 parameter is the master copy, its fp32 gradient and Adam states are sharded too.
     """
     d = float(shard_ranks)
@@ -155,7 +155,8 @@ def state_bytes_per_param(sharding: Sharding, shard_ranks: int, precision: Preci
     if sharding == "zero-2":
         return StateBytesPerParam(w, (w + fp32_grad_partition) / d, (master + ADAM_STATE_BYTES) / d)
     if sharding == "zero-3":
-        return StateBytesPerParam(w / d, (w + fp32_grad_partition) / d, (master + ADAM_STATE_BYTES) / d)
+        # the estimator's 18P/N: 16-bit parameter shard, fp32 gradient shard, fp32 master + Adam shards
+        return StateBytesPerParam(w / d, (fp32_grad_partition or w) / d, (master + ADAM_STATE_BYTES) / d)
     return StateBytesPerParam(FP32_BYTES / d, FP32_BYTES / d, ADAM_STATE_BYTES / d)
 
 

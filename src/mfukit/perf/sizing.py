@@ -24,6 +24,7 @@ from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, layout_problems
 from mfukit.core.scenario import Precision
+from mfukit.errors import InputError
 from mfukit.perf.flops import AttentionConvention, model_flops_per_token
 from mfukit.perf.memory import (
     MemoryEstimate,
@@ -287,7 +288,17 @@ def search_layout(inputs: SizingInputs, target_gpus: int) -> tuple[Candidate | N
             f"the smallest per-GPU peak among buildable layouts is {units.format_bytes(smallest_peak)}, "
             f"more than the {units.format_bytes(hbm)} of {inputs.accelerator.name}"
         )
-    if inputs.global_batch_sequences is not None and inputs.num_gpus is None:
+    if inputs.num_gpus is not None:
+        batch = (
+            f" and DP dividing the global batch of {inputs.global_batch_sequences} sequences"
+            if inputs.global_batch_sequences
+            else ""
+        )
+        reasons.append(
+            f"{inputs.num_gpus} GPUs cannot be split as TP x PP x DP with TP inside a node, PP dividing the "
+            f"{model.num_hidden_layers} layers{batch}, in memory"
+        )
+    elif inputs.global_batch_sequences is not None:
         reasons.append(
             f"the global batch of {inputs.global_batch_sequences} sequences caps DP at "
             f"{inputs.global_batch_sequences // inputs.micro_batch_size}"
@@ -302,9 +313,21 @@ def _better(candidate: Candidate, best: Candidate) -> bool:
     return key(candidate) < key(best)
 
 
+def check_fixed_degrees(inputs: SizingInputs) -> None:
+    """A degree the user fixed that no GPU count can make valid (tp not dividing the heads, pp not dividing
+    the layers...) is bad input, not a negative answer."""
+    layout = inputs.layout.model_copy(update={**inputs.fixed, "dp": 1})
+    for problem in layout_problems(
+        layout, inputs.model, seq_len=inputs.seq_len, global_batch_sequences=None, micro_batch_size=1
+    ):
+        if problem.field.removeprefix("parallelism.") in inputs.fixed:
+            raise InputError(problem.message, field=problem.field, value=problem.value, hint=problem.fix)
+
+
 def size(inputs: SizingInputs) -> Sizing:
     """Size the cluster for ``inputs``: minimum GPUs for the deadline (or the given count), the layout, the
     memory check, gradient traffic, days, GPU-hours, energy and cost."""
+    check_fixed_degrees(inputs)
     flops_per_token = model_flops_per_token(inputs.model, inputs.seq_len, inputs.attention)
     total = inputs.tokens * flops_per_token
     peak = inputs.accelerator.peak_flops(inputs.precision)
