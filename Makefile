@@ -19,7 +19,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed-base
 
 run: $(VENV)/.installed-base
-	$(BIN)/mfukit catalog list
+	$(BIN)/mfukit size examples/llama-65b_a100_14d.toml --report out/
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests benchmarks

@@ -20,6 +20,8 @@ from mfukit.errors import ExitCode, MfukitError
 
 # name -> "module:attribute" of the click command; the order is the order of `mfukit --help`.
 COMMANDS: dict[str, str] = {
+    "size": "mfukit.cli.size:size",
+    "mfu": "mfukit.cli.mfu:mfu",
     "catalog": "mfukit.cli.catalog:catalog",
     "ft": "mfukit.cli.ft:ft",
 }

@@ -99,12 +99,15 @@ class ModelSpec(Strict):
     def head_size(self) -> int:
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) is an MoE block: after the first k dense ones, every n-th."""
+        if self.moe is None:
+            return False
+        return index >= self.moe.first_k_dense_replace and index % self.moe.moe_layer_freq == 0
+
     @property
     def num_moe_layers(self) -> int:
-        if self.moe is None:
-            return 0
-        candidates = range(self.moe.first_k_dense_replace, self.num_hidden_layers)
-        return sum(1 for layer in candidates if layer % self.moe.moe_layer_freq == 0)
+        return sum(1 for layer in range(self.num_hidden_layers) if self.is_moe_layer(layer))
 
     @property
     def num_dense_layers(self) -> int:
@@ -166,6 +169,10 @@ class ModelSpec(Strict):
             else 0
         )
         return router + experts * self._ffn_params(moe.moe_intermediate_size) + shared
+
+    def routed_expert_params(self) -> int:
+        """Parameters of one routed expert's FFN (0 for a dense model)."""
+        return self._ffn_params(self.moe.moe_intermediate_size) if self.moe is not None else 0
 
     def layer_params(self, *, moe_layer: bool, active_only: bool = False) -> int:
         mlp = self.moe_layer_params(active_only=active_only) if moe_layer else self.dense_mlp_params()

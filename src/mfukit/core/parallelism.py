@@ -2,8 +2,8 @@
 
 Conventions follow Megatron-LM: world size = tp x pp x dp x cp; expert parallelism splits the
 dp x cp ranks of the MoE layers (expert data parallel = dp x cp / ep); ``zero`` is the DeepSpeed stage
-(1 = Megatron's distributed optimizer); ``fsdp = "full"`` shards like ZeRO-3, ``"hybrid"`` shards inside
-a node and replicates across nodes (HSDP).
+(1 = Megatron's distributed optimizer unless ``zero_impl = "deepspeed"``); ``fsdp = "full"`` shards like
+ZeRO-3, ``"hybrid"`` shards inside a node and replicates across nodes (HSDP).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from mfukit.core.schema import PositiveInt, Strict
 
 Recompute = Literal["none", "selective", "full"]
 Fsdp = Literal["none", "full", "hybrid"]
+ZeroImpl = Literal["megatron", "deepspeed"]
 
 
 class Parallelism(Strict):
@@ -30,6 +31,11 @@ class Parallelism(Strict):
     sequence_parallel: bool = False
     recompute: Recompute = "none"
     zero: int = Field(default=0, ge=0, le=3)
+    zero_impl: ZeroImpl = Field(
+        default="megatron",
+        description="whose zero=1: Megatron's distributed optimizer (6 + 12/DP bytes/param) or DeepSpeed "
+        "ZeRO-1 (16-bit grads kept whole, 4 + 16/DP); zero=2 and 3 are DeepSpeed's either way",
+    )
     fsdp: Fsdp = "none"
 
     @model_validator(mode="after")

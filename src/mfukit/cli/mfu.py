@@ -1,0 +1,129 @@
+"""``mfukit mfu``: MFU and HFU of a running job from the throughput its log shows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mfukit import units
+from mfukit.catalog import resolve
+from mfukit.cli.common import emit, format_option, scenario_argument, scenario_options
+from mfukit.cli.render import Format
+from mfukit.core.results import Cell, Output, Table, shown
+from mfukit.core.scenario import load_scenario
+from mfukit.perf.utilization import measure, tokens_per_s_per_gpu
+
+
+@click.command("mfu")
+@scenario_argument
+@click.option("--tokens-per-s", "tokens_per_s", default=None, help='Total training throughput, e.g. "778k".')
+@click.option("--tokens-per-s-per-gpu", "per_gpu", default=None, help="Throughput per GPU, e.g. 380.")
+@click.option("--step-time", "step_time", default=None, help='Time of one optimizer step, e.g. "10.8s".')
+@scenario_options(
+    "model",
+    "seq_len",
+    "global_batch_tokens",
+    "global_batch_size",
+    "precision",
+    "attention_flops",
+    "system",
+    "gpu",
+    "gpus",
+    "nodes",
+    "recompute",
+)
+@format_option
+def mfu(
+    scenario_path: Path | None,
+    tokens_per_s: str | None,
+    per_gpu: str | None,
+    step_time: str | None,
+    overrides: dict[str, Any],
+    fmt: Format,
+) -> int:
+    """MFU, HFU and model TFLOP/s per GPU from tokens/s (total or per GPU) or step time + batch.
+
+    Example: mfukit mfu --model llama-65b --gpu a100-80gb-sxm --tokens-per-s-per-gpu 380
+    """
+    scenario = load_scenario(scenario_path, overrides)
+    source = str(scenario_path) if scenario_path else "command line"
+    base_dir = scenario_path.parent if scenario_path else None
+    model = resolve.model_spec(scenario.model, source=source, base_dir=base_dir)
+    system, accelerator = resolve.node(scenario.cluster, source=source)
+    training = scenario.training
+    cluster = scenario.cluster
+    num_gpus = cluster.num_gpus or (cluster.num_nodes * system.gpus_per_node if cluster.num_nodes else None)
+    batch_sequences = training.global_batch_sequences
+    batch_tokens = training.global_batch_tokens or (
+        batch_sequences * training.seq_len if batch_sequences else None
+    )
+    rate = tokens_per_s_per_gpu(
+        tokens_per_s=units.parse_count(tokens_per_s, field="--tokens-per-s") if tokens_per_s else None,
+        per_gpu=units.parse_count(per_gpu, field="--tokens-per-s-per-gpu") if per_gpu else None,
+        step_s=units.parse_duration_s(step_time, field="--step-time") if step_time else None,
+        batch_tokens=batch_tokens,
+        num_gpus=num_gpus,
+    )
+    recompute = scenario.parallelism.recompute if scenario.parallelism else "none"
+    peak = accelerator.peak_flops(training.precision)
+    result = measure(
+        model,
+        seq_len=training.seq_len,
+        tokens_per_s_per_gpu=rate,
+        peak_flops_per_s=peak,
+        recompute=recompute,
+        convention=training.attention_flops,
+    )
+    other = "causal" if result.convention == "full" else "full"
+    table = Table(f"MFU of {model.display_name or model.name} on {accelerator.name}", ["quantity", "value"])
+    table.csv_columns = ["quantity", "value"]
+    rows: list[tuple[str, Cell]] = [
+        ("MFU", shown(result.mfu, units.format_percent)),
+        (f"HFU (recompute: {recompute})", shown(result.hfu, units.format_percent)),
+        ("model TFLOP/s per GPU", shown(result.model_flops_per_s_per_gpu, units.format_flops_rate)),
+        ("hardware TFLOP/s per GPU", shown(result.hardware_flops_per_s_per_gpu, units.format_flops_rate)),
+        ("tokens/s per GPU", shown(rate, lambda v: f"{v:,.1f}")),
+        (f"peak ({training.precision}, dense)", shown(peak, units.format_flops_rate)),
+        ("model FLOPs per token", shown(result.model_flops_per_token, units.format_flops)),
+        ("attention convention", result.convention_name),
+        (f"MFU under {other} convention", shown(result.mfu_by_convention[other], units.format_percent)),
+    ]
+    for row in rows:
+        table.add(*row)
+    output = Output(
+        schema="mfu/1",
+        inputs={
+            "model": model.name,
+            "accelerator": accelerator.name,
+            "num_gpus": num_gpus,
+            "seq_len": training.seq_len,
+            "precision": training.precision,
+            "tokens_per_s": tokens_per_s,
+            "tokens_per_s_per_gpu": per_gpu,
+            "step_time": step_time,
+            "global_batch_tokens": batch_tokens,
+        },
+        result={
+            "mfu": result.mfu,
+            "hfu": result.hfu,
+            "model_flops_per_s_per_gpu": result.model_flops_per_s_per_gpu,
+            "hardware_flops_per_s_per_gpu": result.hardware_flops_per_s_per_gpu,
+            "tokens_per_s_per_gpu": rate,
+            "peak_flops_per_s": peak,
+            "model_flops_per_token": result.model_flops_per_token,
+            "hardware_flops_per_token": result.hardware_flops_per_token,
+            "attention_convention": result.convention,
+            "recompute": recompute,
+            "mfu_by_convention": result.mfu_by_convention,
+        },
+        assumptions=[
+            f"attention FLOPs: {result.convention_name} (--attention-flops to change)",
+            f"peak: {accelerator.display_name} dense {training.precision}, {units.format_flops_rate(peak)}",
+            "model FLOPs: matrix multiplies only, backward = 2 x forward (Narayanan et al. 2021)",
+            f"HFU adds the recompute '{recompute}' executes (--recompute to change)",
+        ],
+        tables=[table],
+    )
+    return emit(output, fmt)

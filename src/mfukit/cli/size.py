@@ -1,0 +1,370 @@
+"""``mfukit size``: the minimum cluster that trains a model on D tokens by a deadline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mfukit import units
+from mfukit.catalog import resolve
+from mfukit.cli.common import emit, format_option, report_option, scenario_argument, scenario_options
+from mfukit.cli.render import Format
+from mfukit.core.results import Output, Table, shown
+from mfukit.core.scenario import Scenario, load_scenario
+from mfukit.errors import InputError
+from mfukit.perf.activations import KERNELS_NAMES
+from mfukit.perf.memory import SHARDING_NAMES, StageMemory, default_overheads
+from mfukit.perf.sizing import (
+    EXPOSED_COMM_BUDGET,
+    Sizing,
+    SizingInputs,
+    planning_layout,
+)
+from mfukit.perf.sizing import (
+    size as size_cluster,
+)
+
+DEFAULT_GOODPUT = 0.9
+
+
+@click.command("size")
+@scenario_argument
+@click.option(
+    "--mfu",
+    "mfu_text",
+    default=None,
+    help='Planning MFU, e.g. 0.45 or "45%" (default: the GPU\'s typical_mfu).',
+)
+@scenario_options(
+    "model",
+    "tokens",
+    "deadline",
+    "gpu",
+    "system",
+    "gpus",
+    "nodes",
+    "seq_len",
+    "global_batch_tokens",
+    "global_batch_size",
+    "micro_batch_size",
+    "precision",
+    "attention_flops",
+    "goodput",
+    "pue",
+    "usd_per_gpu_hour",
+    "nics_per_node",
+    "nic_rate",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "sequence_parallel",
+    "recompute",
+    "zero",
+    "fsdp",
+)
+@report_option
+@format_option
+def size(
+    scenario_path: Path | None,
+    mfu_text: str | None,
+    overrides: dict[str, Any],
+    report_dir: Path | None,
+    fmt: Format,
+) -> int:
+    """Minimum GPUs, layout, memory, network, days, energy and cost to train a model by a deadline.
+
+    Example: mfukit size --model llama-65b --tokens 1.4T --deadline 14d --gpu a100-80gb-sxm
+    """
+    scenario = load_scenario(scenario_path, overrides)
+    sizing = size_cluster(_inputs(scenario, scenario_path, mfu_text))
+    output = _output(sizing)
+    if report_dir is not None and sizing.chosen is not None:
+        from mfukit.report.sizing import write_sizing_report
+
+        output.files.append(write_sizing_report(sizing, output, report_dir))
+    return emit(output, fmt)
+
+
+def _inputs(scenario: Scenario, path: Path | None, mfu_text: str | None) -> SizingInputs:
+    source = str(path) if path else "command line"
+    model = resolve.model_spec(scenario.model, source=source, base_dir=path.parent if path else None)
+    system, accelerator = resolve.node(scenario.cluster, source=source)
+    training, cluster = scenario.training, scenario.cluster
+    if training.tokens is None:
+        raise InputError("is required", source=source, field="training.tokens", hint='e.g. --tokens "1.4T"')
+    if training.tokens <= 0:
+        raise InputError("must be positive", source=source, field="training.tokens", value=training.tokens)
+    num_gpus = cluster.num_gpus or (cluster.num_nodes * system.gpus_per_node if cluster.num_nodes else None)
+    if training.deadline_s is None and num_gpus is None:
+        raise InputError(
+            "needs a deadline or a GPU count",
+            source=source,
+            field="training.deadline",
+            hint='pass --deadline "14d" for the minimum cluster, or --gpus N for the time on N GPUs',
+        )
+    if mfu_text is not None:
+        mfu = units.parse_fraction(mfu_text, field="--mfu")
+        if mfu == 0:
+            raise InputError("must be above 0", source="command line", field="--mfu", value=mfu_text)
+        mfu_source = "--mfu (given)"
+    elif accelerator.typical_mfu is not None:
+        mfu = accelerator.typical_mfu.value
+        mfu_source = (
+            f"{accelerator.name} typical_mfu: {accelerator.typical_mfu.what} ({accelerator.typical_mfu.url})"
+        )
+    else:
+        raise InputError(
+            f"{accelerator.name} has no typical_mfu in the catalog",
+            source=source,
+            field="--mfu",
+            hint="pass --mfu 0.4 (a measured or published MFU for this GPU)",
+        )
+    layout, fixed = planning_layout(scenario.parallelism)
+    goodput = scenario.ft.goodput if scenario.ft.goodput is not None else DEFAULT_GOODPUT
+    if goodput <= 0:
+        raise InputError("must be above 0", source=source, field="ft.goodput", value=goodput)
+    return SizingInputs(
+        model=model,
+        tokens=training.tokens,
+        seq_len=training.seq_len,
+        global_batch_sequences=training.global_batch_sequences,
+        micro_batch_size=training.micro_batch_size,
+        precision=training.precision,
+        attention=training.attention_flops,
+        system=system,
+        accelerator=accelerator,
+        mfu=mfu,
+        mfu_source=mfu_source,
+        goodput=goodput,
+        deadline_s=training.deadline_s,
+        num_gpus=num_gpus,
+        layout=layout,
+        fixed=fixed,
+        pue=cluster.pue,
+        usd_per_gpu_hour=cluster.usd_per_gpu_hour,
+    )
+
+
+def _fmt_days(value: float) -> str:
+    return f"{value:,.1f} d"
+
+
+def _fmt_int(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def memory_table(stage: StageMemory, hbm_bytes: float) -> Table:
+    table = Table(
+        f"memory per GPU ({stage.stage} pipeline stage, the peak)",
+        ["part", "GiB", "share of HBM"],
+        csv_columns=["part", "bytes", "share_of_hbm"],
+    )
+    for name, value in stage.parts().items():
+        if value:
+            table.add(
+                name,
+                shown(value, lambda v: f"{v / 2**30:,.2f}"),
+                shown(value / hbm_bytes, units.format_percent),
+            )
+    table.add(
+        "total",
+        shown(stage.total_bytes, lambda v: f"{v / 2**30:,.2f}"),
+        shown(stage.total_bytes / hbm_bytes, units.format_percent),
+    )
+    return table
+
+
+def _output(sizing: Sizing) -> Output:
+    inputs = sizing.inputs
+    system, accelerator = inputs.system, inputs.accelerator
+    chosen = sizing.chosen
+    main = Table(
+        f"size: {inputs.model.display_name or inputs.model.name} on {accelerator.name}", ["quantity", "value"]
+    )
+    main.csv_columns = ["quantity", "value"]
+
+    def row(name: str, value: float | int | None, formatter: Any, missing: str = "—") -> None:
+        main.add(name, shown(value, formatter, missing))
+
+    row("total training FLOPs", sizing.total_train_flops, units.format_flops)
+    row(
+        "aggregate model FLOP/s needed",
+        sizing.required_flops_per_s,
+        lambda v: f"{v / 1e15:,.1f} PFLOP/s",
+        "no deadline",
+    )
+    row("assumed MFU", inputs.mfu, units.format_percent)
+    row("goodput allowance", inputs.goodput, units.format_percent)
+    row("GPUs the deadline needs", sizing.gpus_min, lambda v: f"{v:,.1f}", "no deadline")
+    warnings: list[str] = []
+    result: dict[str, Any] = {
+        "total_train_flops": sizing.total_train_flops,
+        "flops_per_token": sizing.flops_per_token,
+        "required_flops_per_s": sizing.required_flops_per_s,
+        "tokens_per_s_required": inputs.tokens / inputs.deadline_s if inputs.deadline_s else None,
+        "mfu": inputs.mfu,
+        "mfu_source": inputs.mfu_source,
+        "goodput": inputs.goodput,
+        "gpus_min": sizing.gpus_min,
+        "gpus": sizing.gpus,
+        "nodes": sizing.nodes,
+        "feasible": chosen is not None,
+    }
+    exit_code = 0
+    if chosen is None:
+        warnings.extend(sizing.why_not)
+        exit_code = 1
+        main.add("layout", "none fits: " + "; ".join(sizing.why_not))
+        return Output(
+            schema="size/1",
+            inputs=_echo(inputs),
+            result=result,
+            warnings=warnings,
+            tables=[main],
+            exit_code=1,
+        )
+    layout = chosen.layout
+    peak = chosen.memory.peak
+    hbm = accelerator.hbm_bytes
+    traffic = sizing.traffic
+    watts, power_source = sizing.watts_per_gpu
+    row("GPUs", sizing.gpus, _fmt_int)
+    row("nodes", sizing.nodes, _fmt_int)
+    main.add("layout", f"TP {layout.tp} x PP {layout.pp} x DP {layout.dp} (CP {layout.cp}, EP {layout.ep})")
+    row("micro-batches per step", chosen.num_microbatches, _fmt_int)
+    row("wall-clock days", sizing.days, _fmt_days)
+    row("GPU-hours", sizing.gpu_hours, _fmt_int)
+    row("memory per GPU (peak)", peak.total_bytes, units.format_bytes)
+    main.add("fits in HBM", f"{'yes' if chosen.memory.fits(hbm) else 'no'} ({units.format_bytes(hbm)})")
+    if traffic is not None:
+        row(
+            "DP traffic per GPU per step (inter-node)",
+            traffic.inter_node_bytes_per_step,
+            units.format_bytes_si,
+        )
+        row(
+            "inter-node rate to hide it, per GPU",
+            traffic.inter_node_bytes_per_s_required,
+            units.format_bit_rate,
+        )
+        row(
+            f"NICs per node ({units.format_bit_rate(system.nic_bytes_per_s)})",
+            sizing.recommended_nics_per_node,
+            _fmt_int,
+        )
+        row("exposed gradient traffic per step", sizing.exposed_comm_s, units.format_duration)
+    row("energy", sizing.energy_kwh, units.format_energy_kwh, "no published power figure")
+    row("cost", sizing.cost_usd, units.format_usd, "give --usd-per-gpu-hour")
+    if sizing.meets_deadline is False:
+        warnings.append(f"{sizing.gpus} GPUs take {sizing.days:.1f} days, past the deadline")
+        exit_code = 1
+    nics = sizing.recommended_nics_per_node
+    if nics is not None and nics > system.nics_per_node:
+        warnings.append(
+            f"{system.name} has {system.nics_per_node} NICs per node; keeping exposed gradient traffic within "
+            f"{EXPOSED_COMM_BUDGET:.0%} of a step needs {nics}"
+        )
+    bubble = sizing.pipeline_bubble_frac
+    if bubble is not None and bubble > 0.1:
+        warnings.append(
+            f"the pipeline bubble (p-1)/(v·m) is {bubble:.0%} with {chosen.num_microbatches} micro-batches; the "
+            "assumed MFU may not hold: raise the global batch, interleave (--vpp) or fix --pp lower"
+        )
+    if inputs.global_batch_sequences is None:
+        warnings.append("no global batch given: DP is not capped by it (give --global-batch-tokens)")
+    elif sizing.gpus_min is not None and sizing.gpus > 1.05 * sizing.gpus_min:
+        warnings.append(
+            f"whole nodes and a DP that divides the global batch ({inputs.global_batch_sequences} sequences) "
+            f"round {sizing.gpus_min:,.0f} GPUs up to {sizing.gpus:,}"
+        )
+    result.update(
+        {
+            "layout": {
+                "tp": layout.tp,
+                "pp": layout.pp,
+                "dp": layout.dp,
+                "cp": layout.cp,
+                "ep": layout.ep,
+                "vpp": layout.vpp,
+            },
+            "num_microbatches": chosen.num_microbatches,
+            "days": sizing.days,
+            "wall_s": sizing.wall_s,
+            "meets_deadline": sizing.meets_deadline,
+            "gpu_hours": sizing.gpu_hours,
+            "memory_per_gpu_bytes": peak.total_bytes,
+            "memory_stage": peak.stage,
+            "memory_breakdown_bytes": {
+                name.replace(" ", "_").lower(): value for name, value in peak.parts().items()
+            },
+            "hbm_bytes": hbm,
+            "fits": chosen.memory.fits(hbm),
+            "sharding": chosen.memory.sharding,
+            "gradient_traffic_pattern": traffic.pattern if traffic else None,
+            "gradient_bytes_per_step_per_gpu": traffic.bytes_per_step if traffic else None,
+            "inter_node_bytes_per_step_per_gpu": traffic.inter_node_bytes_per_step if traffic else None,
+            "inter_node_bytes_per_s_required": traffic.inter_node_bytes_per_s_required if traffic else None,
+            "inter_node_bytes_per_s_required_per_node": (
+                traffic.inter_node_bytes_per_s_required * system.gpus_per_node if traffic else None
+            ),
+            "overlap_window_s": traffic.window_s if traffic else None,
+            "recommended_nics_per_node": sizing.recommended_nics_per_node,
+            "nics_to_hide_fully": sizing.nics_to_hide_fully,
+            "nics_per_node": system.nics_per_node,
+            "exposed_comm_s_per_step": sizing.exposed_comm_s,
+            "step_s": sizing.step_s,
+            "pipeline_bubble_frac": bubble,
+            "power_w_per_gpu": watts,
+            "power_source": power_source,
+            "pue": inputs.pue,
+            "energy_kwh": sizing.energy_kwh,
+            "cost_usd": sizing.cost_usd,
+        }
+    )
+    overheads = default_overheads()
+    assumptions = [
+        f"MFU {inputs.mfu:.1%} from {inputs.mfu_source}; constant across GPU counts (the performance model will predict it)",
+        f"goodput allowance {inputs.goodput:.0%} of wall-clock (--goodput; the ft commands compute it from failure rates)",
+        f"attention FLOPs: {inputs.attention} convention (--attention-flops)",
+        f"memory: {SHARDING_NAMES[chosen.memory.sharding]}, recompute {layout.recompute}, sequence parallel "
+        f"{layout.sequence_parallel}, {KERNELS_NAMES['fused']}, flash attention, no dropout; CUDA context "
+        f"{units.format_bytes(float(overheads.cuda_context.value))}, NCCL "
+        f"{units.format_bytes(float(overheads.nccl_buffer_per_communicator.value))} per communicator, "
+        f"fragmentation {float(overheads.allocator_fragmentation.value):.0%}",
+        "gradient traffic hides only behind the last micro-batch's backward (and the first one's forward for the "
+        f"weight all-gather); NICs recommended so that at most {EXPOSED_COMM_BUDGET:.0%} of a step stays exposed",
+        f"energy: {power_source} = {units.format_power(watts)} per GPU for the whole wall-clock, PUE {inputs.pue}"
+        if watts is not None
+        else f"energy: not computed, the catalog has no power figure for {system.name} or {accelerator.name}",
+    ]
+    return Output(
+        schema="size/1",
+        inputs=_echo(inputs),
+        result=result,
+        assumptions=assumptions,
+        warnings=warnings,
+        tables=[main, memory_table(peak, hbm)],
+        exit_code=exit_code,
+    )
+
+
+def _echo(inputs: SizingInputs) -> dict[str, Any]:
+    return {
+        "model": inputs.model.name,
+        "tokens": inputs.tokens,
+        "deadline_s": inputs.deadline_s,
+        "accelerator": inputs.accelerator.name,
+        "system": inputs.system.name,
+        "num_gpus": inputs.num_gpus,
+        "seq_len": inputs.seq_len,
+        "global_batch_sequences": inputs.global_batch_sequences,
+        "micro_batch_size": inputs.micro_batch_size,
+        "precision": inputs.precision,
+        "fixed_layout": inputs.fixed,
+        "usd_per_gpu_hour": inputs.usd_per_gpu_hour,
+    }

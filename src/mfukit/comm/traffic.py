@@ -1,0 +1,151 @@
+"""Data-parallel gradient traffic per step, and the inter-node bandwidth that hides it.
+
+The seed rule "IB bandwidth must cover gradient traffic", written once. Each GPU moves its share of the
+gradients of the parameters it holds (its TP x PP slice of the model) with its data-parallel peers
+(DP x CP ranks; expert parameters with their DP x CP / EP expert-data-parallel peers):
+
+* replicated optimizer (DDP, ``zero=0``): one all-reduce per step, 2(n - 1)/n x P x g bytes (ring);
+* sharded optimizer (Megatron distributed optimizer, ZeRO-1/2): reduce-scatter of gradients and
+  all-gather of updated weights, (n - 1)/n x P x (g + w);
+* sharded parameters (ZeRO-3, FSDP): per micro-batch an all-gather before forward, another before
+  backward (parameters are resharded after forward) and a reduce-scatter, (n - 1)/n x P x (2w + g) each;
+* hybrid FSDP: the per-micro-batch collectives stay inside the node; across nodes only an all-reduce of
+  the shard, 2(k - 1)/k x P/s x g per step.
+
+Across nodes the collective is hierarchical (NCCL rings enter and leave each node once per channel): with
+r of the n ranks in one node and k = n/r nodes, each GPU's NIC carries the inter-node part,
+2(k - 1)/k x S / r for an all-reduce of S bytes (and half that for a reduce-scatter or all-gather).
+
+Overlap assumption (Megatron ``overlap_grad_reduce``/``overlap_param_gather``, PyTorch DDP buckets, FSDP
+prefetch): gradients are reduced bucket by bucket while the backward pass of the *last* micro-batch is
+still running, and the weight all-gather runs under the *first* micro-batch's forward; with gradient
+accumulation the earlier micro-batches cannot hide it (their gradients are not final yet). So the window
+is the compute of one micro-batch (two thirds of it, the backward, for a plain all-reduce), not of the
+whole step as the popular rule of thumb has it: with m micro-batches per step that rule asks for m times
+too little bandwidth. FSDP/ZeRO-3 traffic recurs every micro-batch and hides behind that micro-batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from mfukit.core.parallelism import Parallelism
+
+BACKWARD_SHARE = 2.0 / 3.0  # backward = 2 x forward (Narayanan et al. 2021, eq. 3)
+
+
+def ring_factor(ranks: int) -> float:
+    """(n - 1)/n: the share of a reduce-scatter or all-gather buffer each rank sends on a ring."""
+    return (ranks - 1) / ranks if ranks > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class GradientTraffic:
+    """What one GPU moves for data parallelism in one training step, and the time it can hide behind."""
+
+    pattern: str
+    group_ranks: int
+    ranks_per_node: int
+    bytes_per_step: float  # sent by each GPU over all tiers (it receives as much)
+    inter_node_bytes_per_step: float  # the part that crosses its NIC
+    window_s: float  # compute time of one step that the inter-node part can overlap
+    windows_per_step: int  # how many such windows (and transfers) a step has
+
+    @property
+    def inter_node_bytes_per_s_required(self) -> float:
+        """Per GPU, per direction: the NIC rate that hides the traffic completely."""
+        if self.inter_node_bytes_per_step == 0:
+            return 0.0
+        return self.inter_node_bytes_per_step / (self.window_s * self.windows_per_step)
+
+    def exposed_s(self, nic_bytes_per_s_per_gpu: float) -> float:
+        """Communication time per step left over when each GPU's NIC share is ``nic_bytes_per_s_per_gpu``."""
+        if self.inter_node_bytes_per_step == 0:
+            return 0.0
+        transfer_s = self.inter_node_bytes_per_step / nic_bytes_per_s_per_gpu
+        return max(0.0, transfer_s - self.window_s * self.windows_per_step)
+
+
+def _hierarchical(collective_bytes: float, ranks: int, ranks_per_node: int, *, all_reduce: bool) -> float:
+    """Bytes one GPU's NIC carries for a collective of ``collective_bytes`` over ``ranks`` ranks."""
+    nodes = max(1, ranks // ranks_per_node)
+    steps = 2.0 if all_reduce else 1.0
+    return steps * ring_factor(nodes) * collective_bytes / ranks_per_node
+
+
+def gradient_traffic(
+    layout: Parallelism,
+    *,
+    dense_params_per_gpu: float,
+    expert_params_per_gpu: float,
+    grad_bytes: float,
+    weight_bytes: float,
+    gpus_per_node: int,
+    num_microbatches: int,
+    microbatch_compute_s: float,
+) -> GradientTraffic:
+    """Data-parallel traffic of one GPU per step under ``layout``'s sharding.
+
+    ``*_params_per_gpu`` are the parameters this GPU computes with before any ZeRO/FSDP sharding;
+    ``microbatch_compute_s`` is the forward + backward time of one micro-batch on it.
+    """
+    group = layout.dp * layout.cp
+    expert_group = max(1, group // layout.ep)
+    # Megatron orders ranks tp, cp, dp, pp from fastest to slowest: a node holds gpus_per_node / tp of
+    # one DP x CP group when TP does not fill it.
+    per_node = max(1, min(group, gpus_per_node // layout.tp))
+    expert_per_node = max(1, min(expert_group, per_node // layout.ep or 1))
+    m = max(1, num_microbatches)
+    w, g = weight_bytes, grad_bytes
+
+    def moved(params: float, ranks: int, node_ranks: int) -> tuple[float, float]:
+        if layout.fsdp == "hybrid":
+            shard = node_ranks
+            intra = m * 3 * ring_factor(shard) * params * max(w, g)
+            replicas = max(1, ranks // shard)
+            inter = 2 * ring_factor(replicas) * params / shard * g
+            return intra + inter, inter
+        if layout.shards_parameters:
+            size = params * (2 * w + g)
+            return m * ring_factor(ranks) * size, m * _hierarchical(size, ranks, node_ranks, all_reduce=False)
+        if layout.zero >= 1:
+            size = params * (w + g)
+            return ring_factor(ranks) * size, _hierarchical(size, ranks, node_ranks, all_reduce=False)
+        size = params * g
+        return 2 * ring_factor(ranks) * size, _hierarchical(size, ranks, node_ranks, all_reduce=True)
+
+    dense_total, dense_inter = moved(dense_params_per_gpu, group, per_node)
+    expert_total, expert_inter = moved(expert_params_per_gpu, expert_group, expert_per_node)
+    if layout.fsdp == "hybrid":
+        pattern = "intra-node reduce-scatter + all-gather per micro-batch, inter-node all-reduce per step"
+        window, windows = BACKWARD_SHARE * microbatch_compute_s, 1
+    elif layout.shards_parameters:
+        pattern = "all-gather (forward) + all-gather (backward) + reduce-scatter, every micro-batch"
+        window, windows = microbatch_compute_s, m
+    elif layout.zero >= 1:
+        pattern = "reduce-scatter gradients + all-gather weights, once per step"
+        window, windows = microbatch_compute_s, 1
+    else:
+        pattern = "all-reduce gradients, once per step"
+        window, windows = BACKWARD_SHARE * microbatch_compute_s, 1
+    return GradientTraffic(
+        pattern=pattern,
+        group_ranks=group,
+        ranks_per_node=per_node,
+        bytes_per_step=dense_total + expert_total,
+        inter_node_bytes_per_step=dense_inter + expert_inter,
+        window_s=window,
+        windows_per_step=windows,
+    )
+
+
+def nics_to_hide(
+    traffic: GradientTraffic, *, gpus_per_node: int, nic_bytes_per_s: float, allowed_exposed_s: float = 0.0
+) -> int:
+    """NICs of ``nic_bytes_per_s`` one node needs so that its GPUs' gradient traffic leaves at most
+    ``allowed_exposed_s`` per step uncovered (0: hidden completely)."""
+    if traffic.inter_node_bytes_per_step == 0:
+        return 0
+    cover_s = traffic.window_s * traffic.windows_per_step + allowed_exposed_s
+    return math.ceil(traffic.inter_node_bytes_per_step * gpus_per_node / (nic_bytes_per_s * cover_s) - 1e-9)

@@ -1,0 +1,172 @@
+"""Activation memory of one transformer layer for one micro-batch, per GPU (Korthikanti et al. 2022).
+
+"Reducing Activation Recomputation in Large Transformer Models" (Korthikanti et al., MLSys 2023,
+arXiv:2205.05198), §4: a GPT layer with 16-bit activations and 1-byte dropout masks stores
+``s·b·h·(34 + 5·a·s/h)`` bytes: attention 11·sbh + 5·a·s²·b, MLP 19·sbh, two layer norms 4·sbh. With tensor
+parallelism t the 10·sbh outside the TP regions (norm inputs, QKV and MLP inputs, dropout masks) stay
+whole unless sequence parallelism shards them too: ``sbh·(10 + 24/t + 5as/(ht))`` without SP,
+``sbh/t·(34 + 5as/h)`` with it. Selective recompute drops the 5·a·s²·b of the core attention; full
+recompute keeps only each layer's input.
+
+This module generalises those terms instead of hard-coding 34, so that the same code is exact for a
+GPT layer and right for today's models: Q, K and V sized by their own head counts (GQA/MQA, MLA),
+SwiGLU's gate/up/product (6·s·b·f, Megatron's fused ``bias_swiglu`` keeps [gate, up] and the product)
+instead of GeLU's 4·s·b·f, dropout masks only when the model uses dropout (LLaMA-family models do not),
+flash attention keeping the output and a float32 log-sum-exp per row instead of the s² scores
+(Dao et al. 2022), and context parallelism splitting the sequence (each CP rank keeps s/cp queries).
+With ``dropout=True``, GeLU, MHA, no flash attention this returns exactly 34·sbh + 5·a·s²·b.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Recompute
+
+MASK_BYTES = 1.0  # a dropout mask is one byte per element (Korthikanti et al. 2022, §4.1)
+FP32_BYTES = 4.0
+TOKEN_ID_BYTES = 8.0  # int64 token ids and labels
+Kernels = Literal["fused", "eager"]
+KERNELS_NAMES: dict[Kernels, str] = {
+    "fused": "fused kernels (Megatron-Core/Transformer Engine: fused SwiGLU, norm+GEMM, vocab-parallel CE)",
+    "eager": "eager PyTorch modules (HF-style: nanotron, torchtitan without compile)",
+}
+
+
+@dataclass(frozen=True)
+class ActivationShape:
+    seq_len: int
+    micro_batch_size: int
+    tp: int = 1
+    cp: int = 1
+    sequence_parallel: bool = False
+    recompute: Recompute = "none"
+    flash_attention: bool = True
+    dropout: bool = False
+    act_bytes: float = 2.0  # 16-bit activations; 4 in fp32 training
+    kernels: Kernels = "fused"
+
+    @property
+    def tokens(self) -> float:
+        """Tokens of one micro-batch on one CP rank (s/cp · b)."""
+        return self.seq_len / self.cp * self.micro_batch_size
+
+    @property
+    def replicated_share(self) -> float:
+        """The share of a tensor outside the TP regions each rank keeps: 1/t with SP, all of it without."""
+        return 1.0 / self.tp if self.sequence_parallel else 1.0
+
+
+def layer_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
+    """One hidden-state tensor (s·b·h) as a rank keeps it: the checkpoint of full recompute."""
+    return shape.act_bytes * shape.tokens * model.hidden_size * shape.replicated_share
+
+
+def _gemm_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
+    """The input a column-parallel GEMM keeps for its weight gradient. With sequence parallelism Megatron
+    keeps the 1/t shard and all-gathers it again in backward (Korthikanti et al. 2022, §4.2.2); autograd
+    on an all-gathered tensor (DTensor, nanotron's REDUCE_SCATTER mode) keeps the whole gathered input."""
+    return layer_input_bytes(model, shape)
+
+
+def _attention_bytes(model: ModelSpec, shape: ActivationShape, *, keep_scores: bool) -> float:
+    """Q, K, V, the core attention's saved state and the output projection's input."""
+    a = shape.act_bytes
+    tokens = shape.tokens
+    t = shape.tp
+    heads = model.num_attention_heads
+    if model.mla is not None:
+        mla = model.mla
+        qk_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        latents = (mla.q_lora_rank or 0) + mla.kv_lora_rank + mla.qk_rope_head_dim
+        qkv = a * tokens * (latents * shape.replicated_share + heads * (2 * qk_head + mla.v_head_dim) / t)
+        context_width = heads * mla.v_head_dim
+    else:
+        d = model.head_size
+        qkv = a * tokens * (heads + 2 * model.kv_heads) * d / t
+        if shape.kernels == "eager":
+            # Eager attention keeps the fused QKV output alive (V is a view of it) and hands the attention
+            # kernel contiguous copies of Q, K and V.
+            qkv *= 2
+        context_width = heads * d
+    out_proj_input = a * tokens * context_width / t
+    core = 0.0
+    if shape.flash_attention:
+        if keep_scores:
+            core = FP32_BYTES * tokens * heads / t  # log-sum-exp per query row and head
+    elif keep_scores:
+        # softmax output (2·a·s²·b), plus its dropout mask (a·s²·b) and dropout output (2·a·s²·b) when the
+        # model uses attention dropout: the 5·a·s²·b of Korthikanti et al. Each CP rank scores s/cp queries
+        # against all s keys.
+        scores = tokens * shape.seq_len * heads / t
+        core = a * scores + ((MASK_BYTES + a) * scores if shape.dropout else 0.0)
+    return qkv + core + out_proj_input
+
+
+def _ffn_bytes(model: ModelSpec, shape: ActivationShape, width: int) -> float:
+    """Inside one FFN, split by TP: GeLU keeps its input and the second GEMM's input (4·s·b·f); fused
+    SwiGLU keeps [gate, up] and their product (6·s·b·f), eager SwiGLU also silu(gate) (8·s·b·f)."""
+    gemm_outputs = 2 if model.mlp == "gelu" else 4 if shape.kernels == "eager" else 3
+    per_token = gemm_outputs * width
+    return shape.act_bytes * shape.tokens * per_token / shape.tp
+
+
+def _mlp_bytes(model: ModelSpec, shape: ActivationShape, *, moe_layer: bool) -> float:
+    if not moe_layer or model.moe is None:
+        return _ffn_bytes(model, shape, model.intermediate_size)
+    moe = model.moe
+    router = FP32_BYTES * shape.tokens * moe.num_experts * shape.replicated_share  # fp32 router logits
+    # Each token reaches top-k experts; with balanced routing every EP rank computes as many expert tokens
+    # as its TP group owns, gathered over TP, each expert split by the expert tensor parallel size (= tp,
+    # Megatron-Core's default): the expert inputs are whole, the expert internals split.
+    expert_inputs = shape.act_bytes * shape.tokens * model.hidden_size
+    routed = moe.num_experts_per_tok * (expert_inputs + _ffn_bytes(model, shape, moe.moe_intermediate_size))
+    shared = _ffn_bytes(model, shape, moe.shared_expert_intermediate_size)
+    return router + routed + shared
+
+
+def layer_activation_bytes(
+    model: ModelSpec, shape: ActivationShape, *, moe_layer: bool = False, stored: bool = True
+) -> float:
+    """Bytes one layer keeps for its backward pass for one micro-batch on one GPU.
+
+    ``stored=True`` applies the recompute mode (what stays in memory between forward and backward);
+    ``stored=False`` is everything the layer's forward materialises (the working set of a recompute).
+    """
+    if stored and shape.recompute == "full":
+        return layer_input_bytes(model, shape)
+    keep_scores = not (stored and shape.recompute == "selective")
+    hidden = layer_input_bytes(model, shape)
+    masks = 2 * MASK_BYTES / shape.act_bytes * hidden if shape.dropout else 0.0  # after attention and MLP
+    norms = (4 if shape.kernels == "eager" else 2) * hidden  # each norm's input (eager: and its normalised x)
+    attention_input = mlp_input = _gemm_input_bytes(model, shape)  # the QKV and first MLP GEMMs' inputs
+    return (
+        norms
+        + attention_input
+        + _attention_bytes(model, shape, keep_scores=keep_scores)
+        + mlp_input
+        + _mlp_bytes(model, shape, moe_layer=moe_layer)
+        + masks
+    )
+
+
+def embedding_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
+    """The first stage's inputs per micro-batch: token ids and labels, plus the embedding dropout's mask
+    and output when the model uses dropout (otherwise the embedding output is the first layer's input)."""
+    ids = 2 * TOKEN_ID_BYTES * shape.tokens
+    if not shape.dropout:
+        return ids
+    return ids + layer_input_bytes(model, shape) * (1 + MASK_BYTES / shape.act_bytes)
+
+
+def logits_and_loss_bytes(model: ModelSpec, shape: ActivationShape) -> float:
+    """The last stage's head for one micro-batch: the final norm's input, the output layer's input, the
+    vocab-parallel logits (16-bit) and their float32 copy for the cross-entropy (Megatron's fused
+    ``vocab_parallel_cross_entropy`` works in place on it); eager ``cross_entropy(logits.float())`` also
+    keeps the float32 log-softmax for its backward."""
+    logits = shape.tokens * model.vocab_size / shape.tp
+    fp32_copies = 2 if shape.kernels == "eager" else 1
+    head_inputs = layer_input_bytes(model, shape) + _gemm_input_bytes(model, shape)
+    return head_inputs + logits * (shape.act_bytes + fp32_copies * FP32_BYTES)

@@ -1,0 +1,500 @@
+"""Per-GPU peak memory of one training step, as a named breakdown, and whether it fits in HBM.
+
+What is counted, per GPU of the most loaded pipeline stage (the first stage holds the most in-flight
+micro-batches and the embedding; the last holds the logits; the peak is the larger of the two):
+
+* **Model states** of mixed-precision Adam under each sharding convention (``optimizer_states``):
+  Megatron without sharding 2 (bf16 weights) + 4 (fp32 main grads) + 12 (fp32 master + Adam m, v) =
+  18 B/param; Megatron's distributed optimizer 6 + 12/DP; DeepSpeed ZeRO-1 4 + 16/DP, ZeRO-2 2 + 18/DP,
+  ZeRO-3 18/DP (16-bit grads plus an fp32 gradient partition, DeepSpeed PR #5099 accounting); FSDP2
+  16/DP (sharded fp32 parameters are the master copy), hybrid FSDP sharding inside a node only.
+  Dense parameters shard over DP x CP, expert parameters over the expert-data-parallel DP x CP / EP.
+* **Activations** (:mod:`mfukit.perf.activations`), multiplied by the micro-batches in flight
+  (:func:`in_flight_microbatches`), plus the first stage's embedding inputs and the last stage's
+  logits and loss buffers.
+* **Buffers and overheads** named one by one: ZeRO-3/FSDP gathered parameters, framework communication
+  buckets, NCCL's own buffers per communicator, the CUDA context and allocator fragmentation
+  (allowances in ``data/memory_overheads.toml``, each with its source).
+
+Three totals: ``allocated_bytes`` (what ``torch.cuda.max_memory_allocated`` sees), ``reserved_bytes``
+(plus fragmentation: ``max_memory_reserved``) and ``total_bytes`` (plus CUDA context and NCCL: what
+``nvidia-smi`` sees, compared with HBM by ``fits``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism
+from mfukit.core.scenario import Precision, read_document
+from mfukit.core.schema import Bytes, Strict, validate_as
+from mfukit.perf.activations import (
+    ActivationShape,
+    Kernels,
+    embedding_input_bytes,
+    layer_activation_bytes,
+    layer_input_bytes,
+    logits_and_loss_bytes,
+)
+
+OVERHEADS_FILE = Path(__file__).parent / "data" / "memory_overheads.toml"
+FP32_BYTES = 4.0
+ADAM_STATE_BYTES = 8.0  # Adam m and v in fp32 (Kingma & Ba 2015; every mixed-precision recipe)
+
+Sharding = Literal[
+    "none",
+    "distributed-optimizer",
+    "zero-1",
+    "zero-2",
+    "zero-3",
+    "fsdp-full",
+    "fsdp-hybrid",
+]
+SHARDING_NAMES: dict[Sharding, str] = {
+    "none": "no sharding (Megatron DDP: bf16 weights, fp32 main grads, fp32 master + Adam)",
+    "distributed-optimizer": "Megatron distributed optimizer (6 + 12/DP bytes/param)",
+    "zero-1": "DeepSpeed ZeRO-1 (4 + 16/DP bytes/param)",
+    "zero-2": "DeepSpeed ZeRO-2 (2 + 18/DP bytes/param)",
+    "zero-3": "DeepSpeed ZeRO-3 (18/DP bytes/param + gathered layers)",
+    "fsdp-full": "FSDP2 full shard (16/DP bytes/param + gathered layers)",
+    "fsdp-hybrid": "FSDP2 hybrid shard inside a node (16/shard bytes/param + gathered layers)",
+}
+
+
+class _Allowance(Strict):
+    value: Bytes | float
+    what: str
+    url: str
+    retrieved: date
+
+
+class MemoryOverheads(Strict):
+    """Planning allowances for memory outside the model's tensors (see ``data/memory_overheads.toml``)."""
+
+    cuda_context: _Allowance
+    nccl_buffer_per_communicator: _Allowance
+    allocator_fragmentation: _Allowance
+    deepspeed_reduce_bucket: _Allowance = Field(description="elements")
+
+
+@cache
+def default_overheads() -> MemoryOverheads:
+    return validate_as(MemoryOverheads, read_document(OVERHEADS_FILE), source=str(OVERHEADS_FILE))
+
+
+def sharding_of(layout: Parallelism) -> Sharding:
+    """The sharding convention a layout names (``fsdp`` wins; ``zero=1`` follows ``zero_impl``)."""
+    if layout.fsdp == "full":
+        return "fsdp-full"
+    if layout.fsdp == "hybrid":
+        return "fsdp-hybrid"
+    if layout.zero == 1:
+        return "distributed-optimizer" if layout.zero_impl == "megatron" else "zero-1"
+    if layout.zero == 2:
+        return "zero-2"
+    if layout.zero == 3:
+        return "zero-3"
+    return "none"
+
+
+def weight_bytes_per_param(precision: Precision) -> float:
+    """Bytes of the working copy of a weight: fp32 for fp32 training, 16-bit otherwise (FP8 recipes such
+    as Transformer Engine and torchao keep 16-bit weights and cast per GEMM)."""
+    return FP32_BYTES if precision == "fp32" else 2.0
+
+
+def gradient_reduce_bytes(layout: Parallelism, precision: Precision) -> float:
+    """Bytes per gradient element in the data-parallel reduction: fp32 for Megatron (main grads reduce in
+    fp32 unless --grad-reduce-in-bf16) and FSDP2 (torchtitan's default reduce dtype); the 16-bit gradient
+    for DeepSpeed ZeRO."""
+    if sharding_of(layout) in {"zero-1", "zero-2", "zero-3"}:
+        return weight_bytes_per_param(precision)
+    return FP32_BYTES
+
+
+@dataclass(frozen=True)
+class StateBytesPerParam:
+    """Bytes per parameter on one GPU for weights, gradients and optimizer states."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+
+def state_bytes_per_param(sharding: Sharding, shard_ranks: int, precision: Precision) -> StateBytesPerParam:
+    """Mixed-precision Adam model states per parameter when ``shard_ranks`` GPUs share one copy.
+
+    ``w`` is the working weight (2 B, or 4 B in fp32); ``master`` the fp32 master copy (absent in fp32).
+    Megatron: ``megatron/training/theoretical_memory_usage.py`` (18 B/param; 6 + 12/DP with the
+    distributed optimizer). DeepSpeed: ``estimate_zero2/3_model_states_mem_needs`` after PR #5099
+    (2 + 18/DP for ZeRO-2: 16-bit grads + fp32 grad partition + fp32 master + Adam, sharded; 18/DP for
+    ZeRO-3, whose 16-bit gradient partition is transient); ZeRO-1 keeps the 16-bit gradients whole. FSDP2 (``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16)``):
+    the sharded fp32 parameter is the master copy, its fp32 gradient and Adam states are sharded too.
+    """
+    d = float(shard_ranks)
+    w = weight_bytes_per_param(precision)
+    master = 0.0 if precision == "fp32" else FP32_BYTES
+    fp32_grad_partition = 0.0 if precision == "fp32" else FP32_BYTES
+    if sharding == "none":
+        return StateBytesPerParam(w, FP32_BYTES, master + ADAM_STATE_BYTES)
+    if sharding == "distributed-optimizer":
+        return StateBytesPerParam(w, FP32_BYTES, (master + ADAM_STATE_BYTES) / d)
+    if sharding == "zero-1":
+        return StateBytesPerParam(w, w + fp32_grad_partition / d, (master + ADAM_STATE_BYTES) / d)
+    if sharding == "zero-2":
+        return StateBytesPerParam(w, (w + fp32_grad_partition) / d, (master + ADAM_STATE_BYTES) / d)
+    if sharding == "zero-3":
+        # the estimator's 18P/N: 16-bit parameter shard, fp32 gradient shard, fp32 master + Adam shards
+        return StateBytesPerParam(w / d, (fp32_grad_partition or w) / d, (master + ADAM_STATE_BYTES) / d)
+    return StateBytesPerParam(FP32_BYTES / d, FP32_BYTES / d, ADAM_STATE_BYTES / d)
+
+
+def fsdp_shard_ranks(layout: Parallelism, gpus_per_node: int) -> int:
+    """GPUs sharing one copy of the dense parameters: DP x CP, or the DP ranks of one node for hybrid FSDP."""
+    group = layout.dp * layout.cp
+    if layout.fsdp == "hybrid":
+        return max(1, min(group, gpus_per_node // (layout.tp * layout.cp) * layout.cp))
+    return group
+
+
+# ---------------------------------------------------------------------------------------------- pipeline
+
+
+def in_flight_microbatches(pp: int, vpp: int, rank: int, num_microbatches: int) -> float:
+    """Micro-batches whose activations pipeline ``rank`` holds at its peak, in units of the whole stage.
+
+    1F1B (Narayanan et al., SC21, §2.2): rank r runs p - r - 1 warm-up forwards, then one more before
+    its first backward, so it holds min(p - r, m). Interleaved 1F1B with v model chunks (Megatron
+    ``forward_backward_pipelining_with_interleaving``): 2(p - r - 1) + (v - 1)p + 1 chunk micro-batches,
+    each 1/v of the stage; for r = 0 that is p·(1 + (p - 1)/(p·v)) (Korthikanti et al. 2022, §4.2.3).
+    """
+    m = num_microbatches
+    if pp == 1:
+        return 1.0
+    if vpp == 1:
+        return float(min(pp - rank, m))
+    chunks = 2 * (pp - rank - 1) + (vpp - 1) * pp + 1
+    return min(chunks, m * vpp) / vpp
+
+
+# ---------------------------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Peak memory of one GPU of one pipeline stage, by named part (bytes)."""
+
+    stage: Literal["first", "last", "only"]
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_states_bytes: float
+    activations_bytes: float
+    recompute_working_set_bytes: float
+    embedding_bytes: float
+    logits_and_loss_bytes: float
+    parameter_gather_buffers_bytes: float
+    communication_buffers_bytes: float
+    allocator_fragmentation_bytes: float
+    nccl_buffers_bytes: float
+    cuda_context_bytes: float
+
+    @property
+    def allocated_bytes(self) -> float:
+        """Tensors in the PyTorch caching allocator (``torch.cuda.max_memory_allocated``)."""
+        return (
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_states_bytes
+            + self.activations_bytes
+            + self.recompute_working_set_bytes
+            + self.embedding_bytes
+            + self.logits_and_loss_bytes
+            + self.parameter_gather_buffers_bytes
+            + self.communication_buffers_bytes
+        )
+
+    @property
+    def reserved_bytes(self) -> float:
+        """What the caching allocator holds (``torch.cuda.max_memory_reserved``)."""
+        return self.allocated_bytes + self.allocator_fragmentation_bytes
+
+    @property
+    def total_bytes(self) -> float:
+        """Everything on the device, as ``nvidia-smi`` shows it."""
+        return self.reserved_bytes + self.nccl_buffers_bytes + self.cuda_context_bytes
+
+    def parts(self) -> dict[str, float]:
+        """The breakdown as ``{name: bytes}`` in a fixed order (names as a person reads them)."""
+        return {
+            "weights": self.weights_bytes,
+            "gradients": self.gradients_bytes,
+            "optimizer states": self.optimizer_states_bytes,
+            "activations": self.activations_bytes,
+            "recompute working set": self.recompute_working_set_bytes,
+            "embedding inputs": self.embedding_bytes,
+            "logits and loss": self.logits_and_loss_bytes,
+            "parameter gather buffers": self.parameter_gather_buffers_bytes,
+            "communication buffers": self.communication_buffers_bytes,
+            "allocator fragmentation": self.allocator_fragmentation_bytes,
+            "NCCL buffers": self.nccl_buffers_bytes,
+            "CUDA context": self.cuda_context_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """The per-GPU peak (the larger of the first and last pipeline stage) and both stages' breakdowns."""
+
+    sharding: Sharding
+    first: StageMemory
+    last: StageMemory
+
+    @property
+    def peak(self) -> StageMemory:
+        return self.first if self.first.total_bytes >= self.last.total_bytes else self.last
+
+    @property
+    def peak_bytes(self) -> float:
+        return self.peak.total_bytes
+
+    def fits(self, hbm_bytes: float) -> bool:
+        return self.peak_bytes <= hbm_bytes
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What one step feeds one GPU: sequence length, micro-batch, micro-batches per step, precision."""
+
+    seq_len: int
+    micro_batch_size: int = 1
+    num_microbatches: int | None = None  # per pipeline per step; None: at least pp (the worst case)
+    precision: Precision = "bf16"
+    flash_attention: bool = True
+    dropout: bool = False
+    kernels: Kernels = "fused"
+    gpus_per_node: int = 8
+    # Uneven pipeline splits (Megatron --decoder-first/last-pipeline-num-layers; Llama 3 took one layer
+    # off the first and last stage): layers on the first and last stage; None = num_layers / pp.
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+
+
+# ---------------------------------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class _StageParams:
+    dense: float  # parameters replicated across EP (attention, dense MLPs, norms, embeddings), per GPU
+    expert: float  # routed-expert parameters, per GPU
+    largest_unit: float  # the largest FSDP/ZeRO-3 unit (a layer or the embedding), per GPU
+
+
+def _stage_params(
+    model: ModelSpec, layout: Parallelism, layers: range, *, first: bool, last: bool
+) -> _StageParams:
+    t = layout.tp
+    norms = model.layer_params(moe_layer=False) - model.attention_params() - model.dense_mlp_params()
+    dense = expert = largest = 0.0
+    for index in layers:
+        layer_dense = model.attention_params() / t + norms
+        layer_expert = 0.0
+        moe = model.moe
+        if moe is not None and model.is_moe_layer(index):
+            routed = moe.num_experts * model.routed_expert_params()
+            layer_dense += (model.moe_layer_params() - routed) / t
+            layer_expert = routed / (layout.ep * t)  # expert tensor parallel = tp (Megatron-Core default)
+        else:
+            layer_dense += model.dense_mlp_params() / t
+        dense += layer_dense
+        expert += layer_expert
+        largest = max(largest, layer_dense + layer_expert)
+    vocab = model.vocab_size * model.hidden_size / t  # vocab-parallel embedding and output layer
+    if first:
+        embedding = model.embedding_params() / t
+        dense += embedding
+        largest = max(largest, embedding)
+    if last:
+        # Untied: the output layer. Tied with pp > 1: Megatron keeps a copy of the embedding on the last stage.
+        if not model.tie_word_embeddings or not first:
+            dense += vocab
+            largest = max(largest, vocab)
+        dense += model.output_params() - (
+            0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size
+        )
+    return _StageParams(dense, expert, largest)
+
+
+def parameters_per_gpu(model: ModelSpec, layout: Parallelism, shape: StepShape) -> tuple[float, float]:
+    """Dense and routed-expert parameters one GPU computes with, before ZeRO/FSDP sharding, on the more
+    loaded of the first and last pipeline stage."""
+    stages = {0, layout.pp - 1}
+    held = [
+        _stage_params(
+            model,
+            layout,
+            _stage_layers(model.num_hidden_layers, layout.pp, rank, shape),
+            first=rank == 0,
+            last=rank == layout.pp - 1,
+        )
+        for rank in stages
+    ]
+    most = max(held, key=lambda params: params.dense + params.expert)
+    return most.dense, most.expert
+
+
+def _stage_layers(num_layers: int, pp: int, rank: int, shape: StepShape) -> range:
+    """The layer indices pipeline ``rank`` (the first or the last) holds."""
+    uniform = num_layers // pp
+    if pp == 1:
+        return range(num_layers)
+    if rank == 0:
+        return range(shape.first_stage_layers if shape.first_stage_layers is not None else uniform)
+    count = shape.last_stage_layers if shape.last_stage_layers is not None else uniform
+    return range(num_layers - count, num_layers)
+
+
+def _communicators(layout: Parallelism) -> int:
+    """Process groups with more than one rank that this GPU belongs to (each owns NCCL buffers)."""
+    sizes = (layout.tp, layout.pp, layout.dp * layout.cp, layout.cp, layout.ep)
+    return sum(1 for size in sizes if size > 1)
+
+
+def estimate_memory(
+    model: ModelSpec,
+    layout: Parallelism,
+    shape: StepShape,
+    overheads: MemoryOverheads | None = None,
+) -> MemoryEstimate:
+    """Peak memory per GPU for ``model`` trained with ``layout`` on ``shape``."""
+    allowances = overheads or default_overheads()
+    sharding = sharding_of(layout)
+    m = shape.num_microbatches if shape.num_microbatches is not None else layout.pp * layout.vpp
+    activation_shape = ActivationShape(
+        seq_len=shape.seq_len,
+        micro_batch_size=shape.micro_batch_size,
+        tp=layout.tp,
+        cp=layout.cp,
+        sequence_parallel=layout.sequence_parallel,
+        recompute=layout.recompute,
+        flash_attention=shape.flash_attention,
+        dropout=shape.dropout,
+        act_bytes=FP32_BYTES if shape.precision == "fp32" else 2.0,
+        kernels=shape.kernels,
+    )
+    stages: list[StageMemory] = []
+    kinds: list[tuple[Literal["first", "last", "only"], int]] = (
+        [("only", 0)] if layout.pp == 1 else [("first", 0), ("last", layout.pp - 1)]
+    )
+    for kind, rank in kinds:
+        stages.append(
+            _stage_memory(model, layout, shape, allowances, sharding, kind, rank, m, activation_shape)
+        )
+    return MemoryEstimate(sharding=sharding, first=stages[0], last=stages[-1])
+
+
+def _stage_memory(
+    model: ModelSpec,
+    layout: Parallelism,
+    shape: StepShape,
+    allowances: MemoryOverheads,
+    sharding: Sharding,
+    kind: Literal["first", "last", "only"],
+    rank: int,
+    num_microbatches: int,
+    act: ActivationShape,
+) -> StageMemory:
+    layers = _stage_layers(model.num_hidden_layers, layout.pp, rank, shape)
+    first, last = rank == 0, rank == layout.pp - 1
+    params = _stage_params(model, layout, layers, first=first, last=last)
+    dense_ranks = (
+        fsdp_shard_ranks(layout, shape.gpus_per_node) if sharding == "fsdp-hybrid" else layout.dp * layout.cp
+    )
+    expert_ranks = max(1, dense_ranks // layout.ep)
+    dense_state = state_bytes_per_param(sharding, dense_ranks, shape.precision)
+    expert_state = state_bytes_per_param(sharding, expert_ranks, shape.precision)
+
+    in_flight = in_flight_microbatches(layout.pp, layout.vpp, rank, num_microbatches)
+    stored_per_microbatch = sum(
+        layer_activation_bytes(model, act, moe_layer=model.is_moe_layer(i), stored=True) for i in layers
+    )
+    working_set = 0.0
+    if layout.recompute == "full" and len(layers):
+        # Backward re-runs one layer's forward at a time: its full activations exist while it runs
+        # (Chen et al. 2016; Korthikanti et al. 2022 §5). Its checkpointed input is already counted.
+        index = layers[0]
+        working_set = layer_activation_bytes(
+            model, act, moe_layer=model.is_moe_layer(index), stored=False
+        ) - layer_input_bytes(model, act)
+    w = weight_bytes_per_param(shape.precision)
+    gather = 0.0
+    if sharding in {"zero-3", "fsdp-full", "fsdp-hybrid"}:
+        # The unit being computed and the one prefetched are unsharded in the 16-bit dtype, and one unit's
+        # gradient exists unsharded before its reduce-scatter (FSDP2 implicit prefetch; DeepSpeed's
+        # estimate_zero3_model_states_mem_needs counts 4 B x largest layer for the same buffers).
+        gather = params.largest_unit * (2 * w + gradient_reduce_bytes(layout, shape.precision))
+    comm = _framework_buffers(model, layout, sharding, act, w, allowances)
+    allocated = (
+        params.dense * dense_state.total
+        + params.expert * expert_state.total
+        + stored_per_microbatch * in_flight
+        + working_set
+        + (embedding_input_bytes(model, act) * in_flight if first else 0.0)
+        + (logits_and_loss_bytes(model, act) if last else 0.0)
+        + gather
+        + comm
+    )
+    fragmentation = float(allowances.allocator_fragmentation.value) * allocated
+    return StageMemory(
+        stage=kind,
+        weights_bytes=params.dense * dense_state.weights + params.expert * expert_state.weights,
+        gradients_bytes=params.dense * dense_state.gradients + params.expert * expert_state.gradients,
+        optimizer_states_bytes=params.dense * dense_state.optimizer + params.expert * expert_state.optimizer,
+        activations_bytes=stored_per_microbatch * in_flight,
+        recompute_working_set_bytes=working_set,
+        embedding_bytes=embedding_input_bytes(model, act) * in_flight if first else 0.0,
+        logits_and_loss_bytes=logits_and_loss_bytes(model, act) if last else 0.0,
+        parameter_gather_buffers_bytes=gather,
+        communication_buffers_bytes=comm,
+        allocator_fragmentation_bytes=fragmentation,
+        nccl_buffers_bytes=_communicators(layout) * float(allowances.nccl_buffer_per_communicator.value),
+        cuda_context_bytes=float(allowances.cuda_context.value),
+    )
+
+
+def _framework_buffers(
+    model: ModelSpec,
+    layout: Parallelism,
+    sharding: Sharding,
+    act: ActivationShape,
+    weight_bytes: float,
+    allowances: MemoryOverheads,
+) -> float:
+    """Communication buffers the framework allocates in the caching allocator.
+
+    DeepSpeed ZeRO-1/2 reduce gradients through a 16-bit bucket of ``reduce_bucket_size`` elements;
+    Megatron reduces in place in its contiguous gradient buffer (nothing extra). Pipeline stages send and
+    receive one activation tensor each way; sequence parallelism all-gathers one layer input; MoE
+    all-to-all dispatch holds the routed tokens before and after the exchange.
+    """
+    total = 0.0
+    if sharding in {"zero-1", "zero-2"}:
+        total += float(allowances.deepspeed_reduce_bucket.value) * weight_bytes
+    hidden = layer_input_bytes(model, act)
+    if layout.pp > 1:
+        total += 2 * hidden
+    if layout.tp > 1 and layout.sequence_parallel:
+        total += hidden * layout.tp
+    if model.moe is not None:
+        total += 2 * hidden * model.moe.num_experts_per_tok
+    return total

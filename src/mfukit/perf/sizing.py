@@ -1,0 +1,372 @@
+"""Cluster sizing: how many GPUs, in which layout, to train a model on D tokens by a deadline.
+
+total FLOPs = tokens x model FLOPs per token (:mod:`mfukit.perf.flops`); a GPU delivers peak x MFU x
+goodput of them. The minimum GPU count is total / (per-GPU rate x deadline); it is then rounded up to
+whole nodes and to a layout that can be built and fits in memory: TP inside the scale-up domain, PP
+dividing the layers, DP dividing the global batch in sequences (which caps DP: 4M tokens of
+2,048-token sequences are 1,953 sequences, so DP must divide 1,953), the memory model's peak within HBM.
+Among layouts with the fewest GPUs the one with the least model parallelism wins (smaller PP, then TP:
+fewer pipeline bubbles and TP collectives at the same MFU assumption).
+
+Until the performance model exists, MFU is an input: the accelerator's sourced ``typical_mfu`` or the
+user's ``--mfu``, taken as constant across GPU counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from mfukit import units
+from mfukit.comm.traffic import GradientTraffic, gradient_traffic, nics_to_hide
+from mfukit.core.hardware import Accelerator, System
+from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism, layout_problems
+from mfukit.core.scenario import Precision
+from mfukit.errors import InputError
+from mfukit.perf.flops import AttentionConvention, model_flops_per_token
+from mfukit.perf.memory import (
+    MemoryEstimate,
+    StepShape,
+    estimate_memory,
+    gradient_reduce_bytes,
+    parameters_per_gpu,
+    weight_bytes_per_param,
+)
+
+LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep")
+# What a Megatron-LM run of this size uses unless the scenario says otherwise.
+PLANNING_DEFAULTS = {"sequence_parallel": True, "recompute": "selective", "zero": 1}
+EXPOSED_COMM_BUDGET = 0.05  # gradient traffic may leave at most this share of a step uncovered
+MAX_TP = 8  # in larger NVLink domains (NVL72) TP stays within 8 GPUs, as published runs do
+
+
+@dataclass(frozen=True)
+class SizingInputs:
+    model: ModelSpec
+    tokens: float
+    seq_len: int
+    global_batch_sequences: int | None
+    micro_batch_size: int
+    precision: Precision
+    attention: AttentionConvention
+    system: System
+    accelerator: Accelerator
+    mfu: float
+    mfu_source: str
+    goodput: float
+    deadline_s: float | None
+    num_gpus: int | None
+    layout: Parallelism  # sharding, recompute, SP, vpp and any degrees the user set
+    fixed: dict[str, int]  # the degrees (tp, pp, dp, cp, ep) the user fixed
+    pue: float = 1.2
+    usd_per_gpu_hour: float | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    layout: Parallelism
+    memory: MemoryEstimate
+    num_microbatches: int
+
+
+@dataclass(frozen=True)
+class Sizing:
+    inputs: SizingInputs
+    flops_per_token: float
+    total_train_flops: float
+    effective_flops_per_s_per_gpu: float  # peak x MFU x goodput
+    gpus_min: float | None  # the unrounded count the deadline needs
+    chosen: Candidate | None
+    why_not: list[str]
+    traffic: GradientTraffic | None
+    step_s: float | None
+
+    @property
+    def gpus(self) -> int:
+        return self.chosen.layout.world_size if self.chosen else 0
+
+    @property
+    def nodes(self) -> int:
+        return math.ceil(self.gpus / self.inputs.system.gpus_per_node)
+
+    @property
+    def wall_s(self) -> float:
+        return (
+            self.total_train_flops / (self.gpus * self.effective_flops_per_s_per_gpu)
+            if self.gpus
+            else math.inf
+        )
+
+    @property
+    def days(self) -> float:
+        return self.wall_s / units.SECONDS_PER_DAY
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.wall_s / units.SECONDS_PER_HOUR
+
+    @property
+    def required_flops_per_s(self) -> float | None:
+        """Aggregate model FLOP/s the deadline needs (before MFU and goodput)."""
+        deadline = self.inputs.deadline_s
+        return self.total_train_flops / deadline if deadline else None
+
+    @property
+    def watts_per_gpu(self) -> tuple[float | None, str]:
+        """Power per GPU and where it comes from: the node's maximum power shared by its GPUs (CPUs,
+        NICs, fans included) when the catalog has it, else the accelerator's TDP alone; None when the
+        vendor publishes neither."""
+        system = self.inputs.system
+        if system.node_power_w is not None:
+            return (
+                system.node_power_w / system.gpus_per_node,
+                f"{system.name} node power / {system.gpus_per_node} GPUs",
+            )
+        return self.inputs.accelerator.tdp_w, f"{self.inputs.accelerator.name} TDP (GPU only)"
+
+    @property
+    def energy_kwh(self) -> float | None:
+        watts, _ = self.watts_per_gpu
+        if watts is None:
+            return None
+        return self.gpus * watts * self.wall_s * self.inputs.pue / units.JOULES_PER_KWH
+
+    @property
+    def cost_usd(self) -> float | None:
+        price = self.inputs.usd_per_gpu_hour
+        return None if price is None else self.gpu_hours * price
+
+    @property
+    def meets_deadline(self) -> bool | None:
+        deadline = self.inputs.deadline_s
+        return None if deadline is None or not self.chosen else self.wall_s <= deadline * (1 + 1e-9)
+
+    @property
+    def nics_to_hide_fully(self) -> int | None:
+        """NICs per node (at the node's NIC rate) that hide the gradient traffic completely."""
+        if self.traffic is None:
+            return None
+        system = self.inputs.system
+        return nics_to_hide(
+            self.traffic, gpus_per_node=system.gpus_per_node, nic_bytes_per_s=system.nic_bytes_per_s
+        )
+
+    @property
+    def recommended_nics_per_node(self) -> int | None:
+        """NICs per node that keep uncovered gradient traffic within ``EXPOSED_COMM_BUDGET`` of a step
+        (all of it hidden when the step time is unknown)."""
+        if self.traffic is None:
+            return None
+        system = self.inputs.system
+        allowed = EXPOSED_COMM_BUDGET * self.step_s if self.step_s else 0.0
+        return nics_to_hide(
+            self.traffic,
+            gpus_per_node=system.gpus_per_node,
+            nic_bytes_per_s=system.nic_bytes_per_s,
+            allowed_exposed_s=allowed,
+        )
+
+    @property
+    def pipeline_bubble_frac(self) -> float | None:
+        """(p - 1)/(v·m) of the chosen layout (Narayanan et al. 2021), which the assumed MFU does not see."""
+        if self.chosen is None or self.chosen.layout.pp == 1:
+            return None if self.chosen is None else 0.0
+        layout = self.chosen.layout
+        return (layout.pp - 1) / (layout.vpp * self.chosen.num_microbatches)
+
+    @property
+    def exposed_comm_s(self) -> float | None:
+        """Gradient traffic per step the node's NICs cannot hide."""
+        if self.traffic is None:
+            return None
+        system = self.inputs.system
+        return self.traffic.exposed_s(system.scale_out_bytes_per_s_per_node / system.gpus_per_node)
+
+
+def planning_layout(layout: Parallelism | None) -> tuple[Parallelism, dict[str, int]]:
+    """The user's ``[parallelism]`` with planning defaults for what they left out, and the degrees they fixed."""
+    if layout is None:
+        return Parallelism.model_validate(PLANNING_DEFAULTS), {}
+    given = layout.model_fields_set
+    defaults = {key: value for key, value in PLANNING_DEFAULTS.items() if key not in given}
+    if layout.fsdp != "none":
+        defaults.pop("zero", None)
+    fixed = {name: int(getattr(layout, name)) for name in LAYOUT_FIELDS if name in given}
+    return layout.model_copy(update=defaults), fixed
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _choices(inputs: SizingInputs, name: str, options: list[int]) -> list[int]:
+    return [inputs.fixed[name]] if name in inputs.fixed else options
+
+
+def _dp_options(inputs: SizingInputs, lowest: int, step: int) -> Iterator[int]:
+    """Data-parallel degrees from ``lowest`` up: divisors of the batch (in micro-batches), or multiples of ``step``."""
+    if "dp" in inputs.fixed:
+        yield inputs.fixed["dp"]
+        return
+    batch = inputs.global_batch_sequences
+    if batch is not None:
+        yield from (d for d in _divisors(batch // inputs.micro_batch_size) if d >= lowest)
+        return
+    start = max(step, math.ceil(lowest / step) * step)
+    yield from range(start, start + 64 * step, step)
+
+
+def _microbatches(inputs: SizingInputs, dp: int) -> int | None:
+    batch = inputs.global_batch_sequences
+    return None if batch is None else max(1, batch // (dp * inputs.micro_batch_size))
+
+
+def _shape(inputs: SizingInputs, num_microbatches: int | None) -> StepShape:
+    return StepShape(
+        seq_len=inputs.seq_len,
+        micro_batch_size=inputs.micro_batch_size,
+        num_microbatches=num_microbatches,
+        precision=inputs.precision,
+        gpus_per_node=inputs.system.gpus_per_node,
+    )
+
+
+def search_layout(inputs: SizingInputs, target_gpus: int) -> tuple[Candidate | None, list[str]]:
+    """The buildable, fitting layout with at least ``target_gpus`` GPUs (exactly, when the count is given)
+    and the fewest GPUs; the reasons nothing fits otherwise."""
+    model, system = inputs.model, inputs.system
+    gpn = system.gpus_per_node
+    tps = [t for t in _divisors(system.scale_up_domain_gpus) if t <= max(gpn, MAX_TP)]
+    eps = _divisors(model.moe.num_experts) if model.moe else [1]
+    hbm = inputs.accelerator.hbm_bytes
+    best: Candidate | None = None
+    smallest_peak: float | None = None
+    problems: dict[str, str] = {}
+    for tp in _choices(inputs, "tp", tps):
+        for pp in _choices(inputs, "pp", _divisors(model.num_hidden_layers)):
+            for cp in _choices(inputs, "cp", [1]):
+                for ep in _choices(inputs, "ep", eps):
+                    base = tp * pp * cp
+                    exact = inputs.num_gpus
+                    lowest = exact // base if exact is not None else math.ceil(target_gpus / base)
+                    step = gpn // math.gcd(gpn, base)
+                    for dp in _dp_options(inputs, max(1, lowest), step):
+                        world = base * dp
+                        if exact is not None and world != exact:
+                            continue
+                        if best is not None and world > best.layout.world_size:
+                            break
+                        if world % gpn:
+                            continue
+                        layout = inputs.layout.model_copy(
+                            update={"tp": tp, "pp": pp, "dp": dp, "cp": cp, "ep": ep}
+                        )
+                        broken = layout_problems(
+                            layout,
+                            model,
+                            seq_len=inputs.seq_len,
+                            global_batch_sequences=inputs.global_batch_sequences,
+                            micro_batch_size=inputs.micro_batch_size,
+                        )
+                        if broken:
+                            problems.setdefault(broken[0].field, f"{broken[0].message} ({broken[0].fix})")
+                            continue
+                        m = _microbatches(inputs, dp)
+                        memory = estimate_memory(model, layout, _shape(inputs, m))
+                        peak = memory.peak_bytes
+                        smallest_peak = peak if smallest_peak is None else min(smallest_peak, peak)
+                        if not memory.fits(hbm):
+                            continue
+                        candidate = Candidate(layout, memory, m or pp * layout.vpp)
+                        if best is None or _better(candidate, best):
+                            best = candidate
+                        break
+    if best is not None:
+        return best, []
+    reasons = list(problems.values())
+    if smallest_peak is not None:
+        reasons.append(
+            f"the smallest per-GPU peak among buildable layouts is {units.format_bytes(smallest_peak)}, "
+            f"more than the {units.format_bytes(hbm)} of {inputs.accelerator.name}"
+        )
+    if inputs.num_gpus is not None:
+        batch = (
+            f" and DP dividing the global batch of {inputs.global_batch_sequences} sequences"
+            if inputs.global_batch_sequences
+            else ""
+        )
+        reasons.append(
+            f"{inputs.num_gpus} GPUs cannot be split as TP x PP x DP with TP inside a node, PP dividing the "
+            f"{model.num_hidden_layers} layers{batch}, in memory"
+        )
+    elif inputs.global_batch_sequences is not None:
+        reasons.append(
+            f"the global batch of {inputs.global_batch_sequences} sequences caps DP at "
+            f"{inputs.global_batch_sequences // inputs.micro_batch_size}"
+        )
+    return None, reasons or ["no layout of the given degrees can be built"]
+
+
+def _better(candidate: Candidate, best: Candidate) -> bool:
+    def key(c: Candidate) -> tuple[int, int, int, int]:
+        return (c.layout.world_size, c.layout.pp, c.layout.tp, c.layout.ep)
+
+    return key(candidate) < key(best)
+
+
+def check_fixed_degrees(inputs: SizingInputs) -> None:
+    """A degree the user fixed that no GPU count can make valid (tp not dividing the heads, pp not dividing
+    the layers...) is bad input, not a negative answer."""
+    layout = inputs.layout.model_copy(update={**inputs.fixed, "dp": 1})
+    for problem in layout_problems(
+        layout, inputs.model, seq_len=inputs.seq_len, global_batch_sequences=None, micro_batch_size=1
+    ):
+        if problem.field.removeprefix("parallelism.") in inputs.fixed:
+            raise InputError(problem.message, field=problem.field, value=problem.value, hint=problem.fix)
+
+
+def size(inputs: SizingInputs) -> Sizing:
+    """Size the cluster for ``inputs``: minimum GPUs for the deadline (or the given count), the layout, the
+    memory check, gradient traffic, days, GPU-hours, energy and cost."""
+    check_fixed_degrees(inputs)
+    flops_per_token = model_flops_per_token(inputs.model, inputs.seq_len, inputs.attention)
+    total = inputs.tokens * flops_per_token
+    peak = inputs.accelerator.peak_flops(inputs.precision)
+    effective = peak * inputs.mfu * inputs.goodput
+    gpus_min = total / (effective * inputs.deadline_s) if inputs.deadline_s else None
+    target = inputs.num_gpus if inputs.num_gpus is not None else math.ceil(gpus_min or 1)
+    chosen, why_not = search_layout(inputs, target)
+    traffic = step_s = None
+    if chosen is not None:
+        layout = chosen.layout
+        shape = _shape(inputs, chosen.num_microbatches)
+        dense, expert = parameters_per_gpu(inputs.model, layout, shape)
+        model_parallel = layout.tp * layout.pp * layout.cp
+        microbatch_flops = flops_per_token * inputs.seq_len * inputs.micro_batch_size
+        microbatch_s = microbatch_flops / model_parallel / (peak * inputs.mfu)
+        traffic = gradient_traffic(
+            layout,
+            dense_params_per_gpu=dense,
+            expert_params_per_gpu=expert,
+            grad_bytes=gradient_reduce_bytes(layout, inputs.precision),
+            weight_bytes=weight_bytes_per_param(inputs.precision),
+            gpus_per_node=inputs.system.gpus_per_node,
+            num_microbatches=chosen.num_microbatches,
+            microbatch_compute_s=microbatch_s,
+        )
+        if inputs.global_batch_sequences is not None:
+            step_tokens = inputs.global_batch_sequences * inputs.seq_len
+            step_s = step_tokens * flops_per_token / (layout.world_size * peak * inputs.mfu)
+    return Sizing(
+        inputs=inputs,
+        flops_per_token=flops_per_token,
+        total_train_flops=total,
+        effective_flops_per_s_per_gpu=effective,
+        gpus_min=gpus_min,
+        chosen=chosen,
+        why_not=why_not,
+        traffic=traffic,
+        step_s=step_s,
+    )

@@ -1,0 +1,120 @@
+"""The memory model against the formulas it implements (Korthikanti et al. 2022; Megatron; DeepSpeed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism
+from mfukit.perf.activations import ActivationShape, layer_activation_bytes
+from mfukit.perf.memory import (
+    StepShape,
+    estimate_memory,
+    in_flight_microbatches,
+    sharding_of,
+    state_bytes_per_param,
+)
+
+# GPT-3 175B (Brown et al. 2020, Table 2.1): the model of Korthikanti et al.'s Table 2.
+GPT3 = ModelSpec(
+    num_hidden_layers=96,
+    hidden_size=12288,
+    num_attention_heads=96,
+    intermediate_size=4 * 12288,
+    vocab_size=51200,
+    mlp="gelu",
+    norm="layernorm",
+    position_embedding="learned",
+)
+S, B, H, A = 2048, 1, 12288, 96
+
+
+def gpt_layer(**kwargs: object) -> float:
+    shape = ActivationShape(seq_len=S, micro_batch_size=B, flash_attention=False, dropout=True, **kwargs)  # type: ignore[arg-type]
+    return layer_activation_bytes(GPT3, shape)
+
+
+def test_korthikanti_no_parallelism() -> None:
+    assert gpt_layer() == pytest.approx(S * B * H * (34 + 5 * A * S / H))
+
+
+@pytest.mark.parametrize("t", [2, 4, 8])
+def test_korthikanti_tensor_parallel(t: int) -> None:
+    assert gpt_layer(tp=t) == pytest.approx(S * B * H * (10 + 24 / t + 5 * A * S / (H * t)))
+
+
+@pytest.mark.parametrize("t", [2, 8])
+def test_korthikanti_sequence_parallel(t: int) -> None:
+    assert gpt_layer(tp=t, sequence_parallel=True) == pytest.approx(S * B * H / t * (34 + 5 * A * S / H))
+
+
+def test_korthikanti_selective_and_full_recompute() -> None:
+    t = 8
+    assert gpt_layer(tp=t, sequence_parallel=True, recompute="selective") == pytest.approx(S * B * H * 34 / t)
+    assert gpt_layer(tp=t, sequence_parallel=True, recompute="full") == pytest.approx(2 * S * B * H / t)
+
+
+def test_flash_attention_drops_the_score_matrix() -> None:
+    flash = layer_activation_bytes(GPT3, ActivationShape(seq_len=S, micro_batch_size=B, dropout=True))
+    # the s^2 terms are gone; a float32 log-sum-exp per query row and head remains
+    assert flash == pytest.approx(S * B * H * 34 + 4 * S * B * A)
+
+
+def test_gqa_shrinks_k_and_v() -> None:
+    mha = GPT3.model_copy(update={"mlp": "swiglu"})
+    gqa = mha.model_copy(update={"num_key_value_heads": 8})
+    shape = ActivationShape(seq_len=S, micro_batch_size=B)
+    head = H // A
+    assert layer_activation_bytes(mha, shape) - layer_activation_bytes(gqa, shape) == pytest.approx(
+        2 * 2 * S * B * (A - 8) * head
+    )
+
+
+@pytest.mark.parametrize(
+    ("layout", "expected"),
+    [
+        (Parallelism(), 18.0),  # Megatron: 2 + 4 + 12
+        (Parallelism(zero=1), 6 + 12 / 64),  # distributed optimizer
+        (Parallelism(zero=1, zero_impl="deepspeed"), 4 + 16 / 64),
+        (Parallelism(zero=2), 2 + 18 / 64),
+        (Parallelism(zero=3), 18 / 64),
+        (Parallelism(fsdp="full"), 16 / 64),
+    ],
+)
+def test_bytes_per_param(layout: Parallelism, expected: float) -> None:
+    assert state_bytes_per_param(sharding_of(layout), 64, "bf16").total == pytest.approx(expected)
+
+
+def test_pipeline_in_flight() -> None:
+    assert in_flight_microbatches(8, 1, 0, 64) == 8  # 1F1B: stage 0 holds p
+    assert in_flight_microbatches(8, 1, 7, 64) == 1
+    assert in_flight_microbatches(8, 1, 0, 3) == 3  # fewer micro-batches than stages
+    assert in_flight_microbatches(8, 4, 0, 64) == pytest.approx(8 * (1 + 7 / (8 * 4)))
+
+
+def test_first_stage_holds_embedding_last_holds_logits() -> None:
+    layout = Parallelism(tp=8, pp=4, dp=16, sequence_parallel=True, recompute="selective", zero=1)
+    estimate = estimate_memory(GPT3, layout, StepShape(seq_len=S, num_microbatches=32))
+    assert estimate.first.embedding_bytes > 0 and estimate.first.logits_and_loss_bytes == 0
+    assert estimate.last.logits_and_loss_bytes > 0 and estimate.last.embedding_bytes == 0
+    assert estimate.first.activations_bytes == pytest.approx(4 * estimate.last.activations_bytes)
+    assert estimate.peak is estimate.first
+
+
+def test_fits_against_hbm() -> None:
+    layout = Parallelism(tp=8, pp=8, dp=16, sequence_parallel=True, recompute="selective", zero=1)
+    estimate = estimate_memory(GPT3, layout, StepShape(seq_len=S, num_microbatches=64))
+    assert estimate.fits(80 * 2**30)
+    assert not estimate_memory(GPT3, Parallelism(dp=8), StepShape(seq_len=S)).fits(80 * 2**30)
+
+
+def test_megatron_gpt3_175b_weights_and_optimizer() -> None:
+    """Megatron's report for GPT-3 175B at TP 8, PP 8, DP 16 with the distributed optimizer: (6 + 12/16)
+    bytes per parameter of the first stage's 12 layers and the embedding."""
+    layout = Parallelism(tp=8, pp=8, dp=16, zero=1)
+    stage = estimate_memory(GPT3, layout, StepShape(seq_len=S)).first
+    layer = GPT3.layer_params(moe_layer=False)
+    norms = 2 * 2 * H
+    params = 12 * ((layer - norms) / 8 + norms) + GPT3.embedding_params() / 8
+    states = stage.weights_bytes + stage.gradients_bytes + stage.optimizer_states_bytes
+    assert states == pytest.approx(params * (6 + 12 / 16))
