@@ -22,6 +22,7 @@ from mfukit.errors import ExitCode, MfukitError
 COMMANDS: dict[str, str] = {
     "catalog": "mfukit.cli.catalog:catalog",
     "comm": "mfukit.cli.comm:comm",
+    "fabric": "mfukit.cli.fabric:fabric",
 }
 
 
