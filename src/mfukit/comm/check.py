@@ -11,7 +11,7 @@ import numpy as np
 
 from mfukit.comm.collectives import Collective, busbw_factor
 from mfukit.comm.findings import Finding
-from mfukit.comm.model import predict
+from mfukit.comm.model import NCCL_CHOICES, Algorithm, predict
 from mfukit.comm.nccl_tests import NcclTestsRun, Row
 from mfukit.comm.topology import CommTopology
 from mfukit.errors import InputError
@@ -61,6 +61,7 @@ class CheckReport:
     nic_limit_bytes_per_s: float | None = None
     latency_floor_s: float | None = None
     model_latency_floor_s: float | None = None
+    nvls_peak_busbw_bytes_per_s: float | None = None
     findings: list[Finding] = field(default_factory=list)
 
     @property
@@ -71,7 +72,8 @@ class CheckReport:
 
     @property
     def verdict(self) -> Status:
-        if any(v.status == "broken" for v in self.sizes) or any(f.severity == "error" for f in self.findings):
+        errors = [f for f in self.findings if f.severity == "error" and f.id != "low_busbw"]
+        if errors or any(v.status == "broken" for v in self.sizes):
             return "broken"
         if any(f.id == "low_busbw" for f in self.findings):
             return "slow"
@@ -100,14 +102,20 @@ def check_run(
     collective: Collective | None = None,
     num_ranks: int | None = None,
     slow_below: float = SLOW_BELOW,
+    algorithm: Algorithm | Literal["auto"] = "auto",
 ) -> CheckReport:
-    """Judge ``run`` on ``topology``; ``num_nodes`` defaults to the hosts in the device list."""
+    """Judge ``run`` on ``topology``; ``num_nodes`` defaults to the hosts in the device list.
+
+    The expectation is NCCL's own choice among ring and tree (and CollNet with SHARP): a run at that
+    figure has healthy links. NVLS / NVLSTree, which need NVLink SHARP to be up, are judged separately
+    (``nccl_tests_no_nvls``) unless ``algorithm`` or an ``NCCL_ALGO`` line in the output names them.
+    """
+    ranks = num_ranks or run.num_ranks
     chosen = collective or run.collective
-    if chosen is None:
+    if chosen is None and ranks != 1:
         raise InputError(
             "the collective of this run is unknown", field="--collective", hint="pass --collective"
         )
-    ranks = num_ranks or run.num_ranks
     nodes = num_nodes or (len(run.hosts) if run.hosts else None)
     if ranks is None:
         if nodes is None:
@@ -116,7 +124,7 @@ def check_run(
             )
         ranks = nodes * topology.gpus_per_node
     nodes = nodes or max(1, -(-ranks // topology.gpus_per_node))
-    report = CheckReport(run, chosen, ranks, nodes)
+    report = CheckReport(run, chosen or "all_reduce", ranks, nodes)
     if run.hosts and num_nodes and len(run.hosts) != num_nodes:
         run.warnings.append(f"the device list shows {len(run.hosts)} host(s), --nodes says {num_nodes}")
     if ranks == 1:
@@ -141,8 +149,21 @@ def check_run(
         )
         return report
     sizes = np.asarray([row.size_bytes for row, _ in rows], dtype=np.float64)
-    model = predict(chosen, sizes, topology, ranks, gpus_per_domain=per_domain)
-    factor = float(busbw_factor(chosen, ranks))
+    forced = algorithm if algorithm != "auto" else _algorithm_from_env(run.nccl_env.get("NCCL_ALGO"))
+    choices = NCCL_CHOICES - {"nvls", "nvls_tree"}
+    model = predict(
+        report.collective,
+        sizes,
+        topology,
+        ranks,
+        gpus_per_domain=per_domain,
+        algorithm=forced or "auto",
+        choices=choices,
+    )
+    if forced is None:
+        with_nvls = predict(report.collective, sizes, topology, ranks, gpus_per_domain=per_domain)
+        report.nvls_peak_busbw_bytes_per_s = float(np.max(with_nvls.busbw_bytes_per_s))
+    factor = float(busbw_factor(report.collective, ranks))
     shares = 1.0 - model.latency_s / np.maximum(model.time_s, 1e-30)
     latency_bound = [j for j, share in enumerate(shares) if share < 0.1]
     floor_s = min((rows[j][1][0] for j in latency_bound), default=0.0)
@@ -187,6 +208,24 @@ def check_run(
         report.nic_limit_bytes_per_s = per_node * topology.nic_bytes_per_s_per_gpu
     report.findings.extend(_findings(report, slow_below))
     return report
+
+
+_NCCL_ALGO_NAMES: dict[str, Algorithm] = {
+    "ring": "ring",
+    "tree": "tree",
+    "nvls": "nvls",
+    "nvlstree": "nvls_tree",
+    "collnetdirect": "collnet",
+    "collnetchain": "collnet",
+    "collnet": "collnet",
+}
+
+
+def _algorithm_from_env(value: str | None) -> Algorithm | None:
+    """``NCCL_ALGO=Ring`` -> ``ring``; lists, exclusions (``^NVLS``) and per-function forms -> None."""
+    if not value or value.startswith("^") or "," in value or ":" in value:
+        return None
+    return _NCCL_ALGO_NAMES.get(value.strip().lower())
 
 
 def _single_rank(run: NcclTestsRun, nodes: int) -> Finding:
@@ -256,6 +295,25 @@ def _findings(report: CheckReport, slow_below: float) -> list[Finding]:
                 fix="compare the peak busbw at large sizes (>= 1 GB) with the expectation, not the average",
             )
         )
+    nvls_peak = report.nvls_peak_busbw_bytes_per_s
+    if (
+        nvls_peak
+        and report.collective == "all_reduce"
+        and nvls_peak > report.expected_peak_busbw_bytes_per_s * 1.05
+        and report.peak_busbw_bytes_per_s < slow_below * nvls_peak
+    ):
+        found.append(
+            Finding(
+                "nccl_tests_no_nvls",
+                "info",
+                "below the NVLink SHARP figure",
+                f"peak {report.peak_busbw_bytes_per_s / gb:.1f} GB/s is judged against ring/tree "
+                f"({report.expected_peak_busbw_bytes_per_s / gb:.1f} GB/s); with NVLS the model expects "
+                f"{nvls_peak / gb:.1f} GB/s",
+                fix="if NVLS should be on: check nvidia-fabricmanager, NCCL_NVLS_ENABLE, and the log line "
+                "'NVLS multicast support is available' (mfukit comm nccl-log)",
+            )
+        )
     limit = report.nic_limit_bytes_per_s
     if report.num_nodes == 2 and limit and report.peak_busbw_bytes_per_s > 1.02 * limit:
         found.append(
@@ -277,8 +335,9 @@ def _findings(report: CheckReport, slow_below: float) -> list[Finding]:
                 "info",
                 "high small-message floor",
                 f"the smallest sizes take {floor * 1e6:.1f} us where NCCL's model says {model_floor * 1e6:.1f} us: "
-                "launch overhead (one process driving several GPUs with -g, a busy CPU, no CUDA graphs); "
-                "larger sizes are judged with this floor added",
+                "launch or transport overhead (one process driving several GPUs with -g, a busy CPU, no "
+                "CUDA graphs, or a slow transport such as TCP sockets); larger sizes are judged with this "
+                "floor added",
                 fix="launch one rank per GPU (mpirun -np N, -g 1) to measure NCCL's own latency",
             )
         )

@@ -383,8 +383,9 @@ def estimates(
     gpus_per_domain: int | None = None,
     algorithm: Algorithm | Literal["auto"] = "auto",
     protocol: Protocol | Literal["auto"] = "auto",
+    choices: frozenset[Algorithm] = NCCL_CHOICES,
 ) -> list[Estimate]:
-    """Every algorithm/protocol the request allows (NCCL's set for ``auto``), each with its costs."""
+    """Every algorithm/protocol the request allows (``choices``, NCCL's own set, for ``auto``), with its costs."""
     sizes = np.atleast_1d(np.asarray(message_bytes, dtype=np.float64))
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise UnknownNameError("algorithm", str(algorithm), [*ALGORITHMS, "auto"], field="--algo")
@@ -392,7 +393,7 @@ def estimates(
     chosen = [
         name
         for name in ALGORITHMS
-        if (algorithm == "auto" and name in NCCL_CHOICES and collective in APPLIES[name]) or name == algorithm
+        if (algorithm == "auto" and name in choices and collective in APPLIES[name]) or name == algorithm
     ]
     if algorithm != "auto":
         reason = costs.unavailable(algorithm)
@@ -423,8 +424,12 @@ def predict(
     gpus_per_domain: int | None = None,
     algorithm: Algorithm | Literal["auto"] = "auto",
     protocol: Protocol | Literal["auto"] = "auto",
+    choices: frozenset[Algorithm] = NCCL_CHOICES,
 ) -> Prediction:
-    """Time, algbw and busbw of ``collective`` for each message size (nccl-tests' "size" column)."""
+    """Time, algbw and busbw of ``collective`` for each message size (nccl-tests' "size" column).
+
+    ``algorithm="auto"`` picks the fastest of ``choices`` per size (NCCL's set by default).
+    """
     sizes = np.atleast_1d(np.asarray(message_bytes, dtype=np.float64))
     if np.any(~np.isfinite(sizes)) or np.any(sizes < 0):
         raise InputError("message sizes must be finite and not negative", field="--bytes")
@@ -443,6 +448,7 @@ def predict(
         gpus_per_domain=gpus_per_domain,
         algorithm=algorithm,
         protocol=protocol,
+        choices=choices,
     )
     times = np.stack([option.time_s(sizes) for option in options])
     best = np.argmin(times, axis=0)

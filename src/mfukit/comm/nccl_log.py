@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from mfukit.comm.findings import Finding, worst
 
 _PREFIX = re.compile(
-    r"(?P<host>[A-Za-z0-9_.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s?(?P<msg>.*)"
+    r"(?P<host>[A-Za-z0-9_.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:[\w./-]+:\d+\s+)?"
+    r"NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s?(?P<msg>.*)"
 )
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+)(?P<build>\S*)")
 _USING_NETWORK = re.compile(r"^Using network (?P<name>.+?)\s*$")
@@ -326,8 +327,7 @@ def _rail_findings(report: NcclLogReport, expected_nics: int | None) -> list[Fin
     for host, names in report.hcas.items():
         gpus = report.gpus_per_host.get(host, 0)
         expected = expected_nics if expected_nics is not None else gpus
-        used = report.net_devices_used.get(host)
-        in_use = len(used) if used else len(names)
+        in_use = len(names)
         if expected > 1 and in_use < expected:
             short.append(f"{host}: {in_use} of {expected} NICs ({', '.join(names)}) for {gpus} GPU(s)")
     if not short:

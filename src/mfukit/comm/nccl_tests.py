@@ -30,6 +30,7 @@ _TAGS = re.compile(r"\[\d+(?:,\d+)*\](?:<std(?:out|err)>:?)?")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SRUN_LABEL = re.compile(r"^\s*\d+:\s")
 _NCCL_MESSAGE = re.compile(r"(?:\S+:\d+:\d+\s+(?:\[\d+\]\s+)?)?NCCL (?:INFO|WARN|TRACE|ABORT)\b")
+_NCCL_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S+?)\.?(?:\s|$)")
 _NCCL_VERSION = re.compile(r"\b[NR]CCL version (\d+\.\d+\.\d+)")
 _HEADER_VALUES = re.compile(
     r"(nThread|nGpus|minBytes|maxBytes|step|warmup iters|iters|agg iters|validation|graph):\s*(-?\d+)"
@@ -145,6 +146,7 @@ class NcclTestsRun:
     avg_busbw_status: str | None = None
     warnings: list[str] = field(default_factory=list)
     inferred_ranks: int | None = None
+    nccl_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def num_ranks(self) -> int | None:
@@ -369,6 +371,8 @@ def _parse_text(text: str) -> NcclTestsRun:
         cleaned, spliced = _clean(raw)
         if spliced is not None and (version := _NCCL_VERSION.search(spliced)) is not None:
             run.nccl_version = run.nccl_version or version.group(1)
+        if spliced is not None and (env := _NCCL_ENV.search(spliced)) is not None:
+            run.nccl_env[env.group(1)] = env.group(2)
         if (version := _NCCL_VERSION.search(cleaned)) is not None:
             run.nccl_version = run.nccl_version or version.group(1)
             run.rccl = run.rccl or "RCCL version" in cleaned
@@ -541,7 +545,15 @@ def _settle_collective(run: NcclTestsRun, name_hint: str | None) -> None:
     ratio = sorted(ratios)[len(ratios) // 2]
     redop = next((row.redop for row in run.rows if row.redop), None)
     unrooted = all(row.root in (None, -1) for row in run.rows) and any(row.root == -1 for row in run.rows)
-    if 0.99 <= ratio <= 1.01 and unrooted and redop not in (None, "none"):
+    rooted = all(row.root is not None and row.root >= 0 for row in run.rows)
+    if ratio < 0.01:
+        run.warnings.append(
+            "busbw is 0 at every size: a 1-rank communicator; the collective cannot be inferred"
+        )
+        return
+    if 0.99 <= ratio <= 1.01 and rooted:
+        run.collective = "broadcast" if redop in (None, "none") else "reduce"
+    elif 0.99 <= ratio <= 1.01 and unrooted and redop not in (None, "none"):
         # busbw == algbw for a reduction without a root: all_reduce on 2 ranks (factor 2(n-1)/n = 1)
         run.collective = "all_reduce"
         run.inferred_ranks = 2
@@ -560,9 +572,10 @@ def _settle_collective(run: NcclTestsRun, name_hint: str | None) -> None:
 
 
 def _name_candidates(text: str) -> list[str]:
-    base = text.replace("\\", "/").rsplit("/", 1)[-1].rsplit(".", 1)[0]
-    parts = [base, *re.split(r"[^A-Za-z0-9_]+", base), base.removeprefix("nccl_"), base.removeprefix("rccl_")]
-    return [p for p in parts if p]
+    """Every run of adjacent words of a file or binary name: ``nccl_all_reduce_perf.log`` -> ..., ``all_reduce``."""
+    base = text.replace("\\", "/").rsplit("/", 1)[-1]
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", base) if w][:8]
+    return [base] + ["_".join(words[i:j]) for i in range(len(words)) for j in range(i + 1, len(words) + 1)]
 
 
 def _check(run: NcclTestsRun) -> None:
