@@ -406,11 +406,14 @@ def estimates(
         for estimate in costs.estimates(name, None if protocol == "auto" else protocol, sizes)
     ]
     if not found:
+        reasons = [reason for name in chosen if (reason := costs.unavailable(name)) is not None]
+        if reasons and len(reasons) == len(chosen):
+            raise InputError(reasons[0], field="--gpus", value=num_gpus)
         raise InputError(
-            f"no {algorithm} algorithm with protocol {protocol} for {collective}",
+            f"{algorithm} has no {protocol} protocol for {collective}: NVLS, NVLSTree, CollNet and the "
+            "MPI-style algorithms run with the simple protocol only",
             field="--proto",
             value=protocol,
-            hint="NVLS, NVLSTree, CollNet and the MPI-style algorithms run with the simple protocol only",
         )
     return found
 

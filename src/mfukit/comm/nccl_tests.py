@@ -191,7 +191,7 @@ def _clean(line: str) -> tuple[str, str | None]:
     """The table-relevant part of a raw line, and an NCCL message spliced into it (if any)."""
     text = _ANSI.sub("", line).replace("\r", "")
     text = _SRUN_LABEL.sub("", text, count=1)
-    message = _NCCL_MESSAGE.search(text)
+    message = _NCCL_MESSAGE.search(text) if "NCCL " in text else None
     spliced = None
     if message is not None:
         spliced = text[message.start() :]
@@ -256,10 +256,10 @@ class _Reader:
                 "wrong_count" if "wrong" in lowered else "max_error" if "error" in lowered else "none"
             )
         elif body.startswith("Out of bounds values"):
-            value = _integer(body.split(":", 1)[1].split()[0]) if body.split(":", 1)[1].split() else None
-            run.out_of_bounds = value
+            words = body.partition(":")[2].split()
+            run.out_of_bounds = _integer(words[0]) if words else None
         elif body.startswith("Avg bus bandwidth"):
-            parts = body.split(":", 1)[1].split()
+            parts = body.partition(":")[2].split()
             number = _number(parts[0]) if parts else None
             run.avg_busbw_bytes_per_s = None if number is None else number * 1e9
             run.avg_busbw_status = parts[1] if len(parts) > 1 else None

@@ -64,6 +64,8 @@ class Tier:
     radix: int
     down_ports_used: int
     up_ports_used: int
+    down_per_switch: int
+    up_per_switch: int = 0
 
     @property
     def ports(self) -> int:
@@ -75,8 +77,8 @@ class Tier:
 
     @property
     def oversubscription(self) -> float:
-        """Down:up bandwidth ratio of the tier (1 for the top tier, which has no uplinks)."""
-        return self.down_ports_used / self.up_ports_used if self.up_ports_used else 1.0
+        """Down:up port ratio each switch is built with (1 for the top tier, which has no uplinks)."""
+        return self.down_per_switch / self.up_per_switch if self.up_per_switch else 1.0
 
 
 @dataclass(frozen=True)
@@ -143,15 +145,17 @@ def build(
     leaf_links = leaves * leaf_up
     if leaves == 1 and not force_spine:
         return Clos(
-            [Tier("leaf", 1, radix, endpoint_ports, 0)], {"node-leaf": endpoint_ports}, endpoint_ports
+            [Tier("leaf", 1, radix, endpoint_ports, 0, leaf_down)],
+            {"node-leaf": endpoint_ports},
+            endpoint_ports,
         )
     if leaf_up < 1:
         raise InputError("leaves need uplinks to reach each other", field="oversubscription", value=leaf_up)
     spines = _even_divisor(leaf_up, math.ceil(leaf_links / radix))
     if spines is not None and leaves * (leaf_up // spines) <= radix:
         tiers = [
-            Tier("leaf", leaves, radix, endpoint_ports, leaf_links),
-            Tier("spine", spines, radix, leaf_links, 0),
+            Tier("leaf", leaves, radix, endpoint_ports, leaf_links, leaf_down, leaf_up),
+            Tier("spine", spines, radix, leaf_links, 0, radix),
         ]
         return Clos(tiers, {"node-leaf": endpoint_ports, "leaf-spine": leaf_links}, endpoint_ports)
     spine_down, spine_up = leaf_split(radix, spine_oversubscription)
@@ -177,9 +181,9 @@ def build(
     cores = per_pod * per_plane
     core_links = spines * spine_up
     tiers = [
-        Tier("leaf", leaves, radix, endpoint_ports, leaf_links),
-        Tier("spine", spines, radix, leaf_links, core_links),
-        Tier("core", cores, radix, core_links, 0),
+        Tier("leaf", leaves, radix, endpoint_ports, leaf_links, leaf_down, leaf_up),
+        Tier("spine", spines, radix, leaf_links, core_links, spine_down, spine_up),
+        Tier("core", cores, radix, core_links, 0, radix),
     ]
     links = {"node-leaf": endpoint_ports, "leaf-spine": leaf_links, "spine-core": core_links}
     return Clos(tiers, links, endpoint_ports)

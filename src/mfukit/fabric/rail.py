@@ -104,6 +104,9 @@ def design(request: FabricRequest) -> FabricDesign:
             force_spine=True,
         )
         return FabricDesign(request, clos, radix, down, up, units, su)
+    if endpoints <= radix:  # one switch holds everything: every port faces the nodes
+        clos = build(leaves=1, leaf_down=radix, leaf_up=0, radix=radix, endpoint_ports=endpoints)
+        return FabricDesign(request, clos, radix, radix, 0, None, None)
     per_leaf = down // rails
     if per_leaf < 1:
         raise InputError(

@@ -135,7 +135,7 @@ def check_spec(spec: TopologySpec, *, source: str) -> SpecCheck:
                 Finding("fabric_top_uplinks", "info", f"{tier.name}: uplinks on the top tier", "left unused")
             )
         up_used = 0 if top else tier.switches * tier.up
-        tiers.append(Tier(name, tier.switches, radix, min(below, down_total), up_used))
+        tiers.append(Tier(name, tier.switches, radix, min(below, down_total), up_used, tier.down, tier.up))
         if not top:
             links[f"{name}-{_NAMES[index + 1]}"] = min(
                 up_used, spec.tiers[index + 1].switches * spec.tiers[index + 1].down
