@@ -12,12 +12,18 @@ import click
 import numpy as np
 
 from mfukit import catalog, units
-from mfukit.catalog import resolve
-from mfukit.cli.common import emit, format_option, report_option, scenario_argument, scenario_options
+from mfukit.cli.common import (
+    cluster_from_flags,
+    emit,
+    format_option,
+    report_option,
+    scenario_argument,
+    scenario_options,
+)
 from mfukit.cli.render import Format
 from mfukit.comm.check import SLOW_BELOW, CheckReport, check_run
 from mfukit.comm.collectives import COLLECTIVES, collective_named
-from mfukit.comm.findings import Finding
+from mfukit.comm.findings import findings_table
 from mfukit.comm.model import ALGORITHMS, Prediction, estimates, predict
 from mfukit.comm.nccl_log import analyse_nccl_log
 from mfukit.comm.nccl_tests import parse_nccl_tests
@@ -25,8 +31,6 @@ from mfukit.comm.topology import CommTopology, from_system
 from mfukit.comm.tuning import PROTOCOLS
 from mfukit.core.cluster import Cluster
 from mfukit.core.results import Output, Table, shown
-from mfukit.core.scenario import ClusterSection, load_scenario
-from mfukit.core.schema import validate_as
 from mfukit.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,20 +69,6 @@ def topology_options(function: F) -> F:
     for option in reversed(options):
         function = option(function)
     return function
-
-
-def _cluster(scenario_path: Path | None, overrides: dict[str, Any]) -> Cluster:
-    if scenario_path is not None:
-        section = load_scenario(scenario_path, overrides).cluster
-        source = str(scenario_path)
-    else:
-        fields = {key.removeprefix("cluster."): value for key, value in overrides.items()}
-        fields.setdefault("system", "dgx-h100")
-        if "num_gpus" not in fields and "num_nodes" not in fields:
-            fields["num_nodes"] = 1
-        section = validate_as(ClusterSection, fields, source="command line", prefix="cluster")
-        source = "command line"
-    return resolve.cluster(section, source=source)
 
 
 def _topology(cluster: Cluster, options: dict[str, Any]) -> tuple[CommTopology, list[str]]:
@@ -173,7 +163,7 @@ def predict_command(
     """
     name = collective_named(collective, field="--collective")
     message_bytes = units.parse_bytes(size, field="--bytes")
-    cluster = _cluster(scenario_path, overrides)
+    cluster = cluster_from_flags(overrides, scenario_path, default_nodes=1)
     topology, assumptions = _topology(cluster, options)
     kwargs: dict[str, Any] = {"gpus_per_domain": gpus_per_node, "algorithm": algo, "protocol": proto}
     prediction = predict(name, message_bytes, topology, cluster.num_gpus, **kwargs)
@@ -280,7 +270,7 @@ def sweep_command(
     """An nccl-tests-style table of predicted time, algbw and busbw from 8 B to 8 GiB (and a plot with --report)."""
     name = collective_named(collective, field="--collective")
     sizes = _sizes(min_bytes, max_bytes, factor)
-    cluster = _cluster(scenario_path, overrides)
+    cluster = cluster_from_flags(overrides, scenario_path, default_nodes=1)
     topology, assumptions = _topology(cluster, options)
     kwargs: dict[str, Any] = {"gpus_per_domain": gpus_per_node, "algorithm": algo}
     prediction = predict(name, sizes, topology, cluster.num_gpus, **kwargs)
@@ -328,13 +318,6 @@ def sweep_command(
             write_sweep_report(prediction, table, cluster.system.name, assumptions, report_dir)
         )
     return emit(output, fmt)
-
-
-def _findings_table(findings: list[Finding]) -> Table:
-    table = Table("findings", ["id", "severity", "what", "detail", "fix"])
-    for f in findings:
-        table.add(f.id, f.severity, f.title, f.detail + "".join(f"; {e}" for e in f.evidence[:2]), f.fix)
-    return table
 
 
 def _read(path: Path) -> str:
@@ -404,7 +387,7 @@ def _check_output(report: CheckReport, path: Path, assumptions: list[str], input
         result=result,
         assumptions=assumptions,
         warnings=list(run.warnings),
-        tables=[summary, sizes, _findings_table(report.findings)],
+        tables=[summary, sizes, findings_table(report.findings)],
         exit_code=1 if report.negative else 0,
     )
 
@@ -441,7 +424,7 @@ def check_command(
     explicit_nodes = overrides.get("cluster.num_nodes")
     if not explicit_nodes and "cluster.num_gpus" not in overrides:
         overrides["cluster.num_nodes"] = len(run.hosts) if run.hosts else 1
-    cluster = _cluster(None, overrides)
+    cluster = cluster_from_flags(overrides, default_nodes=1)
     topology, assumptions = _topology(cluster, options)
     report = check_run(
         run,
@@ -486,14 +469,14 @@ def nccl_log_command(file: Path, system: str | None, nodes: int | None, fmt: For
     summary.add("rings / trees", f"{report.rings or '—'} / {'yes' if report.trees else '—'}")
     summary.add("NVLS", {True: "available", False: "not available", None: "—"}[report.nvls_available])
     summary.add("NCCL_* set", ", ".join(f"{k}={v}" for k, v in report.env.items()) or "—")
-    transports = Table("transports (channel connections)", ["transport", "connections"])
+    transports = Table("transports", ["transport", "channel connections"])
     for transport, count in report.transports.items():
         transports.add(transport, count)
     output = Output(
         schema="comm.nccl_log/1",
         inputs={"file": str(file), "system": system, "nodes": nodes},
         result={"severity": report.severity, **{f.name: getattr(report, f.name) for f in fields(report)}},
-        tables=[summary, transports, _findings_table(report.findings)],
+        tables=[summary, transports, findings_table(report.findings)],
         exit_code=1 if report.severity == "error" else 0,
     )
     return emit(output, fmt)

@@ -8,13 +8,10 @@ from typing import Any
 import click
 
 from mfukit import catalog, units
-from mfukit.catalog import resolve
-from mfukit.cli.common import emit, format_option, scenario_options
+from mfukit.cli.common import cluster_from_flags, emit, format_option, scenario_options
 from mfukit.cli.render import Format
-from mfukit.comm.findings import Finding
+from mfukit.comm.findings import findings_table
 from mfukit.core.results import Output, Table, shown
-from mfukit.core.scenario import ClusterSection
-from mfukit.core.schema import validate_as
 from mfukit.errors import InputError
 from mfukit.fabric.bom import Bom, Prices, bill_of_materials
 from mfukit.fabric.draw import draw
@@ -192,13 +189,7 @@ def design_command(
     \b
     mfukit fabric design --system dgx-h100 --nodes 127 --switch qm9700 --extra-endpoints 4
     """
-    fields = {key.removeprefix("cluster."): value for key, value in overrides.items()}
-    if "num_gpus" not in fields and "num_nodes" not in fields:
-        raise InputError("needs --nodes or --gpus", field="--nodes", hint="e.g. --nodes 128")
-    fields.setdefault("system", "dgx-h100")
-    cluster = resolve.cluster(
-        validate_as(ClusterSection, fields, source="command line"), source="command line"
-    )
+    cluster = cluster_from_flags(overrides)
     system = cluster.system
     if system.nics_per_node < 1:
         raise InputError(f"{system.name} has no compute NICs", field="--nics-per-node")
@@ -303,13 +294,6 @@ def _bom(built: FabricDesign, system: str | None, prices: Prices | None) -> Bom:
     )
 
 
-def _findings_table(findings: list[Finding]) -> Table:
-    table = Table("findings", ["id", "severity", "what", "detail", "fix"])
-    for f in findings:
-        table.add(f.id, f.severity, f.title, f.detail, f.fix)
-    return table
-
-
 @fabric.command("check")
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @format_option
@@ -331,7 +315,7 @@ def check_command(file: Path, fmt: Format) -> int:
         _summary(checked.clos, bom, checked.port_bytes_per_s, extra),
         *_tables("described", checked.clos, bom),
     ]
-    tables.append(_findings_table(checked.findings))
+    tables.append(findings_table(checked.findings))
     result = _fabric_result(checked.clos, bom, checked.port_bytes_per_s)
     result |= {"endpoint_capacity": checked.capacity, "findings": checked.findings}
     errors = any(f.severity == "error" for f in checked.findings)
