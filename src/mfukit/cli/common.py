@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from mfukit.cli.render import FORMATS, Format, render
+from mfukit.core.cluster import Cluster
 from mfukit.core.results import Output, ProgressCallback
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -233,3 +234,30 @@ def scenario_argument(function: F) -> F:
         required=False,
         type=click.Path(dir_okay=False, path_type=Path),
     )(function)
+
+
+DEFAULT_SYSTEM = "dgx-h100"
+
+
+def cluster_from_flags(
+    overrides: dict[str, Any], scenario_path: Path | None = None, *, default_nodes: int | None = None
+) -> Cluster:
+    """The cluster of ``--system/--gpu/--gpus/--nodes/--nics-per-node/--nic-rate`` (over ``[cluster]`` of a
+    scenario file when given), for commands that need hardware but no model. Without a size it is
+    ``default_nodes`` nodes, or an InputError when that is None."""
+    from mfukit.catalog import resolve
+    from mfukit.core.scenario import ClusterSection, load_scenario
+    from mfukit.core.schema import validate_as
+
+    if scenario_path is not None:
+        return resolve.cluster(load_scenario(scenario_path, overrides).cluster, source=str(scenario_path))
+    fields = {key.removeprefix("cluster."): value for key, value in overrides.items()}
+    fields.setdefault("system", DEFAULT_SYSTEM)
+    if "num_gpus" not in fields and "num_nodes" not in fields:
+        if default_nodes is None:
+            from mfukit.errors import InputError
+
+            raise InputError("needs --nodes or --gpus", field="--nodes", hint="e.g. --nodes 128")
+        fields["num_nodes"] = default_nodes
+    section = validate_as(ClusterSection, fields, source="command line", prefix="cluster")
+    return resolve.cluster(section, source="command line")

@@ -1,1 +1,1 @@
-"""Communication: collective traffic of a layout and (later) the collective cost model and its judges."""
+"""Communication: gradient traffic of a layout, the collective cost model, nccl-tests and NCCL log judges."""

@@ -1,0 +1,65 @@
+"""`mfukit fabric design` and `fabric check` through the real entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+KEYS = {"tiers", "leaf", "spine", "core", "switches", "cables", "transceivers", "bisection_bytes_per_s",
+        "oversubscription", "power_w"}  # fmt: skip
+
+
+def test_design_superpod_json(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("fabric", "design", "--system", "dgx-h100", "--nodes", "127", "--switch", "qm9700",
+                 "--extra-endpoints", "4", "--format", "json")  # fmt: skip
+    assert run.exit_code == 0
+    result = run.json()["result"]
+    assert set(result) >= KEYS
+    assert (result["tiers"], result["leaf"]["switches"], result["spine"]["switches"], result["core"]) == (
+        2,
+        32,
+        16,
+        None,
+    )
+    assert result["cables"] == {"node-leaf": 1020, "leaf-spine": 1024}
+    assert result["transceivers"]["total"] == 2046 and result["scalable_units"] == 4
+    assert result["bisection_bytes_per_s"] == 510 * 50e9
+    assert result["oversubscription"] == {"leaf": 1.0}
+
+
+def test_design_table_and_drawing(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("fabric", "design", "--system", "dgx-h100", "--gpus", "4096")
+    assert run.exit_code == 0
+    assert "core   [    64 x qm9700" in run.stdout and "4096 cables spine-core" in run.stdout
+
+
+def test_design_with_storage_and_prices(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("fabric", "design", "--nodes", "64", "--storage-ports-per-node", "2", "--switch-price", "25000",
+                 "--optic-price", "800", "--cable-price", "120", "--format", "json")  # fmt: skip
+    assert run.exit_code == 0
+    result = run.json()["result"]
+    storage = result["networks"]["storage"]
+    assert storage["cables"]["node-leaf"] == 128 and storage["leaf"]["switches"] == 4
+    assert result["cost_usd"] == 24 * 25000 + result["transceivers"]["total"] * 800 + 1024 * 120
+
+
+def test_design_needs_a_size(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("fabric", "design", "--system", "dgx-h100")
+    assert run.exit_code == 2 and "--nodes" in run.stderr
+
+
+def test_check(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    good = tmp_path / "good.yaml"
+    good.write_text("switch: qm9700\nnodes: 31\nports_per_node: 8\nextra_endpoints: 4\n"
+                    "tiers:\n  - {name: leaf, switches: 8, down: 32, up: 32}\n  - {name: spine, switches: 4, down: 64}\n")  # fmt: skip
+    run = mfukit("fabric", "check", str(good), "--format", "json")
+    assert run.exit_code == 0 and run.json()["result"]["endpoint_capacity"] == 256
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'switch = "qm9700"\nendpoints = 300\n[[tiers]]\nname = "leaf"\nswitches = 4\ndown = 64\nup = 16\n'
+    )
+    run = mfukit("fabric", "check", str(bad))
+    assert run.exit_code == 1 and "fabric_radix_exceeded" in run.stdout
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("switch: qm9700\nnodes: 4\ntier: []\n")
+    run = mfukit("fabric", "check", str(typo))
+    assert run.exit_code == 2 and "tier" in run.stderr and "Traceback" not in run.stderr
