@@ -37,13 +37,7 @@ def _stalls(log: TrainingLog) -> tuple[list[Stall], float, float]:
     timed = [s for s in log.steps if s.step_time_s is not None and s.rank in (None, 0)]
     if len(timed) < 5:
         return [], 0.0, 0.0
-    typical = median(
-        [
-            s.step_time_s / s.interval_steps if s.interval_steps > 1 else s.step_time_s
-            for s in timed
-            if s.step_time_s
-        ]
-    )
+    typical = median([s.step_time_s for s in timed if s.step_time_s is not None])
     stalls: list[Stall] = []
     total = 0.0
     previous: StepRecord | None = None

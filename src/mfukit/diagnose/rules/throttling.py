@@ -1,8 +1,8 @@
 """``gpu_throttling``: a GPU whose clocks the hardware cut (heat, power delivery), from telemetry.
 
 In synchronous training every rank waits for the slowest GPU, so one GPU at clock ratio c slows the
-whole job: a step whose compute share is k takes k(1/c - 1) longer, i.e. the job loses
-k(1/c - 1) / (1 + k(1/c - 1)) of its step time. Evidence: hardware clock-event reasons (HW slowdown,
+whole job: with compute taking a share k of today's step on the healthy ranks, the slow GPU adds
+k(1/c - 1) of the step (without a trace, a step that is all compute loses 1 - c). Evidence: hardware clock-event reasons (HW slowdown,
 HW/SW thermal, HW power brake) during busy samples, an SM clock below its peers, DCGM violation
 counters far above the fleet's, Megatron's ``MnClk/Rnk`` report.
 """
@@ -107,8 +107,9 @@ def analyze(ctx: Context) -> list[Finding]:
         basis += f"; compute share {compute_share:.0%} of the step (traces)"
     fraction = None
     if clock is not None and clock < 1.0:
-        extra = compute_share * (1.0 / clock - 1.0)
-        fraction = extra / (1.0 + extra)
+        # compute share k of today's (slowed) step: the slow GPU adds k(1/c - 1) of it;
+        # without a trace the step is taken as all compute at nominal speed: 1 - c is lost
+        fraction = min(1.0, compute_share * (1.0 / clock - 1.0)) if ctx.ranks else 1.0 - clock
     evidence = [
         Evidence(t.series.file, t.why, gpu=f"{t.series.host} GPU {t.series.gpu}") for t in throttled
     ] + megatron
