@@ -3,7 +3,7 @@
 A Llama-2-7B-shaped model trains on 128 A100-80GB (16 DGX nodes) at 4,096 tokens x 512 sequences per
 step. Healthy, a step takes T0 (44 % MFU: compute 90 % of the step, the last gradient bucket and the
 optimizer exposed). Each case injects one cause sized to pull the job down to about 22 % MFU and
-writes what the job would leave behind: a Kineto trace per rank (3 profiled steps), the training log,
+writes what the job would leave behind: a Kineto trace per rank (2 profiled steps), the training log,
 nvidia-smi CSV telemetry per node, and for some cases an NCCL log.
 
     python scripts/diagnose_cases.py OUT_DIR [CASE ...]
@@ -25,6 +25,7 @@ from mfukit.catalog.resolve import model_spec
 from mfukit.perf.flops import model_flops_per_token
 
 WORLD = 128
+STEPS = 2  # profiled steps per rank
 GPUS_PER_NODE = 8
 SEQ_LEN = 4096
 GLOBAL_BATCH = 512
@@ -153,7 +154,7 @@ def plan_step(writer: TraceWriter, step: int, t0_us: float, step_us: float, plan
     if plan.stage_idle:
         _pipeline_stage(writer, t, t0_us + step_us, plan)
         return
-    n_forward, n_backward = 12, 24
+    n_forward, n_backward = 6, 16
     gap = plan.host_gap_s * us / (n_forward + n_backward)
     forward = plan.compute_s / 3 * us / n_forward
     backward = plan.compute_s * 2 / 3 * us / n_backward
@@ -168,7 +169,7 @@ def plan_step(writer: TraceWriter, step: int, t0_us: float, step_us: float, plan
         t += gap
         writer.kernel(GEMMS[index % 2], t, backward, 7, t - (gap + 20.0 if gap else 300.0))
         t += backward + 3.0
-        if index % 3 == 2:
+        if index % 2 == 1:
             start = max(t, comm_free)
             duration = bucket + (plan.comm_wait_s * us if index == n_backward - 1 else 0.0)
             writer.kernel(ALLREDUCE, start, duration, 20, start - 15.0,
@@ -305,28 +306,28 @@ def _plans(case: str, rank: int, t0: float) -> tuple[list[RankPlan], float]:
     base = {"t0_s": t0}
     if case == "dataloader":
         extra = (slow - 1.0) * t0
-        return [RankPlan(0.01 * t0 + extra, compute, comm, extra=base) for _ in range(3)], t0 + extra
+        return [RankPlan(0.01 * t0 + extra, compute, comm, extra=base) for _ in range(STEPS)], t0 + extra
     if case == "throttled_gpu":
         extra = compute  # the throttled GPU runs at half clock: its compute takes twice as long
         if rank == THROTTLED_RANK:
-            return [RankPlan(0.01 * t0, 2 * compute, comm, extra=base) for _ in range(3)], t0 + extra
+            return [RankPlan(0.01 * t0, 2 * compute, comm, extra=base) for _ in range(STEPS)], t0 + extra
         return [
-            RankPlan(0.01 * t0, compute, comm, comm_wait_s=extra, extra=base) for _ in range(3)
+            RankPlan(0.01 * t0, compute, comm, comm_wait_s=extra, extra=base) for _ in range(STEPS)
         ], t0 + extra
     if case == "straggler":
         extra = (slow - 1.0) * t0
         if rank == STRAGGLER_RANK:
             return [
-                RankPlan(0.01 * t0, compute, comm, host_gap_s=extra, extra=base) for _ in range(3)
+                RankPlan(0.01 * t0, compute, comm, host_gap_s=extra, extra=base) for _ in range(STEPS)
             ], t0 + extra
         return [
-            RankPlan(0.01 * t0, compute, comm, comm_wait_s=extra, extra=base) for _ in range(3)
+            RankPlan(0.01 * t0, compute, comm, comm_wait_s=extra, extra=base) for _ in range(STEPS)
         ], t0 + extra
     if case == "socket_fallback":
         slowdown = (
             6.0  # socket transport: 4-6x slower cross-node collectives (AReaL#639: 370 vs 50 ms per GB)
         )
-        plans = [RankPlan(0.01 * t0, compute, comm, comm_slowdown=slowdown, extra=base) for _ in range(3)]
+        plans = [RankPlan(0.01 * t0, compute, comm, comm_slowdown=slowdown, extra=base) for _ in range(STEPS)]
         return plans, _duration(plans[0]) + exposed
     if case == "unbalanced_pipeline":
         tp, pp = 2, 4
@@ -336,8 +337,8 @@ def _plans(case: str, rank: int, t0: float) -> tuple[list[RankPlan], float]:
         unit = t0 * 32 / 35 / 1.5  # C such that T_balanced = (m+p-1)/m x 1.5 C = t0
         stage_compute = 3 * unit if stage == pp - 1 else unit
         step = (3 * unit / 32) * 31 + (3 * unit + 3 * unit) / 32
-        return [RankPlan(0.005 * t0, stage_compute, 0.0, stage_idle=True, extra=base) for _ in range(3)], step
-    return [RankPlan(0.01 * t0, compute, comm, extra=base) for _ in range(3)], t0
+        return [RankPlan(0.005 * t0, stage_compute, 0.0, stage_idle=True, extra=base) for _ in range(STEPS)], step
+    return [RankPlan(0.01 * t0, compute, comm, extra=base) for _ in range(STEPS)], t0
 
 
 def _duration(plan: RankPlan) -> float:

@@ -35,7 +35,18 @@ def _field(header: str) -> str:
     return re.sub(r"\s*\[.*?\]\s*$", "", header.strip()).lower()
 
 
+_STAMP = re.compile(r"^\s*(\d{4})[/-](\d\d)[/-](\d\d)[ T](\d\d):(\d\d):(\d\d)(?:\.(\d+))?")
+
+
 def _timestamp(text: str) -> float | None:
+    match = _STAMP.match(text)
+    if match:
+        year, month, day, hour, minute, second = (int(match.group(i)) for i in range(1, 7))
+        fraction = float("0." + match.group(7)) if match.group(7) else 0.0
+        try:
+            return datetime(year, month, day, hour, minute, second, tzinfo=UTC).timestamp() + fraction
+        except ValueError:
+            return None
     for fmt in ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S"):
         try:
             return datetime.strptime(text.strip(), fmt).replace(tzinfo=UTC).timestamp()
