@@ -201,8 +201,8 @@ class TraceEventStream:
                     self.events_read += 1
                     yield value
                     pos = separator(buffer, end).end()  # type: ignore[union-attr]
-            except StopIteration:
-                pass
+            except (StopIteration, json.JSONDecodeError):
+                pass  # the careful path below decides: end of array, window edge, or damage
             self._pos = pos
             char = self._skip_ws()
             if char == "]":
