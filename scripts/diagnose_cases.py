@@ -337,7 +337,9 @@ def _plans(case: str, rank: int, t0: float) -> tuple[list[RankPlan], float]:
         unit = t0 * 32 / 35 / 1.5  # C such that T_balanced = (m+p-1)/m x 1.5 C = t0
         stage_compute = 3 * unit if stage == pp - 1 else unit
         step = (3 * unit / 32) * 31 + (3 * unit + 3 * unit) / 32
-        return [RankPlan(0.005 * t0, stage_compute, 0.0, stage_idle=True, extra=base) for _ in range(STEPS)], step
+        return [
+            RankPlan(0.005 * t0, stage_compute, 0.0, stage_idle=True, extra=base) for _ in range(STEPS)
+        ], step
     return [RankPlan(0.01 * t0, compute, comm, extra=base) for _ in range(STEPS)], t0
 
 

@@ -30,7 +30,9 @@ def measure(fixture: str, quantity: str) -> float:
         per_stage: dict[int, list[float]] = {}
         for phase in timeline.phases:
             per_stage.setdefault(phase.stage, []).append(phase.compute_s)
-        actual, balanced = step_times([median(v) for _, v in sorted(per_stage.items())], timeline.num_microbatches)
+        actual, balanced = step_times(
+            [median(v) for _, v in sorted(per_stage.items())], timeline.num_microbatches
+        )
         return actual / balanced
     trace = parsed(path)
     if quantity == "dataloader_fraction":

@@ -29,8 +29,18 @@ def mutated() -> st.SearchStrategy[str]:
     seed = st.sampled_from(SEEDS)
     return st.one_of(
         st.text(max_size=300),
-        st.builds(lambda s, i, j: s[: i % (len(s) + 1)] + s[j % (len(s) + 1) :], seed, st.integers(0, 400), st.integers(0, 400)),
-        st.builds(lambda s, t, i: s[: i % (len(s) + 1)] + t + s[i % (len(s) + 1) :], seed, st.text(max_size=20), st.integers(0, 400)),
+        st.builds(
+            lambda s, i, j: s[: i % (len(s) + 1)] + s[j % (len(s) + 1) :],
+            seed,
+            st.integers(0, 400),
+            st.integers(0, 400),
+        ),
+        st.builds(
+            lambda s, t, i: s[: i % (len(s) + 1)] + t + s[i % (len(s) + 1) :],
+            seed,
+            st.text(max_size=20),
+            st.integers(0, 400),
+        ),
     )
 
 
@@ -47,7 +57,11 @@ def test_every_parser_survives(text: str, compress: bool) -> None:
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.floats(-1e3, 1e3), st.floats(0, 50)), max_size=40), st.floats(-1e3, 1e3), st.floats(1e-3, 500))
+@given(
+    st.lists(st.tuples(st.floats(-1e3, 1e3), st.floats(0, 50)), max_size=40),
+    st.floats(-1e3, 1e3),
+    st.floats(1e-3, 500),
+)
 def test_union_measure_matches_brute_force(spans: list[tuple[float, float]], lo: float, width: float) -> None:
     starts = np.array([s for s, _ in spans], dtype=np.float64)
     ends = np.array([s + d for s, d in spans], dtype=np.float64)

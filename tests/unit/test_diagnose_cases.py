@@ -33,7 +33,9 @@ def diagnoses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Diagnosis]:
     found = {}
     for case, directory in CASES.iter_cases(out):
         model, training, layout, cluster = job(out / f"{case}.toml", {})
-        found[case] = diagnose([directory], model=model, training=training, parallelism=layout, cluster=cluster)
+        found[case] = diagnose(
+            [directory], model=model, training=training, parallelism=layout, cluster=cluster
+        )
     return found
 
 

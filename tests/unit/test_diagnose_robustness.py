@@ -30,19 +30,32 @@ GEN = cases()
 def traces(directory: Path, ranks: range, world: int = 8, origin: float = 1.7e9, comm: float = 0.25) -> Path:
     for rank in ranks:
         plans = [GEN.RankPlan(0.01, 0.9, comm, extra={"t0_s": 1.0}) for _ in range(2)]
-        GEN.write_rank_trace(directory / f"rank{rank}.json.gz", rank, world, plans, 1.2, origin_s=origin + rank * (7200 if origin < 0 else 0))
+        GEN.write_rank_trace(
+            directory / f"rank{rank}.json.gz",
+            rank,
+            world,
+            plans,
+            1.2,
+            origin_s=origin + rank * (7200 if origin < 0 else 0),
+        )
     return directory
 
 
 def degraded(result: object) -> list[str]:
-    return [f"{f.title}: {f.summary} " + " ".join(e.what for e in f.evidence) for f in result.findings if f.id == "degraded_input"]  # type: ignore[attr-defined]
+    return [
+        f"{f.title}: {f.summary} " + " ".join(e.what for e in f.evidence)
+        for f in result.findings
+        if f.id == "degraded_input"
+    ]  # type: ignore[attr-defined]
 
 
 def test_truncated_and_corrupt_traces(tmp_path: Path) -> None:
     directory = traces(tmp_path / "t", range(4))
     whole = gzip.decompress((directory / "rank1.json.gz").read_bytes())
     (directory / "rank1.json.gz").write_bytes(gzip.compress(whole[: len(whole) * 2 // 3]))
-    (directory / "rank2.json.gz").write_bytes((directory / "rank2.json.gz").read_bytes()[:500])  # cut gzip stream
+    (directory / "rank2.json.gz").write_bytes(
+        (directory / "rank2.json.gz").read_bytes()[:500]
+    )  # cut gzip stream
     text = gzip.decompress((directory / "rank3.json.gz").read_bytes()).decode()
     (directory / "rank3.json").write_text(text.replace('"cat": "kernel"', '"cat": kernel', 1))
     (directory / "rank3.json.gz").unlink()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mfukit.diagnose.sources import detect, dcgm, dcgmi_diag, kernel_log, nvidia_smi, sacct, training_log
+from mfukit.diagnose.sources import dcgm, dcgmi_diag, detect, kernel_log, nvidia_smi, sacct, training_log
 from mfukit.diagnose.sources.jsonstream import TraceEventStream
 
 
@@ -74,7 +74,7 @@ GPU 00000000:07:00.0
 def test_dcgm_scrape_filters_sentinels(tmp_path: Path) -> None:
     text = (
         "# HELP DCGM_FI_DEV_SM_CLOCK SM clock frequency (in MHz).\n"
-        '# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n'
+        "# TYPE DCGM_FI_DEV_SM_CLOCK gauge\n"
         'DCGM_FI_DEV_SM_CLOCK{gpu="0",UUID="GPU-1",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="h1"} 1980\n'
         'DCGM_FI_DEV_SM_CLOCK{gpu="1",UUID="GPU-2",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="h1"} 990\n'
         'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="1",Hostname="h1"} 9223372036854775794\n'
@@ -126,7 +126,10 @@ def test_sacct_parsable(tmp_path: Path) -> None:
         "3|B|NODE_FAIL|2026-11-29T16:15:30|2026-11-29T16:15:30|2026-11-29T16:15:40|2026-11-29T16:20:40|gres/gpu=8,node=1|gpu04\n"
     )
     jobs = sacct.parse(write(tmp_path, "sacct.txt", text))
-    assert [(j.job_id, j.state, j.num_gpus, j.num_nodes) for j in jobs] == [("2", "COMPLETED", 24, 3), ("3", "NODE_FAIL", 8, 1)]
+    assert [(j.job_id, j.state, j.num_gpus, j.num_nodes) for j in jobs] == [
+        ("2", "COMPLETED", 24, 3),
+        ("3", "NODE_FAIL", 8, 1),
+    ]
     assert jobs[0].end_s is not None and jobs[0].start_s is not None and jobs[0].end_s - jobs[0].start_s == 20
 
 
@@ -138,7 +141,11 @@ def test_sacct_parsable(tmp_path: Path) -> None:
             " [2024-05-01 10:00:00] iteration      100/  500000 | consumed samples:        51200 | elapsed time per iteration (ms): 5123.4 | "
             "throughput per GPU (TFLOP/s/GPU): 150.2 | learning rate: 1.500000E-04 | global batch size:   512 | lm loss: 2.345678E+00 |\n",
             100,
-            lambda s: s.step_time_s == pytest.approx(5.1234) and s.tflops_per_gpu == 150.2 and s.loss == pytest.approx(2.345678),
+            lambda s: (
+                s.step_time_s == pytest.approx(5.1234)
+                and s.tflops_per_gpu == 150.2
+                and s.loss == pytest.approx(2.345678)
+            ),
         ),
         (
             "torchtitan",
@@ -162,11 +169,19 @@ def test_sacct_parsable(tmp_path: Path) -> None:
         ),
         (
             "mfukit-jsonl",
-            json.dumps({"step": 7, "loss": 2.1, "step_time_s": 1.25, "tokens_per_s": 8e5, "mfu": 0.41, "memory": {}}) + "\n",
+            json.dumps(
+                {"step": 7, "loss": 2.1, "step_time_s": 1.25, "tokens_per_s": 8e5, "mfu": 0.41, "memory": {}}
+            )
+            + "\n",
             7,
             lambda s: s.mfu == 0.41 and s.tokens_per_s == 8e5,
         ),
-        ("generic", "step 12 | loss 3.2 | step_time 850 ms | tokens/s 12000\n", 12, lambda s: s.step_time_s == 0.85),
+        (
+            "generic",
+            "step 12 | loss 3.2 | step_time 850 ms | tokens/s 12000\n",
+            12,
+            lambda s: s.step_time_s == 0.85,
+        ),
     ],
 )
 def test_training_logs(tmp_path: Path, framework: str, text: str, step: int, check: object) -> None:
@@ -179,7 +194,11 @@ def test_training_logs(tmp_path: Path, framework: str, text: str, step: int, che
 
 def test_stream_reads_header_after_events_and_top_level_arrays(tmp_path: Path) -> None:
     path = tmp_path / "t.json.gz"
-    path.write_bytes(gzip.compress(b'{"traceEvents": [{"ph": "X", "name": "a"}, {"ph": "X"}], "distributedInfo": {"rank": 3}}'))
+    path.write_bytes(
+        gzip.compress(
+            b'{"traceEvents": [{"ph": "X", "name": "a"}, {"ph": "X"}], "distributedInfo": {"rank": 3}}'
+        )
+    )
     stream = TraceEventStream(path, chunk_chars=8)
     assert len(list(stream.events())) == 2 and stream.header["distributedInfo"] == {"rank": 3}
     array = write(tmp_path, "a.json", '[{"ph": "X"}, {"ph": "M"}]')

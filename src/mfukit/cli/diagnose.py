@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 
 from mfukit.catalog import resolve
 from mfukit.cli.common import emit, format_option, progress, report_option, scenario_options
@@ -106,7 +107,7 @@ def diagnose(
         assumptions=diagnosis.assumptions,
         warnings=warnings,
         tables=tables,
-        notes=diagnosis_report.notes(diagnosis),
+        notes=[escape(line) for line in diagnosis_report.notes(diagnosis)],
         exit_code=1 if diagnosis.has_errors else 0,
     )
     if report_dir is not None:

@@ -19,7 +19,7 @@ def timeline(traces: list[tuple[int, RankTrace]]) -> Figure:
     """Busy intervals of each rank's median step (compute, communication, memcpy), ranks as rows."""
     shown = traces[:MAX_TIMELINE_RANKS]
     fig, axes = figure(8.0, max(2.0, 0.35 * len(shown) + 1.2))
-    for row, (rank, trace) in enumerate(shown):
+    for row, (_, trace) in enumerate(shown):
         for category in ("compute", "comm", "memcpy"):
             spans = [(s * 1e3, (e - s) * 1e3) for s, e, c in trace.timeline if c == category]
             if spans:
