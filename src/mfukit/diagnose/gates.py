@@ -51,7 +51,7 @@ def _mfu(ctx: Context) -> Gate:
         return Gate("mfu_baseline", "MFU baseline", "unknown", None, "—", text, ctx.mfu.method,
                     "a training log with step times or tokens/s, and --model/--gpu/--gpus or a scenario")  # fmt: skip
     return Gate("mfu_baseline", "MFU baseline", "pass" if value >= target else "fail", value, units.format_percent(value), text,
-                f"measured {ctx.mfu.method} ({ctx.mfu.source})")  # fmt: skip
+                f"{ctx.mfu.method} ({Path(ctx.mfu.source).name})")  # fmt: skip
 
 
 def _network(ctx: Context) -> Gate:
@@ -140,8 +140,7 @@ def _failure_rate(ctx: Context) -> Gate:
             if have is None
         ]
         return Gate("failure_rate", name, "unknown", None, "—", band, f"missing {' and '.join(missing)}",
-                    "checkpoint-save lines in the training log, plus a failure rate (scenario "
-                    "cluster.failure_rate_per_1000_node_days, sacct history or kernel logs with XIDs)")  # fmt: skip
+                    "checkpoint-save lines in a training log plus a failure rate (scenario, sacct or XIDs)")  # fmt: skip
     optimum = math.sqrt(2.0 * blocking * mtbf)  # Young (1974)
     ratio = interval / optimum
     ok = float(spec["min_interval_to_optimum"]) <= ratio <= float(spec["max_interval_to_optimum"])
@@ -161,7 +160,7 @@ def _scheduling(ctx: Context) -> Gate:
     )
     if not jobs:
         return Gate("scheduling", name, "unknown", None, "—", target, "no job accounting",
-                    "sacct -a -X -P -S <start> -E <end> --format=JobID,JobName,State,Submit,Eligible,Start,End,AllocTRES,NodeList")  # fmt: skip
+                    "sacct -a -X -P -S <start> -E <end> output (JobID,State,Start,End,AllocTRES)")  # fmt: skip
     lo = min(j.start_s or 0.0 for j in jobs)
     hi = max(j.end_s or 0.0 for j in jobs)
     capacity = ctx.cluster.num_gpus if ctx.cluster else max(j.num_gpus or 0 for j in jobs)

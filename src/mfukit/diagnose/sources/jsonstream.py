@@ -192,7 +192,7 @@ class TraceEventStream:
         separator = _SEPARATOR.match
         while True:
             buffer = self._buffer
-            pos = self._pos
+            pos = separator(buffer, self._pos).end()  # type: ignore[union-attr]
             try:
                 while True:
                     value, end = scan(buffer, pos)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from array import array
+from math import isfinite
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -99,17 +100,29 @@ class _Collector:
             return
         cat = event.get("cat")
         name = event.get("name")
-        ts: Any = event.get("ts")
-        dur: Any = event.get("dur")
         if not isinstance(name, str) or not isinstance(cat, str):
             return
+        # cheap rejections first: most events are CPU ops and launches of no interest here
+        if cat in CPU_SPAN_CATEGORIES:
+            if name.startswith("aten::") or cat == "gpu_user_annotation":
+                return
+        elif cat in RUNTIME_CATEGORIES:
+            if "Launch" not in name and "Memcpy" not in name and "Memset" not in name:
+                return
+        elif cat in DEVICE_CATEGORIES_NOT_ANALYSED:
+            self.other_device_events[cat] += 1
+            return
+        elif cat not in KERNEL_CATEGORIES and cat not in MEMORY_CATEGORIES:
+            return
+        ts: Any = event.get("ts")
+        dur: Any = event.get("dur")
         try:
             start = float(ts)
             length = float(dur) if dur is not None else 0.0
         except (TypeError, ValueError):
             self.bad_events += 1
             return
-        if not (np.isfinite(start) and np.isfinite(length)) or length < 0:
+        if not (isfinite(start) and isfinite(length)) or length < 0:
             self.bad_events += 1
             return
         if self.origin_us is None:
@@ -119,10 +132,8 @@ class _Collector:
             self._gpu(cat, name, start, length, event.get("args"))
         elif cat in RUNTIME_CATEGORIES:
             self._runtime(name, start, length, event.get("args"))
-        elif cat in CPU_SPAN_CATEGORIES:
+        else:
             self._cpu(cat, name, start, length)
-        elif cat in DEVICE_CATEGORIES_NOT_ANALYSED:
-            self.other_device_events[cat] += 1
 
     def _gpu(self, cat: str, name: str, start: float, length: float, args: Any) -> None:
         arguments = args if isinstance(args, dict) else None
@@ -150,18 +161,15 @@ class _Collector:
                 )
 
     def _runtime(self, name: str, start: float, length: float, args: Any) -> None:
-        if "Launch" in name or "Memcpy" in name or "Memset" in name:
-            correlation = args.get("correlation") if isinstance(args, dict) else None
-            if isinstance(correlation, int):
-                self.runtime_corr.append(correlation)
-                self.runtime_ts.append(start)
-            self.launch_api_us += length
-            if "GraphLaunch" in name:
-                self.graph_launches += 1
+        correlation = args.get("correlation") if isinstance(args, dict) else None
+        if isinstance(correlation, int):
+            self.runtime_corr.append(correlation)
+            self.runtime_ts.append(start)
+        self.launch_api_us += length
+        if "GraphLaunch" in name:
+            self.graph_launches += 1
 
     def _cpu(self, cat: str, name: str, start: float, length: float) -> None:
-        if cat == "gpu_user_annotation" or name.startswith("aten::"):
-            return
         if cat == "python_function":
             if GC_NAME.search(name):
                 self.gc.append((start, start + length))
