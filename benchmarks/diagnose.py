@@ -115,40 +115,75 @@ def make_set(directory: Path, ranks: int, steps: int, kernels_per_step: int) -> 
 
 
 MFUKIT_CHILD = """
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 start = time.perf_counter()
 from mfukit.diagnose.breakdown import summaries, time_breakdown
-from mfukit.diagnose.sources import kineto
-traces = [kineto.parse(p)[0] for p in sorted(Path(sys.argv[1]).glob("*.json"))]
+from mfukit.diagnose.engine import parse_files
+traces = [r for _, _, records, _ in parse_files(sorted(Path(sys.argv[1]).glob("*.json"))) for r in records]
 breakdown = time_breakdown(summaries(traces))
 elapsed = time.perf_counter() - start
-print(json.dumps({"seconds": elapsed, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                  "idle_fraction": breakdown["overall"]["idle_fraction"], "events": sum(t.events for t in traces)}))
+print(json.dumps({"seconds": elapsed, "idle_fraction": breakdown["overall"]["idle_fraction"],
+                  "events": sum(t.events for t in traces)}))
 """
 
 HTA_CHILD = """
-import json, resource, sys, time
+import json, sys, time
 start = time.perf_counter()
 from hta.trace_analysis import TraceAnalysis
 analyzer = TraceAnalysis(trace_dir=sys.argv[1])
 frame = analyzer.get_temporal_breakdown(visualize=False)
 elapsed = time.perf_counter() - start
-print(json.dumps({"seconds": elapsed, "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                  "idle_fraction": float(frame["idle_time_pctg"].mean()) / 100.0}))
+print(json.dumps({"seconds": elapsed, "idle_fraction": float(frame["idle_time_pctg"].mean()) / 100.0}))
 """
 
 
+def _tree_rss_bytes(root: int) -> int:
+    """Memory of ``root`` and all its descendants now (PSS; both tools fork worker processes)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        parents[int(entry.name)] = int(fields.get("PPid", "0").strip() or 0)
+        try:  # proportional set size: pages shared by forked workers are counted once, not per process
+            rollup = (entry / "smaps_rollup").read_text()
+            pss = next(line for line in rollup.splitlines() if line.startswith("Pss:"))
+            rss[int(entry.name)] = int(pss.split()[1]) * 1024
+        except (OSError, StopIteration):
+            rss[int(entry.name)] = int(fields.get("VmRSS", "0 kB").split()[0]) * 1024 if "VmRSS" in fields else 0
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return sum(rss.get(pid, 0) for pid in tree)
+
+
 def run_child(python: Path, code: str, directory: Path, limit_bytes: int | None = None) -> dict[str, float]:
+    """Run one tool in its own process tree; wall time is the tool's own, memory the tree's peak RSS
+    sampled every 20 ms (workers included)."""
     command = [str(python), "-c", code, str(directory)]
-    if limit_bytes is not None:  # hard address-space limit: exceeding it fails the run instead of swapping
+    if limit_bytes is not None:  # hard address-space limit per process: exceeding it fails the run
         command = ["prlimit", f"--as={limit_bytes}", *command]
-    done = subprocess.run(
-        command, capture_output=True, text=True, check=False, env={**os.environ, "PYTHONWARNINGS": "ignore"}
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{python.name} child failed ({done.returncode}): {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONWARNINGS": "ignore"})  # fmt: skip
+    peak = 0
+    while process.poll() is None:
+        peak = max(peak, _tree_rss_bytes(process.pid))
+        time.sleep(0.02)
+    stdout, stderr = process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"{python.name} child failed ({process.returncode}): {stderr[-2000:]}")
+    result: dict[str, float] = json.loads(stdout.strip().splitlines()[-1])
+    result["peak_rss_bytes"] = peak
+    return result
 
 
 def ensure_hta() -> Path:
@@ -163,7 +198,7 @@ def ensure_hta() -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--kernels", type=int, default=600, help="compute kernels per step")
     parser.add_argument("--large-gb", type=float, default=2.0)
     parser.add_argument("--skip-hta", action="store_true")
@@ -202,7 +237,7 @@ def main() -> int:
         if not args.skip_large:
             large = Path(scratch) / "large"
             ranks = 8
-            steps = max(1, int(args.large_gb * GiB / ranks / (args.kernels * 1400)))
+            steps = max(1, int(args.large_gb * GiB / ranks / (args.kernels * 980)))
             size = make_set(large, ranks, steps, args.kernels)
             result = run_child(ours, MFUKIT_CHILD, large, limit_bytes=4 * GiB)
             report["large"] = {"bytes": size, **result}

@@ -6,8 +6,11 @@ that no source recognises, or whose parser fails, is reported as degraded input,
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from collections import defaultdict
 from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +30,7 @@ from mfukit.diagnose.rules.hardware import catalog
 from mfukit.diagnose.sources import detect
 from mfukit.errors import InputError
 
+MAX_WORKERS = 8
 FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"})
 
 
@@ -69,6 +73,41 @@ def collect(paths: Iterable[Path]) -> list[Path]:
     return files
 
 
+Parsed = tuple[Path, str, list[object], str | None]
+
+
+def parse_file(path: Path) -> Parsed:
+    """(path, kind, records, error): a file no source recognises, or whose parser fails, is an error
+    string, never an exception."""
+    source = detect(path)
+    if source is None:
+        return path, "unrecognised", [], "not a recognised artifact kind"
+    try:
+        return path, source.kind, source.parse(path), None
+    except Exception as error:  # a parser bug or an input it cannot survive: say so, go on
+        return path, f"{source.kind} (unreadable)", [], f"{source.kind} parser failed: {type(error).__name__}: {error}"
+
+
+def parse_files(files: list[Path], *, workers: int | None = None, progress: ProgressCallback | None = None) -> list[Parsed]:
+    """Parse every file, several at once on a multi-core machine (each worker streams one file at a
+    time, so memory stays bounded by the number of workers)."""
+    count = workers if workers is not None else min(len(files), os.cpu_count() or 1, MAX_WORKERS)
+    results: list[Parsed] = []
+    if count <= 1 or len(files) <= 1:
+        for index, path in enumerate(files):
+            results.append(parse_file(path))
+            if progress is not None:
+                progress(index + 1, len(files))
+        return results
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+        for index, parsed in enumerate(pool.map(parse_file, files, chunksize=1)):
+            results.append(parsed)
+            if progress is not None:
+                progress(index + 1, len(files))
+    return results
+
+
 def rank_findings(findings: list[Finding]) -> list[Finding]:
     """By cost (largest first), then severity; a finding explained by another follows its root cause."""
     roots = sorted(
@@ -96,22 +135,12 @@ def diagnose(
     records: list[object] = []
     inputs: list[dict[str, str]] = []
     unrecognised: list[str] = []
-    for index, path in enumerate(files):
-        source = detect(path)
-        if source is None:
-            unrecognised.append(str(path))
-            inputs.append({"file": str(path), "kind": "unrecognised"})
+    for path, kind, parsed, error in parse_files(files, progress=progress):
+        inputs.append({"file": str(path), "kind": kind})
+        if error is not None:
+            unrecognised.append(f"{path} ({error})")
         else:
-            try:
-                parsed = source.parse(path)
-            except Exception as error:  # a parser bug or an input it cannot survive: say so, go on
-                unrecognised.append(f"{path} ({source.kind} parser failed: {type(error).__name__}: {error})")
-                inputs.append({"file": str(path), "kind": f"{source.kind} (unreadable)"})
-            else:
-                records.extend(parsed)
-                inputs.append({"file": str(path), "kind": source.kind})
-        if progress is not None:
-            progress(index + 1, len(files))
+            records.extend(parsed)
     logs = [r for r in records if isinstance(r, TrainingLog)]
     estimate = mfu_module.measure(logs, model, training, cluster)
     ctx = Context(

@@ -17,15 +17,24 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import types
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+orjson: types.ModuleType | None
+try:  # a faster decoder for whole blocks of events; the stdlib scanner handles everything it rejects
+    import orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; this keeps the stdlib path working
+    orjson = None
+
 CHUNK_CHARS = 1 << 22
 MAX_VALUE_CHARS = 1 << 26  # one event (or header value) larger than 64 Mi characters is corrupt
 _EDGE = 64  # a decode error this close to the window's end means "the value continues"
+_BLOCK_MIN_CHARS = 1 << 16
+_BOUNDARY = re.compile(r"\}\s*,\s*\{")
 _WHITESPACE = re.compile(r"\s*")
 _SEPARATOR = re.compile(r"\s*(?:,\s*)?")
 _NEXT_ITEM = re.compile(r",\s*\{")
@@ -193,6 +202,15 @@ class TraceEventStream:
         while True:
             buffer = self._buffer
             pos = separator(buffer, self._pos).end()  # type: ignore[union-attr]
+            block = _block(buffer, pos)
+            if block is not None:
+                events, pos = block
+                self._pos = pos
+                self.events_read += len(events)
+                yield from events
+                if len(buffer) - pos < _BLOCK_MIN_CHARS:
+                    self._fill()
+                continue
             try:
                 while True:
                     value, end = scan(buffer, pos)
@@ -253,3 +271,29 @@ class TraceEventStream:
             f"the file ends (or breaks) inside {what} after {self.events_read} events "
             f"({self._offset()} characters read)"
         )
+
+
+def _block(buffer: str, pos: int) -> tuple[list[dict[str, Any]], int] | None:
+    """Decode the complete events of ``buffer[pos:]`` in one orjson call, up to the last ``}, {``.
+
+    Returns the events and the position after the last one's comma, or None (no orjson, too little
+    text, a cut that fell inside a string, a value orjson rejects such as NaN or a 65-bit integer):
+    the caller then goes event by event with the stdlib scanner.
+    """
+    if orjson is None or len(buffer) - pos < _BLOCK_MIN_CHARS or not buffer.startswith("{", pos):
+        return None
+    cut = buffer.rfind("}", pos, len(buffer) - 1)
+    while cut > pos:
+        match = _BOUNDARY.match(buffer, cut)
+        if match is not None:
+            break
+        cut = buffer.rfind("}", pos, cut)
+    else:
+        return None
+    try:
+        events = orjson.loads("[" + buffer[pos : cut + 1] + "]")
+    except orjson.JSONDecodeError:
+        return None
+    if not all(type(event) is dict for event in events):
+        return None
+    return events, match.end() - 1

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import re
 from array import array
-from math import isfinite
 from collections import defaultdict
+from math import isfinite
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,13 @@ DTYPE_BYTES = {
     "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }  # fmt: skip
 CATEGORY_CODES: dict[TimelineCategory, int] = {"compute": 0, "comm": 1, "memcpy": 2}
+_GPU, _RUNTIME, _CPU, _OTHER_DEVICE = range(4)
+_KIND: dict[str, int] = {
+    **dict.fromkeys(KERNEL_CATEGORIES | MEMORY_CATEGORIES, _GPU),
+    **dict.fromkeys(RUNTIME_CATEGORIES, _RUNTIME),
+    **dict.fromkeys(CPU_SPAN_CATEGORIES, _CPU),
+    **dict.fromkeys(DEVICE_CATEGORIES_NOT_ANALYSED, _OTHER_DEVICE),
+}
 
 
 class _Collector:
@@ -96,23 +103,25 @@ class _Collector:
         self.bad_events = 0
 
     def add(self, event: dict[str, Any]) -> None:
-        if event.get("ph") != "X":
+        try:
+            if event["ph"] != "X":
+                return
+            cat = event["cat"]
+            name = event["name"]
+        except (KeyError, TypeError):
             return
-        cat = event.get("cat")
-        name = event.get("name")
-        if not isinstance(name, str) or not isinstance(cat, str):
+        kind = _KIND.get(cat) if type(cat) is str else None
+        if kind is None or type(name) is not str:
             return
         # cheap rejections first: most events are CPU ops and launches of no interest here
-        if cat in CPU_SPAN_CATEGORIES:
+        if kind == _CPU:
             if name.startswith("aten::") or cat == "gpu_user_annotation":
                 return
-        elif cat in RUNTIME_CATEGORIES:
+        elif kind == _RUNTIME:
             if "Launch" not in name and "Memcpy" not in name and "Memset" not in name:
                 return
-        elif cat in DEVICE_CATEGORIES_NOT_ANALYSED:
+        elif kind == _OTHER_DEVICE:
             self.other_device_events[cat] += 1
-            return
-        elif cat not in KERNEL_CATEGORIES and cat not in MEMORY_CATEGORIES:
             return
         ts: Any = event.get("ts")
         dur: Any = event.get("dur")
@@ -128,9 +137,9 @@ class _Collector:
         if self.origin_us is None:
             self.origin_us = start
         start -= self.origin_us
-        if cat in KERNEL_CATEGORIES or cat in MEMORY_CATEGORIES:
+        if kind == _GPU:
             self._gpu(cat, name, start, length, event.get("args"))
-        elif cat in RUNTIME_CATEGORIES:
+        elif kind == _RUNTIME:
             self._runtime(name, start, length, event.get("args"))
         else:
             self._cpu(cat, name, start, length)
