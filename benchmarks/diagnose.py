@@ -139,36 +139,37 @@ print(json.dumps({"seconds": elapsed, "idle_fraction": float(frame["idle_time_pc
 
 
 def _tree_rss_bytes(root: int) -> int:
-    """Memory of ``root`` and all its descendants now (PSS; both tools fork worker processes)."""
+    """Memory of ``root`` and all its descendants now (PSS, so pages shared by forked workers count
+    once; both tools fork worker processes)."""
     parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        parents[int(entry.name)] = int(fields.get("PPid", "0").strip() or 0)
-        try:  # proportional set size: pages shared by forked workers are counted once, not per process
-            rollup = (entry / "smaps_rollup").read_text()
-            pss = next(line for line in rollup.splitlines() if line.startswith("Pss:"))
-            rss[int(entry.name)] = int(pss.split()[1]) * 1024
-        except (OSError, StopIteration):
-            rss[int(entry.name)] = int(fields.get("VmRSS", "0 kB").split()[0]) * 1024 if "VmRSS" in fields else 0
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
     tree, frontier = {root}, [root]
     while frontier:
         parent = frontier.pop()
         children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
         tree.update(children)
         frontier.extend(children)
-    return sum(rss.get(pid, 0) for pid in tree)
+    total = 0
+    for pid in tree:
+        try:
+            rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+        except OSError:
+            continue
+        total += next(
+            (int(line.split()[1]) * 1024 for line in rollup.splitlines() if line.startswith("Pss:")), 0
+        )
+    return total
 
 
 def run_child(python: Path, code: str, directory: Path, limit_bytes: int | None = None) -> dict[str, float]:
     """Run one tool in its own process tree; wall time is the tool's own, memory the tree's peak RSS
-    sampled every 20 ms (workers included)."""
+    sampled every 100 ms (workers included)."""
     command = [str(python), "-c", code, str(directory)]
     if limit_bytes is not None:  # hard address-space limit per process: exceeding it fails the run
         command = ["prlimit", f"--as={limit_bytes}", *command]
@@ -177,7 +178,7 @@ def run_child(python: Path, code: str, directory: Path, limit_bytes: int | None 
     peak = 0
     while process.poll() is None:
         peak = max(peak, _tree_rss_bytes(process.pid))
-        time.sleep(0.02)
+        time.sleep(0.1)
     stdout, stderr = process.communicate()
     if process.returncode != 0:
         raise RuntimeError(f"{python.name} child failed ({process.returncode}): {stderr[-2000:]}")
