@@ -2,29 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
+from diagnose_support import load_cases
 
 from mfukit.cli.diagnose import job
 from mfukit.diagnose.engine import Diagnosis, diagnose
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "diagnose_cases.py"
-
-
-def generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("diagnose_cases", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["diagnose_cases"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-CASES = generator()
+CASES = load_cases()
 
 
 @pytest.fixture(scope="module")

@@ -4,27 +4,14 @@ clocks. Each gives a warning finding saying what could not be judged, never a tr
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
+
+from diagnose_support import load_cases
 
 from mfukit.diagnose.engine import diagnose
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "diagnose_cases.py"
-
-
-def cases() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("diagnose_cases_robust", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["diagnose_cases_robust"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = cases()
+GEN = load_cases()
 
 
 def traces(directory: Path, ranks: range, world: int = 8, origin: float = 1.7e9, comm: float = 0.25) -> Path:

@@ -85,10 +85,17 @@ def parse_file(path: Path) -> Parsed:
     try:
         return path, source.kind, source.parse(path), None
     except Exception as error:  # a parser bug or an input it cannot survive: say so, go on
-        return path, f"{source.kind} (unreadable)", [], f"{source.kind} parser failed: {type(error).__name__}: {error}"
+        return (
+            path,
+            f"{source.kind} (unreadable)",
+            [],
+            f"{source.kind} parser failed: {type(error).__name__}: {error}",
+        )
 
 
-def parse_files(files: list[Path], *, workers: int | None = None, progress: ProgressCallback | None = None) -> list[Parsed]:
+def parse_files(
+    files: list[Path], *, workers: int | None = None, progress: ProgressCallback | None = None
+) -> list[Parsed]:
     """Parse every file, several at once on a multi-core machine (each worker streams one file at a
     time, so memory stays bounded by the number of workers)."""
     count = workers if workers is not None else min(len(files), os.cpu_count() or 1, MAX_WORKERS)
@@ -99,7 +106,9 @@ def parse_files(files: list[Path], *, workers: int | None = None, progress: Prog
             if progress is not None:
                 progress(index + 1, len(files))
         return results
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    context = multiprocessing.get_context(
+        "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    )
     with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
         for index, parsed in enumerate(pool.map(parse_file, files, chunksize=1)):
             results.append(parsed)
