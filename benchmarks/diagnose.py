@@ -192,14 +192,17 @@ def ensure_hta() -> Path:
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(HTA_VENV)], check=True)
     if subprocess.run([str(python), "-c", "import hta"], capture_output=True, check=False).returncode != 0:
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "holistictraceanalysis"], check=True)
+        # HTA 0.5.0 overflows an int16 column under pandas 3 on traces of more than ~32k kernels per rank
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "holistictraceanalysis", "pandas<3"], check=True
+        )
     return python
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--kernels", type=int, default=600, help="compute kernels per step")
     parser.add_argument("--large-gb", type=float, default=2.0)
     parser.add_argument("--skip-hta", action="store_true")

@@ -34,6 +34,7 @@ CHUNK_CHARS = 1 << 22
 MAX_VALUE_CHARS = 1 << 26  # one event (or header value) larger than 64 Mi characters is corrupt
 _EDGE = 64  # a decode error this close to the window's end means "the value continues"
 _BLOCK_MIN_CHARS = 1 << 16
+_BLOCK_MAX_CHARS = 1 << 19  # decoded events of one block cost ~10x its text: keep blocks small
 _BOUNDARY = re.compile(r"\}\s*,\s*\{")
 _WHITESPACE = re.compile(r"\s*")
 _SEPARATOR = re.compile(r"\s*(?:,\s*)?")
@@ -282,7 +283,8 @@ def _block(buffer: str, pos: int) -> tuple[list[dict[str, Any]], int] | None:
     """
     if orjson is None or len(buffer) - pos < _BLOCK_MIN_CHARS or not buffer.startswith("{", pos):
         return None
-    cut = buffer.rfind("}", pos, len(buffer) - 1)
+    limit = min(len(buffer) - 1, pos + _BLOCK_MAX_CHARS)
+    cut = buffer.rfind("}", pos, limit)
     while cut > pos:
         match = _BOUNDARY.match(buffer, cut)
         if match is not None:
