@@ -138,7 +138,8 @@ def test_topology_tiers_from_the_catalog() -> None:
     tor = topology("dgx-h100", 1024, rail_optimized=False)
     assert (rail.nodes_per_leaf, tor.nodes_per_leaf, rail.fabric_levels) == (32, 4, 3)
     assert switch_hops(rail, 32) == 1 and switch_hops(rail, 33) == 5 and switch_hops(tor, 8) == 5
-    assert topology("dgx-a100-80gb").nodes_per_leaf is None  # no HDR switch in the catalog
+    # QM8790 has 40 HDR ports, 20 down: the DGX A100 SuperPOD scalable unit of 20 nodes per rail leaf
+    assert topology("dgx-a100-80gb").nodes_per_leaf == 20
 
 
 def test_one_gpu_costs_nothing() -> None:

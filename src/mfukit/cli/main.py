@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "comm": "mfukit.cli.comm:comm",
     "fabric": "mfukit.cli.fabric:fabric",
     "ft": "mfukit.cli.ft:ft",
+    "diagnose": "mfukit.cli.diagnose:diagnose",
     "catalog": "mfukit.cli.catalog:catalog",
 }
 

@@ -1,0 +1,117 @@
+"""``mfukit diagnose PATH...``: why a job sits below its expected MFU, from its own artifacts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from mfukit.catalog import resolve
+from mfukit.cli.common import emit, format_option, progress, report_option, scenario_options
+from mfukit.cli.render import Format
+from mfukit.core.cluster import Cluster
+from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism
+from mfukit.core.results import Output
+from mfukit.core.scenario import ClusterSection, TrainingSection, load_scenario
+from mfukit.core.schema import validate_as
+from mfukit.diagnose import report as diagnosis_report
+from mfukit.diagnose.engine import diagnose as run_diagnosis
+from mfukit.diagnose.sources import sources
+
+
+def _section(overrides: dict[str, Any], prefix: str) -> dict[str, Any]:
+    return {key.split(".", 1)[1]: value for key, value in overrides.items() if key.startswith(prefix + ".")}
+
+
+def job(
+    scenario_path: Path | None, overrides: dict[str, Any]
+) -> tuple[ModelSpec | None, TrainingSection | None, Parallelism | None, Cluster | None]:
+    """The model, training settings, layout and cluster from a scenario and/or flags (each may be absent)."""
+    if scenario_path is not None or "model.preset" in overrides:
+        scenario = load_scenario(scenario_path, overrides)
+        source = str(scenario_path) if scenario_path else "command line"
+        base = scenario_path.parent if scenario_path else None
+        model = resolve.model_spec(scenario.model, source=source, base_dir=base)
+        section = scenario.cluster
+        cluster = None
+        if (section.system or section.gpu) and (section.num_gpus or section.num_nodes):
+            cluster = resolve.cluster(section, source=source)
+        return model, scenario.training, scenario.parallelism, cluster
+    training = validate_as(
+        TrainingSection, _section(overrides, "training"), source="command line", prefix="training"
+    )
+    layout_fields = _section(overrides, "parallelism")
+    layout = (
+        validate_as(Parallelism, layout_fields, source="command line", prefix="parallelism")
+        if layout_fields
+        else None
+    )
+    section = validate_as(
+        ClusterSection, _section(overrides, "cluster"), source="command line", prefix="cluster"
+    )
+    cluster = None
+    if (section.system or section.gpu) and (section.num_gpus or section.num_nodes):
+        cluster = resolve.cluster(section, source="command line")
+    return None, training, layout, cluster
+
+
+KINDS_HELP = "; ".join(source.description for source in sources())
+
+
+@click.command(
+    help=f"""Diagnose a training job from its artifacts: ranked causes of lost MFU, their fixes, the gates.
+
+PATH is a file or a directory (scanned recursively; each file's kind is detected): {KINDS_HELP}.
+Exit 1 when a finding has error severity."""
+)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--scenario", "scenario_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Scenario file with [model], [training], [parallelism], [cluster].")  # fmt: skip
+@scenario_options(
+    "model", "gpu", "gpus", "system", "nodes", "seq_len", "global_batch_size", "global_batch_tokens",
+    "micro_batch_size", "precision", "tp", "pp", "dp", "failure_rate",
+)  # fmt: skip
+@format_option
+@report_option
+def diagnose(
+    paths: tuple[Path, ...],
+    scenario_path: Path | None,
+    overrides: dict[str, Any],
+    fmt: Format,
+    report_dir: Path | None,
+) -> int:
+    model, training, layout, cluster = job(scenario_path, overrides)
+    with progress("reading artifacts") as callback:
+        diagnosis = run_diagnosis(
+            paths, model=model, training=training, parallelism=layout, cluster=cluster, progress=callback
+        )
+    tables = [diagnosis_report.findings_table(diagnosis), diagnosis_report.gates_table(diagnosis)]
+    table = diagnosis_report.breakdown_table(diagnosis)
+    if table is not None:
+        tables.append(table)
+    warnings = [f"{f.title}: {f.summary}" for f in diagnosis.findings if f.id == "degraded_input"]
+    output = Output(
+        schema="diagnose/1",
+        inputs={
+            "paths": [str(p) for p in paths],
+            "scenario": str(scenario_path) if scenario_path else None,
+            "overrides": overrides,
+            "model": model.name if model else None,
+            "accelerator": cluster.accelerator.name if cluster else None,
+            "num_gpus": cluster.num_gpus if cluster else None,
+        },
+        result=diagnosis_report.result(diagnosis),
+        assumptions=diagnosis.assumptions,
+        warnings=warnings,
+        tables=tables,
+        notes=[escape(line) for line in diagnosis_report.notes(diagnosis)],
+        exit_code=1 if diagnosis.has_errors else 0,
+    )
+    if report_dir is not None:
+        from mfukit.report.html import write_report
+
+        output.files.append(write_report(diagnosis_report.html_report(diagnosis, warnings), report_dir))
+    return emit(output, fmt)

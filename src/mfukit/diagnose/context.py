@@ -1,0 +1,65 @@
+"""What every rule sees: the parsed records, the job (model, layout, cluster), the MFU, earlier findings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TypeVar
+
+from mfukit.core.cluster import Cluster
+from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism
+from mfukit.core.scenario import TrainingSection
+from mfukit.diagnose.breakdown import RankSummary, summaries
+from mfukit.diagnose.findings import Finding, Impact
+from mfukit.diagnose.mfu import Expected, MfuEstimate
+from mfukit.diagnose.records import RankTrace
+from mfukit.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
+
+T = TypeVar("T")
+
+
+@dataclass
+class Context:
+    records: list[object]
+    mfu: MfuEstimate
+    expected: Expected
+    model: ModelSpec | None = None
+    training: TrainingSection | None = None
+    parallelism: Parallelism | None = None
+    cluster: Cluster | None = None
+    unrecognised: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+    def of(self, kind: type[T]) -> list[T]:
+        return [record for record in self.records if isinstance(record, kind)]
+
+    @cached_property
+    def ranks(self) -> list[RankSummary]:
+        return summaries(self.of(RankTrace))
+
+    @cached_property
+    def num_gpus(self) -> int | None:
+        """GPUs in the job: the cluster's, else the traces' world size."""
+        if self.cluster is not None:
+            return self.cluster.num_gpus
+        worlds = [t.world_size for t in self.of(RankTrace) if t.world_size]
+        return max(worlds) if worlds else None
+
+    def impact(self, step_fraction: float, basis: str) -> Impact:
+        """A share of step time, and what it costs the whole job in GPU-hours per day."""
+        hours = None
+        if self.num_gpus is not None:
+            hours = step_fraction * self.num_gpus * SECONDS_PER_DAY / SECONDS_PER_HOUR
+        return Impact(step_fraction=step_fraction, gpu_hours_per_day=hours, basis=basis)
+
+    def mfu_after(self, recoverable_fraction: float | None) -> float | None:
+        """MFU once ``recoverable_fraction`` of today's step time is gone (MFU scales as 1 / step time)."""
+        if self.mfu.measured is None or recoverable_fraction is None:
+            return None
+        remaining = max(1e-9, 1.0 - min(recoverable_fraction, 0.99))
+        return min(1.0, self.mfu.measured / remaining)
+
+    def find(self, finding_id: str) -> Finding | None:
+        return next((f for f in self.findings if f.id == finding_id), None)

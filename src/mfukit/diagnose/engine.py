@@ -1,0 +1,218 @@
+"""Run a diagnosis: find the artifacts, parse each with its source, run every rule family, rank, gate.
+
+The entry point is :func:`diagnose`; it returns a :class:`Diagnosis` (data only, no printing). A file
+that no source recognises, or whose parser fails, is reported as degraded input, never raised.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from collections import defaultdict
+from collections.abc import Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mfukit.core.cluster import Cluster
+from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism
+from mfukit.core.results import ProgressCallback
+from mfukit.core.scenario import TrainingSection
+from mfukit.diagnose import mfu as mfu_module
+from mfukit.diagnose.breakdown import RankSummary, time_breakdown
+from mfukit.diagnose.context import Context
+from mfukit.diagnose.findings import SEVERITY_ORDER, Finding, Gate
+from mfukit.diagnose.gates import gates as judge_gates
+from mfukit.diagnose.records import RankTrace, SlurmJob, TrainingLog, XidEvent
+from mfukit.diagnose.rules import rules
+from mfukit.diagnose.rules.hardware import catalog
+from mfukit.diagnose.sources import detect
+from mfukit.errors import InputError
+
+MAX_WORKERS = 8
+FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"})
+
+
+@dataclass
+class Diagnosis:
+    inputs: list[dict[str, str]]
+    findings: list[Finding]
+    gates: list[Gate]
+    mfu: mfu_module.MfuEstimate
+    expected: mfu_module.Expected
+    ranks: list[RankSummary]
+    time_breakdown: dict[str, object]
+    records: list[object]
+    assumptions: list[str] = field(default_factory=list)
+
+    @property
+    def top(self) -> Finding | None:
+        """The costliest finding that is a cause (not a degraded-input note, not explained by another)."""
+        return next((f for f in self.findings if f.id != "degraded_input" and f.explained_by is None), None)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(f.severity == "error" for f in self.findings)
+
+
+def collect(paths: Iterable[Path]) -> list[Path]:
+    """Files under ``paths`` (directories walked recursively, hidden entries skipped), sorted."""
+    files: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise InputError("no such file or directory", value=str(path), hint="check the path")
+        if path.is_dir():
+            files.extend(
+                p
+                for p in sorted(path.rglob("*"))
+                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            )
+        else:
+            files.append(path)
+    return files
+
+
+Parsed = tuple[Path, str, list[object], str | None]
+
+
+def parse_file(path: Path) -> Parsed:
+    """(path, kind, records, error): a file no source recognises, or whose parser fails, is an error
+    string, never an exception."""
+    source = detect(path)
+    if source is None:
+        return path, "unrecognised", [], "not a recognised artifact kind"
+    try:
+        return path, source.kind, source.parse(path), None
+    except Exception as error:  # a parser bug or an input it cannot survive: say so, go on
+        return (
+            path,
+            f"{source.kind} (unreadable)",
+            [],
+            f"{source.kind} parser failed: {type(error).__name__}: {error}",
+        )
+
+
+def parse_files(
+    files: list[Path], *, workers: int | None = None, progress: ProgressCallback | None = None
+) -> list[Parsed]:
+    """Parse every file, several at once on a multi-core machine (each worker streams one file at a
+    time, so memory stays bounded by the number of workers)."""
+    count = workers if workers is not None else min(len(files), os.cpu_count() or 1, MAX_WORKERS)
+    results: list[Parsed] = []
+    if count <= 1 or len(files) <= 1:
+        for index, path in enumerate(files):
+            results.append(parse_file(path))
+            if progress is not None:
+                progress(index + 1, len(files))
+        return results
+    context = multiprocessing.get_context(
+        "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    )
+    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+        for index, parsed in enumerate(pool.map(parse_file, files, chunksize=1)):
+            results.append(parsed)
+            if progress is not None:
+                progress(index + 1, len(files))
+    return results
+
+
+def rank_findings(findings: list[Finding]) -> list[Finding]:
+    """By cost (largest first), then severity; a finding explained by another follows its root cause."""
+    roots = sorted(
+        (f for f in findings if f.explained_by is None),
+        key=lambda f: (-f.cost, SEVERITY_ORDER[f.severity], f.id),
+    )
+    ordered: list[Finding] = []
+    for root in roots:
+        ordered.append(root)
+        ordered.extend(f for f in findings if f.explained_by == root.id and f not in ordered)
+    ordered.extend(f for f in findings if f not in ordered)
+    return ordered
+
+
+def diagnose(
+    paths: Iterable[Path],
+    *,
+    model: ModelSpec | None = None,
+    training: TrainingSection | None = None,
+    parallelism: Parallelism | None = None,
+    cluster: Cluster | None = None,
+    progress: ProgressCallback | None = None,
+) -> Diagnosis:
+    files = collect(paths)
+    records: list[object] = []
+    inputs: list[dict[str, str]] = []
+    unrecognised: list[str] = []
+    for path, kind, parsed, error in parse_files(files, progress=progress):
+        inputs.append({"file": str(path), "kind": kind})
+        if error is not None:
+            unrecognised.append(f"{path} ({error})")
+        else:
+            records.extend(parsed)
+    logs = [r for r in records if isinstance(r, TrainingLog)]
+    estimate = mfu_module.measure(logs, model, training, cluster)
+    ctx = Context(
+        records=records,
+        mfu=estimate,
+        expected=mfu_module.expected_mfu(cluster),
+        model=model,
+        training=training,
+        parallelism=parallelism,
+        cluster=cluster,
+        unrecognised=unrecognised,
+    )
+    for rule in rules():
+        ctx.findings.extend(rule(ctx))
+    findings = rank_findings(ctx.findings)
+    return Diagnosis(
+        inputs=inputs,
+        findings=findings,
+        gates=judge_gates(ctx),
+        mfu=estimate,
+        expected=ctx.expected,
+        ranks=ctx.ranks,
+        time_breakdown=time_breakdown(ctx.ranks),
+        records=records,
+        assumptions=ctx.assumptions,
+    )
+
+
+def post_mortem(diagnosis: Diagnosis) -> dict[str, object]:
+    """Root cause -> Impact (jobs lost, GPU-hours wasted) -> Fix -> Prevention, from the top finding."""
+    top = diagnosis.top
+    jobs = [r for r in diagnosis.records if isinstance(r, SlurmJob)]
+    lost = [j for j in jobs if j.state in FAILED_STATES]
+    fatal = [
+        e
+        for e in diagnosis.records
+        if isinstance(e, XidEvent) and catalog().get(e.xid) is not None and catalog()[e.xid].fatal
+    ]
+    by_state: dict[str, int] = defaultdict(int)
+    for job in lost:
+        by_state[job.state] += 1
+    if top is None:
+        return {
+            "root_cause": "no cause found in the artifacts given",
+            "impact": {},
+            "fix": [],
+            "prevention": [],
+        }
+    return {
+        "root_cause": f"{top.title}. {top.summary}",
+        "impact": {
+            "step_fraction": top.impact.step_fraction,
+            "gpu_hours_wasted_per_day": top.impact.gpu_hours_per_day,
+            "jobs_lost": len(lost) if jobs else None,
+            "jobs_lost_by_state": dict(by_state),
+            "fatal_xids": len(fatal),
+            "mfu_now": diagnosis.mfu.measured,
+            "mfu_after_fix": top.mfu_after_fix,
+        },
+        "fix": top.fix,
+        "prevention": top.prevention,
+    }
+
+
+def traces_of(diagnosis: Diagnosis) -> list[RankTrace]:
+    return [r for r in diagnosis.records if isinstance(r, RankTrace)]

@@ -1,0 +1,206 @@
+"""The five gates of the MFU-first framework, each pass / fail / unknown with its value and target.
+
+1. MFU baseline: measured MFU against the framework's target (> 45 % on H100-class clusters).
+2. Network: the gradient all-reduce of one step, at the bus bandwidth the job reaches, must fit inside
+   the backward pass (2/3 of compute) to be hidden; without the model, exposed communication < 5 %.
+3. Failure rate: the checkpoint interval against Young's optimum sqrt(2 delta M) (Young, CACM 1974),
+   M the MTBF of the job (scenario failure rate, sacct failures or fatal XIDs over the logged window).
+4. Scheduling: GPU allocation utilization > 85 % and idle between jobs < 5 min (sacct).
+5. Storage I/O: a checkpoint's blocking write < 2x a step's compute; the data loader not starving the GPU.
+Targets live in ``data/gates.toml``. An unknown gate names the artifact that would decide it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from mfukit import units
+from mfukit.diagnose.breakdown import job_fraction, median
+from mfukit.diagnose.context import Context
+from mfukit.diagnose.findings import Gate
+from mfukit.diagnose.records import RankTrace, SlurmJob, XidEvent
+from mfukit.diagnose.rules.communication import best_busbw
+from mfukit.diagnose.rules.hardware import catalog
+
+TARGETS = Path(__file__).parent / "data" / "gates.toml"
+FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"})
+GRADIENT_BYTES_PER_PARAM = (
+    2.0  # bf16 gradients (Megatron keeps fp32 main grads: 4 bytes, then twice the traffic)
+)
+
+
+@cache
+def targets() -> dict[str, Any]:
+    return tomllib.loads(TARGETS.read_text(encoding="utf-8"))
+
+
+def gates(ctx: Context) -> list[Gate]:
+    return [_mfu(ctx), _network(ctx), _failure_rate(ctx), _scheduling(ctx), _storage(ctx)]
+
+
+def _mfu(ctx: Context) -> Gate:
+    target = float(targets()["mfu_baseline"]["min_mfu"])
+    value = ctx.mfu.measured
+    text = f"> {units.format_percent(target, 0)}"
+    if value is None:
+        return Gate("mfu_baseline", "MFU baseline", "unknown", None, "—", text, ctx.mfu.method,
+                    "a training log with step times or tokens/s, and --model/--gpu/--gpus or a scenario")  # fmt: skip
+    return Gate("mfu_baseline", "MFU baseline", "pass" if value >= target else "fail", value, units.format_percent(value), text,
+                f"{ctx.mfu.method} ({Path(ctx.mfu.source).name})")  # fmt: skip
+
+
+def _network(ctx: Context) -> Gate:
+    spec = targets()["network"]
+    name = "Network (gradient all-reduce vs backward)"
+    layout, model, cluster = ctx.parallelism, ctx.model, ctx.cluster
+    traces = ctx.of(RankTrace)
+    if model is not None and cluster is not None and ctx.ranks:
+        best = best_busbw(traces, inter_node_from=cluster.gpus_per_node)
+        if best is not None:
+            busbw = best[0]
+            tp = layout.tp if layout else 1
+            pp = layout.pp if layout else 1
+            dp = layout.dp if layout else cluster.num_gpus // (tp * pp)
+            gradient_bytes = model.total_params() / (tp * pp) * GRADIENT_BYTES_PER_PARAM
+            allreduce_s = gradient_bytes * 2.0 * (dp - 1) / max(dp, 1) / busbw
+            backward_s = float(spec["backward_share_of_compute"]) * median(
+                [r.medians_s["compute_s"] for r in ctx.ranks]
+            )
+            ratio = allreduce_s / backward_s if backward_s > 0 else math.inf
+            limit = float(spec["max_allreduce_to_backward"])
+            return Gate(
+                "network", name, "pass" if ratio <= limit else "fail", ratio, f"{ratio:.2f}x",
+                f"<= {limit:.1f}x",
+                f"{units.format_bytes_si(gradient_bytes)} of gradients per DP rank at {units.format_rate(busbw)} busbw "
+                f"take {units.format_duration(allreduce_s)} vs {units.format_duration(backward_s)} of backward compute",
+            )  # fmt: skip
+    if ctx.ranks:
+        exposed = job_fraction(ctx.ranks, "comm_exposed")
+        limit = float(spec["max_exposed_comm_fraction"])
+        return Gate(
+            "network", name, "pass" if exposed <= limit else "fail", exposed, units.format_percent(exposed),
+            f"<= {units.format_percent(limit, 0)} exposed",
+            "proxy: exposed communication share of step time (give --model and --gpu to compare all-reduce time with backward)",
+        )  # fmt: skip
+    return Gate("network", name, "unknown", None, "—", "all-reduce time <= backward time",
+                "no trace with collective sizes and no nccl-tests result",
+                "profiler traces of a few steps (collective sizes), or nccl-tests all_reduce_perf across the job's nodes")  # fmt: skip
+
+
+def _mtbf_s(ctx: Context) -> tuple[float | None, str]:
+    cluster = ctx.cluster
+    if cluster is not None and cluster.failure_rate_per_1000_node_days:
+        per_day = cluster.failure_rate_per_1000_node_days / 1000.0 * cluster.num_nodes
+        return units.SECONDS_PER_DAY / per_day, "scenario failure rate per 1,000 node-days"
+    jobs = [j for j in ctx.of(SlurmJob) if j.start_s and j.end_s and j.end_s > j.start_s]
+    failed = [j for j in jobs if j.state in FAILED_STATES]
+    if jobs and failed:
+        run_s = sum((j.end_s or 0.0) - (j.start_s or 0.0) for j in jobs)
+        return run_s / len(failed), f"sacct: {len(failed)} failed of {len(jobs)} jobs"
+    fatal = [
+        e
+        for e in ctx.of(XidEvent)
+        if catalog().get(e.xid) is not None and catalog()[e.xid].fatal and e.wall_s
+    ]
+    if len(fatal) >= 2:
+        stamps = sorted(e.wall_s for e in fatal if e.wall_s is not None)
+        return (stamps[-1] - stamps[0]) / (len(fatal) - 1), f"{len(fatal)} fatal XIDs in the kernel logs"
+    return None, ""
+
+
+def _checkpoint(ctx: Context) -> tuple[float | None, float | None]:
+    """(interval between saves in seconds, blocking seconds per save) from the checkpoint finding."""
+    finding = ctx.find("checkpoint_stall")
+    if finding is None:
+        return None, None
+    every = finding.details.get("interval_steps")
+    per_save = finding.details.get("stall_s_per_save")
+    step = ctx.mfu.step_time_s
+    if step is None and ctx.ranks:
+        step = median([r.step_s for r in ctx.ranks])
+    interval = float(every) * step if isinstance(every, int | float) and step else None
+    return interval, float(per_save) if isinstance(per_save, int | float) else None
+
+
+def _failure_rate(ctx: Context) -> Gate:
+    spec = targets()["failure_rate"]
+    name = "Failure rate (MTBF vs checkpoint interval)"
+    mtbf, basis = _mtbf_s(ctx)
+    interval, blocking = _checkpoint(ctx)
+    band = f"{spec['min_interval_to_optimum']}x-{spec['max_interval_to_optimum']}x of sqrt(2 x save x MTBF)"
+    if mtbf is None or interval is None or blocking is None:
+        missing = [
+            what
+            for what, have in (("an MTBF", mtbf), ("the checkpoint interval and save time", interval))
+            if have is None
+        ]
+        return Gate("failure_rate", name, "unknown", None, "—", band, f"missing {' and '.join(missing)}",
+                    "checkpoint-save lines in a training log plus a failure rate (scenario, sacct or XIDs)")  # fmt: skip
+    optimum = math.sqrt(2.0 * blocking * mtbf)  # Young (1974)
+    ratio = interval / optimum
+    ok = float(spec["min_interval_to_optimum"]) <= ratio <= float(spec["max_interval_to_optimum"])
+    return Gate("failure_rate", name, "pass" if ok else "fail", ratio, f"{ratio:.2f}x optimum", band,
+                f"MTBF {units.format_duration(mtbf)} ({basis}); save {units.format_duration(blocking)} every "
+                f"{units.format_duration(interval)}; Young optimum {units.format_duration(optimum)}")  # fmt: skip
+
+
+def _scheduling(ctx: Context) -> Gate:
+    spec = targets()["scheduling"]
+    name = "Scheduling efficiency"
+    max_gap = units.parse_duration_s(spec["max_idle_between_jobs"])
+    min_util = float(spec["min_utilization"])
+    target = f"utilization > {units.format_percent(min_util, 0)}, idle between jobs < {units.format_duration(max_gap, 0)}"
+    jobs = sorted(
+        (j for j in ctx.of(SlurmJob) if j.start_s and j.end_s and j.num_gpus), key=lambda j: j.start_s or 0.0
+    )
+    if not jobs:
+        return Gate("scheduling", name, "unknown", None, "—", target, "no job accounting",
+                    "sacct -a -X -P -S <start> -E <end> output (JobID,State,Start,End,AllocTRES)")  # fmt: skip
+    lo = min(j.start_s or 0.0 for j in jobs)
+    hi = max(j.end_s or 0.0 for j in jobs)
+    capacity = ctx.cluster.num_gpus if ctx.cluster else max(j.num_gpus or 0 for j in jobs)
+    used = sum((j.num_gpus or 0) * ((j.end_s or 0.0) - (j.start_s or 0.0)) for j in jobs)
+    utilization = used / (capacity * (hi - lo)) if hi > lo and capacity else 0.0
+    gaps = [max(0.0, (b.start_s or 0.0) - (a.end_s or 0.0)) for a, b in itertools.pairwise(jobs)]
+    gap = median(gaps) if gaps else 0.0
+    ok = utilization >= min_util and gap <= max_gap
+    return Gate("scheduling", name, "pass" if ok else "fail", utilization,
+                f"{units.format_percent(utilization)}, median gap {units.format_duration(gap)}", target,
+                f"{len(jobs)} jobs over {units.format_duration(hi - lo)} on {capacity} GPUs"
+                + ("" if ctx.cluster else " (capacity = the largest job: give --gpus for the cluster size)"))  # fmt: skip
+
+
+def _storage(ctx: Context) -> Gate:
+    spec = targets()["storage"]
+    name = "Storage I/O"
+    limit = float(spec["max_checkpoint_to_step"])
+    data_limit = float(spec["max_dataloader_fraction"])
+    target = f"checkpoint write < {limit:.0f}x step compute; data loader < {units.format_percent(data_limit, 0)} of step"
+    _, blocking = _checkpoint(ctx)
+    compute = median([r.medians_s["compute_s"] for r in ctx.ranks]) if ctx.ranks else ctx.mfu.step_time_s
+    data = ctx.find("dataloader_stall")
+    data_fraction = (
+        data.impact.step_fraction
+        if data
+        else (job_fraction(ctx.ranks, "dataloader_exposed") if ctx.ranks else None)
+    )
+    parts, failed = [], False
+    value = None
+    if blocking is not None and compute:
+        value = blocking / compute
+        failed |= value > limit
+        parts.append(f"checkpoint blocks {units.format_duration(blocking)} = {value:.1f}x a step's compute")
+    if data_fraction is not None:
+        failed |= data_fraction > data_limit
+        parts.append(f"data loader idles the GPU {units.format_percent(data_fraction)} of the step")
+    if not parts:
+        return Gate("storage", name, "unknown", None, "—", target, "no checkpoint timing and no trace",
+                    "a training log with checkpoint saves (or Megatron's save-checkpoint timer) and a profiler trace")  # fmt: skip
+    shown = f"{value:.1f}x" if value is not None else units.format_percent(data_fraction or 0.0)
+    return Gate("storage", name, "fail" if failed else "pass", value if value is not None else data_fraction, shown,
+                target, "; ".join(parts))  # fmt: skip

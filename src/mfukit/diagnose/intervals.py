@@ -1,0 +1,69 @@
+"""Interval algebra on sorted numpy arrays: union, measure inside windows, gaps.
+
+A set of intervals is a pair of float arrays (starts, ends), sorted and disjoint after :func:`union`.
+Measures inside many windows at once use the cumulative-measure function F(t) = |S ∩ (-inf, t]|, so
+|S ∩ [a, b]| = F(b) - F(a) for every window in one vectorised call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+Array = NDArray[np.float64]
+
+
+def union(starts: Array, ends: Array) -> tuple[Array, Array]:
+    """Merge possibly overlapping intervals into a sorted, disjoint set."""
+    if starts.size == 0:
+        return starts.astype(np.float64), ends.astype(np.float64)
+    order = np.argsort(starts, kind="stable")
+    s = starts[order]
+    e = np.maximum.accumulate(ends[order])
+    # a new run starts where an interval begins after every earlier one has ended
+    new_run = np.empty(s.size, dtype=bool)
+    new_run[0] = True
+    new_run[1:] = s[1:] > e[:-1]
+    last_of_run = np.empty(s.size, dtype=bool)
+    last_of_run[:-1] = new_run[1:]
+    last_of_run[-1] = True
+    return s[new_run].astype(np.float64), e[last_of_run].astype(np.float64)
+
+
+def cumulative(starts: Array, ends: Array, points: Array) -> Array:
+    """F(t) for each t in ``points``: the measure of the disjoint set (starts, ends) up to t."""
+    if starts.size == 0:
+        return np.zeros(points.size, dtype=np.float64)
+    lengths = ends - starts
+    before = np.concatenate(([0.0], np.cumsum(lengths)))
+    index = np.searchsorted(starts, points, side="right")  # intervals starting at or before t
+    total = before[index]
+    last = index - 1
+    valid = last >= 0
+    overshoot = np.zeros(points.size, dtype=np.float64)
+    overshoot[valid] = np.maximum(0.0, ends[last[valid]] - points[valid])
+    return np.asarray(total - overshoot, dtype=np.float64)
+
+
+def measure_in(starts: Array, ends: Array, window_starts: Array, window_ends: Array) -> Array:
+    """|S ∩ [a, b]| for every window [a, b] (S disjoint and sorted)."""
+    return cumulative(starts, ends, window_ends) - cumulative(starts, ends, window_starts)
+
+
+def gaps(starts: Array, ends: Array, lo: float, hi: float) -> tuple[Array, Array]:
+    """The complement of the disjoint set inside [lo, hi]."""
+    if starts.size == 0:
+        return np.array([lo]), np.array([hi])
+    gap_starts = np.concatenate(([lo], ends))
+    gap_ends = np.concatenate((starts, [hi]))
+    gap_starts = np.clip(gap_starts, lo, hi)
+    gap_ends = np.clip(gap_ends, lo, hi)
+    keep = gap_ends > gap_starts
+    return gap_starts[keep], gap_ends[keep]
+
+
+def intersect_measure(a_starts: Array, a_ends: Array, b_starts: Array, b_ends: Array) -> float:
+    """|A ∩ B| for two disjoint sorted sets."""
+    if a_starts.size == 0 or b_starts.size == 0:
+        return 0.0
+    return float(np.sum(measure_in(b_starts, b_ends, a_starts, a_ends)))

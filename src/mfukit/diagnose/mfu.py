@@ -1,0 +1,167 @@
+"""MFU from the job's own logs, and the MFU to expect.
+
+Measured MFU = model FLOPs per token x tokens/s per GPU / dense peak (``perf.flops``), with tokens/s
+taken over the whole logged window — wall-clock stamps when the log has them, so checkpoint saves and
+other stalls count (the MFU the job delivers). The steady-state MFU (median step) is reported beside.
+Without a model, the MFU the log itself reports (torchtitan ``mfu:``, Megatron TFLOP/s/GPU, mfukit JSONL
+``mfu``) is used and its source said.
+
+The expected MFU is, for now, the accelerator's sourced ``typical_mfu`` (:func:`expected_mfu`); the
+performance model's prediction replaces it there and only there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mfukit.core.cluster import Cluster
+from mfukit.core.model import ModelSpec
+from mfukit.core.scenario import TrainingSection
+from mfukit.diagnose.breakdown import median
+from mfukit.diagnose.records import StepRecord, TrainingLog
+from mfukit.perf.flops import model_flops_per_token, utilization
+
+WARMUP_FRACTION = 0.1  # the first 10 % of logged steps (compile, allocator warm-up) are left out
+
+
+@dataclass(frozen=True)
+class MfuEstimate:
+    measured: float | None
+    steady_state: float | None
+    method: str
+    source: str
+    tokens_per_s_per_gpu: float | None = None
+    step_time_s: float | None = None
+    effective_step_time_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Expected:
+    value: float | None
+    source: str
+
+
+def expected_mfu(cluster: Cluster | None) -> Expected:
+    """The MFU this hardware should reach: the accelerator's sourced typical MFU.
+
+    The single place to swap in the performance model's prediction once it exists.
+    """
+    if cluster is None or cluster.accelerator.typical_mfu is None:
+        return Expected(None, "no accelerator given (--gpu or a scenario), or it has no typical MFU")
+    typical = cluster.accelerator.typical_mfu
+    return Expected(typical.value, f"{cluster.accelerator.name} typical MFU: {typical.what} ({typical.url})")
+
+
+def _steady(steps: list[StepRecord]) -> list[StepRecord]:
+    skip = int(len(steps) * WARMUP_FRACTION) if len(steps) >= 10 else 0
+    return steps[skip:]
+
+
+def _tokens_per_step(log: TrainingLog, training: TrainingSection | None) -> float | None:
+    if training is None:
+        return None
+    sequences = log.global_batch_size or training.global_batch_sequences
+    if sequences is None:
+        return None
+    return float(sequences * training.seq_len)
+
+
+def measure(
+    logs: list[TrainingLog],
+    model: ModelSpec | None,
+    training: TrainingSection | None,
+    cluster: Cluster | None,
+) -> MfuEstimate:
+    """MFU from the first log that allows it (see the module docstring for the order of methods)."""
+    reasons: list[str] = []
+    for log in logs:
+        steps = _steady([s for s in log.steps if s.rank in (None, 0)])
+        if not steps:
+            continue
+        estimate = _from_throughput(log, steps, model, training, cluster)
+        if estimate is not None:
+            return estimate
+        reported = [s.mfu for s in steps if s.mfu is not None]
+        if reported:
+            value = sum(reported) / len(reported)
+            return MfuEstimate(value, median(reported), "reported by the log", log.file)
+        tflops = [s.tflops_per_gpu for s in steps if s.tflops_per_gpu is not None]
+        if tflops and cluster is not None and training is not None:
+            peak = cluster.accelerator.peak_flops(training.precision)
+            value = median(tflops) * 1e12 / peak
+            return MfuEstimate(value, value, "log TFLOP/s per GPU / dense peak", log.file)
+        reasons.append(f"{log.file}: no throughput the model can turn into FLOPs")
+    if model is None or cluster is None:
+        method = "not computed: give --model with --gpu and --gpus (or a scenario) and a training log"
+    else:
+        method = "not computed: no training log with step times or tokens/s" + (
+            f" ({'; '.join(reasons)})" if reasons else ""
+        )
+    return MfuEstimate(None, None, method, "")
+
+
+def _from_throughput(
+    log: TrainingLog,
+    steps: list[StepRecord],
+    model: ModelSpec | None,
+    training: TrainingSection | None,
+    cluster: Cluster | None,
+) -> MfuEstimate | None:
+    if model is None or cluster is None or training is None:
+        return None
+    flops_per_token = model_flops_per_token(model, training.seq_len, training.attention_flops)
+    peak = cluster.accelerator.peak_flops(training.precision)
+    per_gpu = [s.tokens_per_s_per_gpu for s in steps if s.tokens_per_s_per_gpu is not None]
+    if per_gpu:
+        mean = sum(per_gpu) / len(per_gpu)
+        return MfuEstimate(
+            utilization(flops_per_token, mean, peak),
+            utilization(flops_per_token, median(per_gpu), peak),
+            "tokens/s per GPU from the log x model FLOPs per token / peak",
+            log.file,
+            tokens_per_s_per_gpu=mean,
+        )
+    job = [s.tokens_per_s for s in steps if s.tokens_per_s is not None]
+    if job:
+        mean = sum(job) / len(job) / cluster.num_gpus
+        return MfuEstimate(
+            utilization(flops_per_token, mean, peak),
+            utilization(flops_per_token, median(job) / cluster.num_gpus, peak),
+            "job tokens/s from the log / GPUs x model FLOPs per token / peak",
+            log.file,
+            tokens_per_s_per_gpu=mean,
+        )
+    tokens = _tokens_per_step(log, training)
+    timed = [s for s in steps if s.step_time_s is not None]
+    if tokens is None or not timed:
+        return None
+    steady_step = median([s.step_time_s for s in timed if s.step_time_s is not None])
+    effective = _effective_step_time(timed)
+    per_gpu_effective = tokens / effective / cluster.num_gpus
+    per_gpu_steady = tokens / steady_step / cluster.num_gpus
+    return MfuEstimate(
+        utilization(flops_per_token, per_gpu_effective, peak),
+        utilization(flops_per_token, per_gpu_steady, peak),
+        "global batch tokens / step time (wall clock where stamped) x model FLOPs per token / peak",
+        log.file,
+        tokens_per_s_per_gpu=per_gpu_effective,
+        step_time_s=steady_step,
+        effective_step_time_s=effective,
+    )
+
+
+def _effective_step_time(steps: list[StepRecord]) -> float:
+    """Wall time per step over the window (stalls included) when stamped, else the mean step time."""
+    stamped = [s for s in steps if s.wall_s is not None]
+    if len(stamped) >= 2:
+        first, last = stamped[0], stamped[-1]
+        covered = sum(s.interval_steps for s in stamped[1:])
+        if (
+            covered > 0
+            and last.wall_s is not None
+            and first.wall_s is not None
+            and last.wall_s > first.wall_s
+        ):
+            return (last.wall_s - first.wall_s) / covered
+    total = sum((s.step_time_s or 0.0) * s.interval_steps for s in steps)
+    return total / sum(s.interval_steps for s in steps)

@@ -1,0 +1,227 @@
+"""The records sources produce and rules consume: one dataclass per kind of observation.
+
+Records are small summaries (per step, per GPU, per event), never raw event lists, so a diagnosis of a
+2 GB trace set holds a few MB. Every record names the file it came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+TimelineCategory = Literal["compute", "comm", "memcpy"]
+
+
+@dataclass
+class StepBreakdown:
+    """Where one step's time went on one rank's GPU (seconds)."""
+
+    step: int | None
+    start_s: float
+    duration_s: float
+    compute_s: float
+    comm_s: float
+    comm_exposed_s: float
+    memcpy_exposed_s: float
+    idle_s: float
+    host_wait_s: float
+    kernel_wait_s: float
+    launch_gap_s: float
+    """Idle time in gaps shorter than a kernel launch can hide (see ``LAUNCH_GAP_S``)."""
+    dataloader_s: float
+    dataloader_exposed_s: float
+    checkpoint_exposed_s: float
+    gc_exposed_s: float
+    num_kernels: int
+
+
+@dataclass(frozen=True)
+class KernelTotal:
+    name: str
+    total_s: float
+    count: int
+    category: str
+    tensor_core: bool
+
+
+@dataclass(frozen=True)
+class CollectiveSample:
+    """One communication kernel with its message size: enough to compute its bus bandwidth."""
+
+    collective: str
+    size_bytes: float
+    duration_s: float
+    group_size: int
+
+
+@dataclass
+class RankTrace:
+    """One rank's profiler trace, reduced to its per-step breakdown and kernel statistics."""
+
+    file: str
+    rank: int | None
+    rank_source: str
+    world_size: int | None
+    backend: str | None
+    device_name: str | None
+    steps: list[StepBreakdown]
+    steps_from_markers: bool
+    kernel_totals: list[KernelTotal]
+    num_kernels: int
+    num_short_kernels: int
+    median_kernel_s: float | None
+    num_comm_kernels: int
+    num_comm_annotations: int
+    cuda_graph_launches: int
+    launch_api_s: float
+    collectives: list[CollectiveSample]
+    timeline: list[tuple[float, float, TimelineCategory]]
+    clock_origin_s: float
+    problems: list[str] = field(default_factory=list)
+    events: int = 0
+
+    def median(self, attribute: str) -> float:
+        """Median over steps of one StepBreakdown field."""
+        values = sorted(float(getattr(step, attribute)) for step in self.steps)
+        if not values:
+            return 0.0
+        middle = len(values) // 2
+        return values[middle] if len(values) % 2 else 0.5 * (values[middle - 1] + values[middle])
+
+
+@dataclass(frozen=True)
+class StagePhase:
+    """One pipeline stage's busy time in one step (from a per-stage timeline)."""
+
+    step: int
+    stage: int
+    dp_rank: int
+    compute_s: float
+    step_s: float
+
+
+@dataclass
+class PipelineTimeline:
+    """A pipeline-parallel job's per-stage timeline (Megatron timers / StragglerAnalysis traces)."""
+
+    file: str
+    num_stages: int
+    num_microbatches: int
+    dp_size: int
+    phases: list[StagePhase]
+    gc_s_per_step: float
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One logged training step (or logging interval)."""
+
+    step: int
+    step_time_s: float | None = None
+    tokens_per_s: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    loss: float | None = None
+    mfu: float | None = None
+    tflops_per_gpu: float | None = None
+    data_time_s: float | None = None
+    wall_s: float | None = None
+    """Wall-clock timestamp of the line, when the log prints one (seconds since the epoch)."""
+    interval_steps: int = 1
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """A notable line: checkpoint save, GC, straggler report, error."""
+
+    kind: Literal["checkpoint", "gc", "straggler_report", "error"]
+    line: int
+    text: str
+    step: int | None = None
+    duration_s: float | None = None
+    wall_s: float | None = None
+    values: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass
+class TrainingLog:
+    file: str
+    framework: str
+    steps: list[StepRecord]
+    events: list[LogEvent]
+    global_batch_size: int | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One telemetry sample of one GPU. Clocks in Hz, power in W, temperatures in °C."""
+
+    time_s: float | None
+    sm_clock_hz: float | None = None
+    max_sm_clock_hz: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temperature_c: float | None = None
+    utilization: float | None = None
+    throttle_reasons: int | None = None
+    ecc_uncorrected: float | None = None
+    ecc_corrected: float | None = None
+    retired_pending: bool | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    thermal_violation_s: float | None = None
+    power_violation_s: float | None = None
+    xid: int | None = None
+
+
+@dataclass
+class GpuSeries:
+    """Telemetry of one GPU (nvidia-smi CSV, nvidia-smi -q, dcgm-exporter scrape)."""
+
+    file: str
+    host: str
+    gpu: str
+    name: str | None
+    samples: list[GpuSample]
+
+
+@dataclass(frozen=True)
+class DiagResult:
+    """One ``dcgmi diag`` test result for one GPU (or all GPUs when the output does not say)."""
+
+    file: str
+    test: str
+    status: Literal["pass", "fail", "warn", "skip"]
+    gpu: str | None
+    message: str
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    file: str
+    line: int
+    host: str | None
+    pci: str | None
+    xid: int
+    text: str
+    wall_s: float | None
+    nvswitch: bool = False
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """One ``sacct`` allocation row. Times are seconds since the epoch."""
+
+    file: str
+    job_id: str
+    name: str
+    state: str
+    submit_s: float | None
+    eligible_s: float | None
+    start_s: float | None
+    end_s: float | None
+    num_gpus: int | None
+    num_nodes: int | None
+    nodes: str

@@ -1,0 +1,35 @@
+"""Rule families: each module's ``analyze(ctx)`` returns findings; later families see earlier findings.
+
+Order matters where one finding explains another: throttling before stragglers (a straggler on a
+throttled GPU is explained by the throttling), stragglers before exposed communication (waiting for a
+straggler inside NCCL is not a network cost). The network rule family of ``comm/`` (socket fallback,
+missing rails, low bus bandwidth) plugs in as one more module name here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from functools import cache
+
+from mfukit.diagnose.context import Context
+from mfukit.diagnose.findings import Finding
+
+RULE_MODULES: tuple[str, ...] = (
+    "inputs",
+    "throttling",
+    "straggler",
+    "data",
+    "communication",
+    "pipeline",
+    "launch",
+    "stalls",
+    "hardware",
+)
+
+Rule = Callable[[Context], list[Finding]]
+
+
+@cache
+def rules() -> tuple[Rule, ...]:
+    return tuple(importlib.import_module(f"mfukit.diagnose.rules.{name}").analyze for name in RULE_MODULES)

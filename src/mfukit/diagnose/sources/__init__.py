@@ -1,0 +1,68 @@
+"""Artifact kinds: each module here detects one kind of file and parses it into records.
+
+A source is a :class:`Source`: a ``detect(path, head)`` that looks at the file name and its first
+64 KiB of text (decompressed), and a ``parse(path)`` that returns records (dataclasses from
+:mod:`mfukit.diagnose.records`, or the source's own). Adding a kind (the NCCL log and nccl-tests parsers
+of ``comm/``) is one module exposing ``SOURCE`` plus its name in ``SOURCE_MODULES``; the rule family
+that reads its records is one module in ``rules/``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from mfukit.diagnose.sources.jsonstream import open_text
+
+HEAD_CHARS = 1 << 16
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str
+    description: str
+    detect: Callable[[Path, str], bool]
+    parse: Callable[[Path], list[object]]
+
+
+# Order is priority: the first source whose detect() accepts a file parses it.
+SOURCE_MODULES: tuple[str, ...] = (
+    "pipeline_timeline",
+    "kineto_source",
+    "nvidia_smi",
+    "dcgm",
+    "dcgmi_diag",
+    "sacct",
+    "kernel_log",
+    "training_log",
+)
+
+
+@cache
+def sources() -> tuple[Source, ...]:
+    found = []
+    for name in SOURCE_MODULES:
+        module = importlib.import_module(f"mfukit.diagnose.sources.{name}")
+        found.append(module.SOURCE)
+    return tuple(found)
+
+
+def head(path: Path) -> str:
+    """The first 64 KiB of ``path`` as text (gzip decompressed); '' when unreadable."""
+    try:
+        with open_text(path) as stream:
+            return stream.read(HEAD_CHARS)
+    except (OSError, EOFError, ValueError):
+        return ""
+
+
+def detect(path: Path) -> Source | None:
+    """The source that reads ``path``, or None when no kind matches."""
+    text = head(path)
+    for source in sources():
+        if source.detect(path, text):
+            return source
+    return None

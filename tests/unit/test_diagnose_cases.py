@@ -1,0 +1,82 @@
+"""Test 2 of the product: the generated "22 % MFU on 128 A100s" cases, each diagnosed to its cause."""
+
+from __future__ import annotations
+
+import pytest
+from diagnose_support import load_cases
+
+from mfukit.cli.diagnose import job
+from mfukit.diagnose.engine import Diagnosis, diagnose
+
+CASES = load_cases()
+
+
+@pytest.fixture(scope="module")
+def diagnoses(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Diagnosis]:
+    out = tmp_path_factory.mktemp("cases")
+    found = {}
+    for case, directory in CASES.iter_cases(out):
+        model, training, layout, cluster = job(out / f"{case}.toml", {})
+        found[case] = diagnose(
+            [directory], model=model, training=training, parallelism=layout, cluster=cluster
+        )
+    return found
+
+
+FIX_WORDS = {
+    "dataloader": "num_workers",
+    "throttled_gpu": "state=drain",
+    "straggler": "exclude",
+    "checkpoint": "async",
+    "unbalanced_pipeline": "pipeline-num-layers",
+    "socket_fallback": "NCCL_IB_HCA",
+}
+
+
+@pytest.mark.parametrize("case", CASES.CASES)
+def test_top_finding_and_fix(diagnoses: dict[str, Diagnosis], case: str) -> None:
+    result = diagnoses[case]
+    assert result.top is not None
+    assert result.top.id == CASES.EXPECTED_TOP[case], [f.id for f in result.findings]
+    assert any(FIX_WORDS[case] in step for step in result.top.fix), result.top.fix
+    assert result.top.severity == "error"
+
+
+@pytest.mark.parametrize("case", CASES.CASES)
+def test_mfu_is_22_percent_and_the_fix_restores_it(diagnoses: dict[str, Diagnosis], case: str) -> None:
+    result = diagnoses[case]
+    assert result.mfu.measured == pytest.approx(CASES.TARGET_MFU, abs=0.02)
+    after = result.top.mfu_after_fix if result.top else None
+    assert after is not None and 0.35 <= after <= CASES.HEALTHY_MFU + 0.03
+    assert result.has_errors
+    mfu_gate = next(g for g in result.gates if g.id == "mfu_baseline")
+    assert mfu_gate.status == "fail"
+
+
+def test_throttled_gpu_explains_the_straggler(diagnoses: dict[str, Diagnosis]) -> None:
+    findings = diagnoses["throttled_gpu"].findings
+    straggler = next(f for f in findings if f.id == "straggler_rank")
+    assert straggler.explained_by == "gpu_throttling"
+    assert straggler.details["ranks"] == [CASES.THROTTLED_RANK]
+    throttling = next(f for f in findings if f.id == "gpu_throttling")
+    assert throttling.details["clock_ratio"] == pytest.approx(0.5)
+
+
+def test_straggler_is_named(diagnoses: dict[str, Diagnosis]) -> None:
+    straggler = diagnoses["straggler"].top
+    assert straggler is not None and straggler.details["ranks"] == [CASES.STRAGGLER_RANK]
+    assert "host-bound" in straggler.summary
+
+
+def test_socket_fallback_points_at_the_transport(diagnoses: dict[str, Diagnosis]) -> None:
+    top = diagnoses["socket_fallback"].top
+    assert top is not None and "transport is suspect" in top.summary
+    assert any(f.title.startswith("Files of an unknown kind") for f in diagnoses["socket_fallback"].findings)
+
+
+def test_checkpoint_stall_is_sized(diagnoses: dict[str, Diagnosis]) -> None:
+    top = diagnoses["checkpoint"].top
+    assert top is not None and top.details["interval_steps"] == 50
+    expected_stall = 50 * CASES.healthy_step_s() * (CASES.HEALTHY_MFU / CASES.TARGET_MFU - 1.0)
+    assert top.details["stall_s_per_save"] == pytest.approx(expected_stall, rel=0.02)
+    assert diagnoses["checkpoint"].mfu.steady_state == pytest.approx(CASES.HEALTHY_MFU, abs=0.01)

@@ -1,0 +1,84 @@
+"""Degraded input: truncated or corrupt JSON, a missing rank, unknown kernel names, empty files, mixed
+clocks. Each gives a warning finding saying what could not be judged, never a traceback or a silent zero."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from diagnose_support import load_cases
+
+from mfukit.diagnose.engine import diagnose
+
+GEN = load_cases()
+
+
+def traces(directory: Path, ranks: range, world: int = 8, origin: float = 1.7e9, comm: float = 0.25) -> Path:
+    for rank in ranks:
+        plans = [GEN.RankPlan(0.01, 0.9, comm, extra={"t0_s": 1.0}) for _ in range(2)]
+        GEN.write_rank_trace(
+            directory / f"rank{rank}.json.gz",
+            rank,
+            world,
+            plans,
+            1.2,
+            origin_s=origin + rank * (7200 if origin < 0 else 0),
+        )
+    return directory
+
+
+def degraded(result: object) -> list[str]:
+    return [
+        f"{f.title}: {f.summary} " + " ".join(e.what for e in f.evidence)
+        for f in result.findings
+        if f.id == "degraded_input"
+    ]  # type: ignore[attr-defined]
+
+
+def test_truncated_and_corrupt_traces(tmp_path: Path) -> None:
+    directory = traces(tmp_path / "t", range(4))
+    whole = gzip.decompress((directory / "rank1.json.gz").read_bytes())
+    (directory / "rank1.json.gz").write_bytes(gzip.compress(whole[: len(whole) * 2 // 3]))
+    (directory / "rank2.json.gz").write_bytes(
+        (directory / "rank2.json.gz").read_bytes()[:500]
+    )  # cut gzip stream
+    text = gzip.decompress((directory / "rank3.json.gz").read_bytes()).decode()
+    (directory / "rank3.json").write_text(text.replace('"cat": "kernel"', '"cat": kernel', 1))
+    (directory / "rank3.json.gz").unlink()
+    result = diagnose([directory])
+    notes = " ".join(degraded(result))
+    assert "ends (or breaks)" in notes and "corrupt stretch" in notes
+    assert result.time_breakdown  # what was readable was analysed
+
+
+def test_missing_rank_is_named(tmp_path: Path) -> None:
+    result = diagnose([traces(tmp_path / "t", range(0, 8, 2))])
+    assert any("4 of 8 ranks have no trace" in note for note in degraded(result))
+
+
+def test_unknown_kernel_names_are_not_a_silent_zero(tmp_path: Path) -> None:
+    directory = tmp_path / "t"
+    writer = GEN.TraceWriter(0, 2)
+    writer.cpu("ProfilerStep#1", 0.0, 1000.0)
+    writer.cpu("nccl:all_reduce", 100.0, 10.0, cat="cpu_op")
+    writer.kernel("my_fancy_collective_kernel", 200.0, 300.0, 20, 150.0)
+    directory.mkdir()
+    (directory / "rank0.json").write_text(json.dumps(writer.document()))
+    result = diagnose([directory])
+    assert any("no NCCL/RCCL kernel" in note for note in degraded(result))
+
+
+def test_empty_and_unknown_files(tmp_path: Path) -> None:
+    (tmp_path / "empty.json").write_text("")
+    (tmp_path / "notes.txt").write_text("hello\n")
+    (tmp_path / "zero.json.gz").write_bytes(gzip.compress(b""))
+    result = diagnose([tmp_path])
+    notes = " ".join(degraded(result))
+    assert "unknown kind" in notes and "No profiler trace" in notes
+
+
+def test_mixed_clocks(tmp_path: Path) -> None:
+    directory = traces(tmp_path / "t", range(4), world=4, origin=-1.0)
+    result = diagnose([directory])
+    assert any("different clocks" in note for note in degraded(result))
