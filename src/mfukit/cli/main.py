@@ -23,7 +23,12 @@ COMMANDS: dict[str, str] = {
     "size": "mfukit.cli.size:size",
     "mfu": "mfukit.cli.mfu:mfu",
     "catalog": "mfukit.cli.catalog:catalog",
+<<<<<<< HEAD
     "ft": "mfukit.cli.ft:ft",
+=======
+    "comm": "mfukit.cli.comm:comm",
+    "fabric": "mfukit.cli.fabric:fabric",
+>>>>>>> comm
 }
 
 

@@ -1,1 +1,1 @@
-"""Communication: collective traffic of a layout and (later) the collective cost model and its judges."""
+"""Collectives: the cost model, nccl-tests and NCCL_DEBUG log judges (torch only in comm/bench.py)."""

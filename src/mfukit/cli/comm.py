@@ -1,0 +1,499 @@
+"""``mfukit comm``: what collectives cost on a cluster, and judges for nccl-tests output and NCCL logs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import numpy as np
+
+from mfukit import catalog, units
+from mfukit.catalog import resolve
+from mfukit.cli.common import emit, format_option, report_option, scenario_argument, scenario_options
+from mfukit.cli.render import Format
+from mfukit.comm.check import SLOW_BELOW, CheckReport, check_run
+from mfukit.comm.collectives import COLLECTIVES, collective_named
+from mfukit.comm.findings import Finding
+from mfukit.comm.model import ALGORITHMS, Prediction, estimates, predict
+from mfukit.comm.nccl_log import analyse_nccl_log
+from mfukit.comm.nccl_tests import parse_nccl_tests
+from mfukit.comm.topology import CommTopology, from_system
+from mfukit.comm.tuning import PROTOCOLS
+from mfukit.core.cluster import Cluster
+from mfukit.core.results import Output, Table, shown
+from mfukit.core.scenario import ClusterSection, load_scenario
+from mfukit.core.schema import validate_as
+from mfukit.errors import InputError
+
+F = TypeVar("F", bound=Callable[..., Any])
+CLUSTER_FLAGS = ("system", "gpu", "gpus", "nodes", "nics_per_node", "nic_rate")
+
+
+def topology_options(function: F) -> F:
+    """Fabric flags every comm command shares."""
+    options = [
+        click.option(
+            "--switch", default=None, help="Leaf switch SKU (default: the catalog switch of the NIC link)."
+        ),
+        click.option(
+            "--oversubscription",
+            type=float,
+            default=1.0,
+            show_default=True,
+            help="Leaf down:up bandwidth ratio (1 = non-blocking).",
+        ),
+        click.option(
+            "--rail-optimized/--top-of-rack",
+            "rail_optimized",
+            default=True,
+            show_default=True,
+            help="NIC i of every node on leaf i (NVIDIA SuperPOD), or all NICs of a node on one leaf.",
+        ),
+        click.option("--sharp", is_flag=True, help="In-network reduction (CollNet/SHARP) is enabled."),
+        click.option(
+            "--cpu",
+            type=click.Choice(["intel", "amd"]),
+            default="intel",
+            show_default=True,
+            help="Host CPU vendor (NCCL's LL ceiling across nodes depends on it).",
+        ),
+    ]
+    for option in reversed(options):
+        function = option(function)
+    return function
+
+
+def _cluster(scenario_path: Path | None, overrides: dict[str, Any]) -> Cluster:
+    if scenario_path is not None:
+        section = load_scenario(scenario_path, overrides).cluster
+        source = str(scenario_path)
+    else:
+        fields = {key.removeprefix("cluster."): value for key, value in overrides.items()}
+        fields.setdefault("system", "dgx-h100")
+        if "num_gpus" not in fields and "num_nodes" not in fields:
+            fields["num_nodes"] = 1
+        section = validate_as(ClusterSection, fields, source="command line", prefix="cluster")
+        source = "command line"
+    return resolve.cluster(section, source=source)
+
+
+def _topology(cluster: Cluster, options: dict[str, Any]) -> tuple[CommTopology, list[str]]:
+    switch = catalog.switch(options["switch"], field="--switch") if options["switch"] else None
+    return from_system(
+        cluster.system,
+        cluster.accelerator,
+        num_nodes=cluster.num_nodes,
+        switch=switch,
+        rail_optimized=options["rail_optimized"],
+        oversubscription=options["oversubscription"],
+        sharp=options["sharp"],
+        cpu=options["cpu"],
+    )
+
+
+def _gb(value: float) -> str:
+    return f"{value / 1e9:.2f}"
+
+
+def _us(value: float) -> str:
+    return f"{value * 1e6:.2f}"
+
+
+@click.group()
+def comm() -> None:
+    """Collective cost model, nccl-tests judge and NCCL log analyser."""
+
+
+def _prediction_table(title: str, prediction: Prediction) -> Table:
+    table = Table(
+        title,
+        ["size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm", "protocol", "bottleneck"],
+        csv_columns=[
+            "size_bytes",
+            "time_s",
+            "algbw_bytes_per_s",
+            "busbw_bytes_per_s",
+            "algorithm",
+            "protocol",
+            "bottleneck",
+        ],
+    )
+    for j, size in enumerate(prediction.message_bytes):
+        table.add(
+            int(size),
+            shown(float(prediction.time_s[j]), _us),
+            shown(float(prediction.algbw_bytes_per_s[j]), _gb),
+            shown(float(prediction.busbw_bytes_per_s[j]), _gb),
+            prediction.algorithm[j],
+            prediction.protocol[j],
+            prediction.bottleneck[j],
+        )
+    return table
+
+
+def _group_note(prediction: Prediction, cluster: Cluster) -> str:
+    group = prediction.group
+    return (
+        f"{group.num_gpus} GPUs of {cluster.system.name}: {group.gpus_per_domain} per NVLink domain x "
+        f"{group.num_domains} domain(s), {group.num_nodes} node(s), {group.switch_hops} switch hop(s) apart"
+    )
+
+
+@comm.command("predict")
+@scenario_argument
+@click.option(
+    "--collective", required=True, help=f"One of {', '.join(COLLECTIVES)} (nccl-tests names work too)."
+)
+@click.option("--bytes", "size", required=True, help='Message size in nccl-tests terms, e.g. "1GiB".')
+@click.option("--algo", type=click.Choice(["auto", *ALGORITHMS]), default="auto", show_default=True)
+@click.option("--proto", type=click.Choice(["auto", *PROTOCOLS]), default="auto", show_default=True)
+@click.option("--gpus-per-node", type=int, default=None, help="Ranks per node (default: packed).")
+@scenario_options(*CLUSTER_FLAGS)
+@topology_options
+@format_option
+def predict_command(
+    scenario_path: Path | None,
+    collective: str,
+    size: str,
+    algo: str,
+    proto: str,
+    gpus_per_node: int | None,
+    overrides: dict[str, Any],
+    fmt: Format,
+    **options: Any,
+) -> int:
+    """Time, algbw and busbw of one collective on a cluster, the algorithm NCCL would use and what limits it.
+
+    \b
+    mfukit comm predict --collective all_reduce --bytes 1GiB --system dgx-h100 --nodes 16
+    """
+    name = collective_named(collective, field="--collective")
+    message_bytes = units.parse_bytes(size, field="--bytes")
+    cluster = _cluster(scenario_path, overrides)
+    topology, assumptions = _topology(cluster, options)
+    kwargs: dict[str, Any] = {"gpus_per_domain": gpus_per_node, "algorithm": algo, "protocol": proto}
+    prediction = predict(name, message_bytes, topology, cluster.num_gpus, **kwargs)
+    table = _prediction_table(f"{name} of {units.format_bytes(message_bytes)}", prediction)
+    alternatives = Table(
+        "every algorithm and protocol considered",
+        ["algorithm", "protocol", "time (us)", "latency (us)", "algbw (GB/s)", "limited by"],
+        csv_columns=["algorithm", "protocol", "time_s", "latency_s", "algbw_bytes_per_s", "bottleneck"],
+    )
+    options_found = (
+        estimates(name, message_bytes, topology, cluster.num_gpus, **kwargs) if cluster.num_gpus > 1 else []
+    )
+    for option in sorted(options_found, key=lambda o: float(o.time_s(np.asarray([message_bytes]))[0])):
+        alternatives.add(
+            option.algorithm,
+            option.protocol,
+            shown(float(option.time_s(np.asarray([message_bytes]))[0]), _us),
+            shown(option.latency_s, _us),
+            shown(float(option.algbw_bytes_per_s[0]), _gb),
+            option.bottleneck,
+        )
+    result = {
+        "collective": name,
+        "message_bytes": message_bytes,
+        "num_gpus": cluster.num_gpus,
+        "gpus_per_domain": prediction.group.gpus_per_domain,
+        "num_domains": prediction.group.num_domains,
+        "time_s": float(prediction.time_s[0]),
+        "algbw_bytes_per_s": float(prediction.algbw_bytes_per_s[0]),
+        "busbw_bytes_per_s": float(prediction.busbw_bytes_per_s[0]),
+        "latency_s": float(prediction.latency_s[0]),
+        "algorithm": prediction.algorithm[0],
+        "protocol": prediction.protocol[0],
+        "bottleneck": prediction.bottleneck[0],
+        "alternatives": [
+            {
+                "algorithm": o.algorithm,
+                "protocol": o.protocol,
+                "time_s": float(o.time_s(np.asarray([message_bytes]))[0]),
+                "latency_s": o.latency_s,
+                "algbw_bytes_per_s": float(o.algbw_bytes_per_s[0]),
+                "bottleneck": o.bottleneck,
+            }
+            for o in options_found
+        ],
+    }
+    output = Output(
+        schema="comm.predict/1",
+        inputs={
+            "collective": name,
+            "bytes": size,
+            "system": cluster.system.name,
+            "num_gpus": cluster.num_gpus,
+            "algorithm": algo,
+            "protocol": proto,
+            **options,
+        },
+        result=result,
+        assumptions=assumptions,
+        tables=[table, alternatives],
+        notes=[_group_note(prediction, cluster)],
+    )
+    return emit(output, fmt)
+
+
+def _sizes(minimum: str, maximum: str, factor: int) -> np.ndarray[Any, np.dtype[np.float64]]:
+    low = units.parse_bytes(minimum, field="--min-bytes")
+    high = units.parse_bytes(maximum, field="--max-bytes")
+    if low <= 0 or high < low:
+        raise InputError("needs 0 < --min-bytes <= --max-bytes", field="--max-bytes", value=maximum)
+    if factor < 2:
+        raise InputError("must be at least 2", field="--factor", value=factor)
+    steps = math.floor(math.log(high / low, factor) + 1e-9) + 1
+    if steps > 200:
+        raise InputError(f"{steps} sizes is too many", field="--factor", value=factor, hint="raise --factor")
+    return np.asarray([low * factor**k for k in range(steps)], dtype=np.float64)
+
+
+@comm.command("sweep")
+@scenario_argument
+@click.option("--collective", required=True, help=f"One of {', '.join(COLLECTIVES)}.")
+@click.option("--min-bytes", default="8B", show_default=True, help="Smallest size (nccl-tests -b).")
+@click.option("--max-bytes", default="8GiB", show_default=True, help="Largest size (nccl-tests -e).")
+@click.option("--factor", type=int, default=2, show_default=True, help="Size step factor (nccl-tests -f).")
+@click.option("--algo", type=click.Choice(["auto", *ALGORITHMS]), default="auto", show_default=True)
+@click.option("--gpus-per-node", type=int, default=None, help="Ranks per node (default: packed).")
+@scenario_options(*CLUSTER_FLAGS)
+@topology_options
+@report_option
+@format_option
+def sweep_command(
+    scenario_path: Path | None,
+    collective: str,
+    min_bytes: str,
+    max_bytes: str,
+    factor: int,
+    algo: str,
+    gpus_per_node: int | None,
+    overrides: dict[str, Any],
+    report_dir: Path | None,
+    fmt: Format,
+    **options: Any,
+) -> int:
+    """An nccl-tests-style table of predicted time, algbw and busbw from 8 B to 8 GiB (and a plot with --report)."""
+    name = collective_named(collective, field="--collective")
+    sizes = _sizes(min_bytes, max_bytes, factor)
+    cluster = _cluster(scenario_path, overrides)
+    topology, assumptions = _topology(cluster, options)
+    kwargs: dict[str, Any] = {"gpus_per_domain": gpus_per_node, "algorithm": algo}
+    prediction = predict(name, sizes, topology, cluster.num_gpus, **kwargs)
+    table = _prediction_table(
+        f"predicted {name}, {cluster.num_gpus} GPUs of {cluster.system.name}", prediction
+    )
+    peak = int(np.argmax(prediction.busbw_bytes_per_s))
+    output = Output(
+        schema="comm.sweep/1",
+        inputs={
+            "collective": name,
+            "system": cluster.system.name,
+            "num_gpus": cluster.num_gpus,
+            "min_bytes": min_bytes,
+            "max_bytes": max_bytes,
+            "factor": factor,
+            "algorithm": algo,
+            **options,
+        },
+        result={
+            "collective": name,
+            "num_gpus": cluster.num_gpus,
+            "peak_busbw_bytes_per_s": float(prediction.busbw_bytes_per_s[peak]),
+            "rows": [
+                {
+                    "size_bytes": int(size),
+                    "time_s": float(prediction.time_s[j]),
+                    "algbw_bytes_per_s": float(prediction.algbw_bytes_per_s[j]),
+                    "busbw_bytes_per_s": float(prediction.busbw_bytes_per_s[j]),
+                    "algorithm": prediction.algorithm[j],
+                    "protocol": prediction.protocol[j],
+                    "bottleneck": prediction.bottleneck[j],
+                }
+                for j, size in enumerate(prediction.message_bytes)
+            ],
+        },
+        assumptions=assumptions,
+        tables=[table],
+        notes=[_group_note(prediction, cluster)],
+    )
+    if report_dir is not None:
+        from mfukit.comm.plots import write_sweep_report
+
+        output.files.append(
+            write_sweep_report(prediction, table, cluster.system.name, assumptions, report_dir)
+        )
+    return emit(output, fmt)
+
+
+def _findings_table(findings: list[Finding]) -> Table:
+    table = Table("findings", ["id", "severity", "what", "detail", "fix"])
+    for f in findings:
+        table.add(f.id, f.severity, f.title, f.detail + "".join(f"; {e}" for e in f.evidence[:2]), f.fix)
+    return table
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        raise InputError("file not found", source=str(path), hint="check the path") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"cannot read file: {error}", source=str(path)) from None
+
+
+def _check_output(report: CheckReport, path: Path, assumptions: list[str], inputs: dict[str, Any]) -> Output:
+    run = report.run
+    sizes = Table(
+        f"{report.collective}, {report.num_ranks} ranks on {report.num_nodes} node(s): measured vs model",
+        ["size (B)", "time (us)", "busbw (GB/s)", "expected (GB/s)", "ratio", "regime", "status", "note"],
+        csv_columns=[
+            "size_bytes",
+            "time_s",
+            "busbw_bytes_per_s",
+            "expected_busbw_bytes_per_s",
+            "ratio",
+            "regime",
+            "status",
+            "note",
+        ],
+    )
+    for v in report.sizes:
+        sizes.add(
+            v.size_bytes,
+            shown(v.time_s, _us),
+            shown(v.busbw_bytes_per_s, _gb),
+            shown(v.expected_busbw_bytes_per_s, _gb),
+            shown(v.ratio, lambda x: f"{x:.2f}"),
+            v.regime,
+            v.status,
+            v.note,
+        )
+    summary = Table("verdict", ["field", "value"])
+    summary.add("verdict", report.verdict)
+    summary.add("peak busbw", shown(report.peak_busbw_bytes_per_s, units.format_rate))
+    summary.add("expected peak busbw", shown(report.expected_peak_busbw_bytes_per_s, units.format_rate))
+    summary.add("peak / expected", shown(report.peak_ratio, units.format_percent))
+    summary.add("footer '# Avg bus bandwidth'", shown(run.avg_busbw_bytes_per_s, units.format_rate))
+    if report.nic_limit_bytes_per_s is not None:
+        summary.add("NIC limit per node", shown(report.nic_limit_bytes_per_s, units.format_rate))
+    summary.add("NCCL version", run.nccl_version or "—")
+    result = {
+        "verdict": report.verdict,
+        "collective": report.collective,
+        "num_ranks": report.num_ranks,
+        "num_nodes": report.num_nodes,
+        "peak_busbw_bytes_per_s": report.peak_busbw_bytes_per_s,
+        "expected_peak_busbw_bytes_per_s": report.expected_peak_busbw_bytes_per_s,
+        "peak_ratio": report.peak_ratio,
+        "avg_busbw_bytes_per_s": run.avg_busbw_bytes_per_s,
+        "nic_limit_bytes_per_s": report.nic_limit_bytes_per_s,
+        "latency_floor_s": report.latency_floor_s,
+        "nccl_version": run.nccl_version,
+        "format": run.format,
+        "sizes": report.sizes,
+        "findings": report.findings,
+    }
+    return Output(
+        schema="comm.check/1",
+        inputs={"file": str(path), **inputs},
+        result=result,
+        assumptions=assumptions,
+        warnings=list(run.warnings),
+        tables=[summary, sizes, _findings_table(report.findings)],
+        exit_code=1 if report.negative else 0,
+    )
+
+
+@comm.command("check")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--collective", default=None, help="When the output does not name it.")
+@click.option(
+    "--slow-below",
+    type=float,
+    default=SLOW_BELOW,
+    show_default=True,
+    help="A size is slow below this fraction of the modelled busbw; so is the peak.",
+)
+@scenario_options(*CLUSTER_FLAGS)
+@topology_options
+@format_option
+def check_command(
+    file: Path,
+    collective: str | None,
+    slow_below: float,
+    overrides: dict[str, Any],
+    fmt: Format,
+    **options: Any,
+) -> int:
+    """Judge nccl-tests output (any era, or its -J JSON) against the model: ok / slow / broken per size.
+
+    Exit 1 when a size is broken or the peak busbw is below --slow-below of what the cluster should reach.
+    """
+    if not 0 < slow_below <= 1:
+        raise InputError("must be in (0, 1]", field="--slow-below", value=slow_below)
+    run = parse_nccl_tests(_read(file), name_hint=file.name, source=str(file))
+    name = collective_named(collective, field="--collective") if collective else None
+    explicit_nodes = overrides.get("cluster.num_nodes")
+    if not explicit_nodes and "cluster.num_gpus" not in overrides:
+        overrides["cluster.num_nodes"] = len(run.hosts) if run.hosts else 1
+    cluster = _cluster(None, overrides)
+    topology, assumptions = _topology(cluster, options)
+    report = check_run(
+        run,
+        topology,
+        num_nodes=cluster.num_nodes,
+        collective=name,
+        num_ranks=overrides.get("cluster.num_gpus") and cluster.num_gpus,
+        slow_below=slow_below,
+    )
+    assumptions.append(f"slow below {slow_below:.0%} of the modelled busbw (peak and each size)")
+    inputs = {"system": cluster.system.name, "nodes": cluster.num_nodes, **options}
+    return emit(_check_output(report, file, assumptions, inputs), fmt)
+
+
+@comm.command("nccl-log")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--system", default=None, help="Node preset: its NIC count is the rails each host should use.")
+@click.option("--nodes", type=int, default=None, help="Nodes the job spans, when the log shows fewer hosts.")
+@format_option
+def nccl_log_command(file: Path, system: str | None, nodes: int | None, fmt: Format) -> int:
+    """Analyse NCCL_DEBUG=INFO output: transports per peer, HCAs vs GPUs, channels, NVLS, errors, timeouts.
+
+    Exit 1 when a finding is an error (socket fallback, NCCL WARN, watchdog timeout...).
+    """
+    expected = catalog.system(system, field="--system").nics_per_node if system else None
+    report = analyse_nccl_log(_read(file), expected_nics_per_node=expected, num_nodes=nodes)
+    if not report.nccl_lines and not report.timeouts:
+        raise InputError(
+            "holds no NCCL log lines",
+            source=str(file),
+            hint="run with NCCL_DEBUG=INFO (NCCL_DEBUG_SUBSYS=INIT,NET,GRAPH,ENV) and pass its output",
+        )
+    summary = Table("NCCL log", ["field", "value"])
+    summary.add("NCCL version", ", ".join(report.versions) or "—")
+    summary.add("network", ", ".join(report.networks) or "—")
+    summary.add("hosts / ranks", f"{len(report.hosts)} / {report.num_ranks or '—'}")
+    summary.add("GPUs per host", ", ".join(sorted({str(n) for n in report.gpus_per_host.values()})) or "—")
+    summary.add("HCAs per host", ", ".join(sorted({str(len(v)) for v in report.hcas.values()})) or "—")
+    summary.add("link layer", ", ".join(report.link_layers) or "—")
+    summary.add("GPUDirect RDMA", {True: "yes", False: "no", None: "—"}[report.gdr])
+    summary.add("channels", ", ".join(f"{k} {v}" for k, v in report.channels.items()) or "—")
+    summary.add("rings / trees", f"{report.rings or '—'} / {'yes' if report.trees else '—'}")
+    summary.add("NVLS", {True: "available", False: "not available", None: "—"}[report.nvls_available])
+    summary.add("NCCL_* set", ", ".join(f"{k}={v}" for k, v in report.env.items()) or "—")
+    transports = Table("transports (channel connections)", ["transport", "connections"])
+    for transport, count in report.transports.items():
+        transports.add(transport, count)
+    output = Output(
+        schema="comm.nccl_log/1",
+        inputs={"file": str(file), "system": system, "nodes": nodes},
+        result={"severity": report.severity, **{f.name: getattr(report, f.name) for f in fields(report)}},
+        tables=[summary, transports, _findings_table(report.findings)],
+        exit_code=1 if report.severity == "error" else 0,
+    )
+    return emit(output, fmt)

@@ -1,0 +1,1 @@
+"""Fabric designer: fat-tree and rail-optimised Clos sizing, bill of materials, topology checks (no torch)."""
