@@ -1,1 +1,1 @@
-"""Collectives: the cost model, nccl-tests and NCCL_DEBUG log judges (torch only in comm/bench.py)."""
+"""Communication: gradient traffic of a layout, the collective cost model, nccl-tests and NCCL log judges."""
