@@ -22,13 +22,10 @@ from mfukit.errors import ExitCode, MfukitError
 COMMANDS: dict[str, str] = {
     "size": "mfukit.cli.size:size",
     "mfu": "mfukit.cli.mfu:mfu",
-    "catalog": "mfukit.cli.catalog:catalog",
-<<<<<<< HEAD
-    "ft": "mfukit.cli.ft:ft",
-=======
     "comm": "mfukit.cli.comm:comm",
     "fabric": "mfukit.cli.fabric:fabric",
->>>>>>> comm
+    "ft": "mfukit.cli.ft:ft",
+    "catalog": "mfukit.cli.catalog:catalog",
 }
 
 

@@ -107,7 +107,10 @@ def bill_of_materials(
     (UFM, management) on the leaves."""
     switches = {tier.name: tier.switches for tier in clos.tiers}
     bom = Bom(switches=switches, cables=dict(clos.links))
-    bom.switch_power_w = clos.switches * switch.power_w
+    if switch.power_w is None:
+        bom.warnings.append(f"{switch.name} has no published power figure: switch power is not counted")
+    else:
+        bom.switch_power_w = clos.switches * switch.power_w
     catalog = optics()
     if not any(abs(p.port_bytes_per_s - port_bytes_per_s) <= 1 for p in catalog.parts.values()):
         bom.warnings.append(
