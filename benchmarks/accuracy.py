@@ -71,14 +71,25 @@ def main() -> None:
             scale = "one node" if case.num_gpus <= case.system.gpus_per_node else "several nodes"
             details[f"{case.source} / {scale}"].append(index)
     accounting = {case.source: case.accounting for case in cases}
-    test = [summarise(source, errors[idx], accounting[source]) for (source, fitted), idx in groups.items() if not fitted]
-    fit = [summarise(source, errors[idx], accounting[source]) for (source, fitted), idx in groups.items() if fitted]
-    breakdown = [summarise(name, errors[idx], accounting[name.split(" / ")[0]]) for name, idx in sorted(details.items())]
+    test = [
+        summarise(source, errors[idx], accounting[source])
+        for (source, fitted), idx in groups.items()
+        if not fitted
+    ]
+    fit = [
+        summarise(source, errors[idx], accounting[source])
+        for (source, fitted), idx in groups.items()
+        if fitted
+    ]
+    breakdown = [
+        summarise(name, errors[idx], accounting[name.split(" / ")[0]])
+        for name, idx in sorted(details.items())
+    ]
     everything = [i for (_, fitted), idx in groups.items() if not fitted for i in idx]
     total = summarise("all test rows", errors[everything], "mixed")
     print(f"target: median <= {TARGET_MEDIAN:.0%}, p90 <= {TARGET_P90:.0%} (test rows, never fitted)\n")
     header = f"{'source (test rows)':42} {'rows':>5} {'accounting':>10} {'median':>8} {'p90':>8} {'bias':>8}  target"
-    for title, rows in (("", test + [total]), ("breakdown", breakdown), ("fit rows (for reference)", fit)):
+    for title, rows in (("", [*test, total]), ("breakdown", breakdown), ("fit rows (for reference)", fit)):
         if title:
             print(f"\n{title}")
         print(header)
@@ -89,7 +100,9 @@ def main() -> None:
                 f"  {'met' if row['meets_target'] else 'missed'}"
             )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"test": test, "all_test": total, "breakdown": breakdown, "fit": fit}, indent=2) + "\n")
+    RESULTS.write_text(
+        json.dumps({"test": test, "all_test": total, "breakdown": breakdown, "fit": fit}, indent=2) + "\n"
+    )
 
 
 if __name__ == "__main__":

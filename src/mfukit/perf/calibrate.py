@@ -6,11 +6,11 @@ collectives (which do not depend on the fitted constants) are computed once. The
 rows of the fit split only, a robust (soft-L1) loss of the log error r of tokens/s per GPU,
 ``2(sqrt(1 + (r / 0.05)^2) - 1)``, summed per (source, accelerator) group and divided by the group's size,
 so that the 1,744 Ultra-Scale runs do not outweigh the 109 vTrain runs and the fit aims at the median
-rather than at the runs a framework lost for reasons no model of the hardware sees. Hardware constants
-are fitted on runs inside one node (with the framework constants), then the framework constants alone on
-every fit row. The optimiser
-is Levenberg-Marquardt on the logarithms (logits for fractions) of the constants, with a finite-difference
-Jacobian. The result is written to ``perf/data/efficiency.toml`` with the SHA-256 of each data file, the
+rather than at the runs a framework lost
+for reasons no model of the hardware sees. Only rows that ran inside one node are fitted: the constants
+describe the GPU and the framework, and the multi-node rows test the network model instead of tuning it.
+The optimiser is Levenberg-Marquardt on the logarithms (logits for fractions) of the constants, with a
+finite-difference Jacobian. The result is written to ``perf/data/efficiency.toml`` with the SHA-256 of each data file, the
 split and the fit error of each profile; borrowed profiles are kept as they are.
 """
 
@@ -102,18 +102,35 @@ class Evaluator:
         return out
 
 
-# Search bounds in the transformed space: fractions between 0.01 and 0.99, times between 0.1 us and 0.1 s.
-_BOUNDS = {True: (math.log(0.01 / 0.99), math.log(0.99 / 0.01)), False: (math.log(1e-7), math.log(0.1))}
+# Search bounds in the transformed space: fractions 0.01-0.99, times 0.1 us-0.1 s, GEMM dimensions 1-4096.
+_BOUNDS = {
+    "fraction": (math.log(0.01 / 0.99), math.log(0.99 / 0.01)),
+    "time": (math.log(1e-7), math.log(0.1)),
+    "dimension": (0.0, math.log(4096.0)),
+}
+
+
+# A GEMM's fixed cost (launch and tail) is kept to what profilers show, 2-20 us: beyond that it would trade
+# places with the framework's per-layer cost (a layer runs the same handful of GEMMs every time).
+_FIELD_BOUNDS = {"gemm_latency_s": (math.log(2e-6), math.log(2e-5))}
+
+
+def _kind(name: str) -> str:
+    return "fraction" if name in FRACTIONS else "time" if name.endswith("_s") else "dimension"
+
+
+def _bounds(name: str) -> tuple[float, float]:
+    return _FIELD_BOUNDS.get(name, _BOUNDS[_kind(name)])
 
 
 def _encode(name: str, value: float) -> float:
-    low, high = _BOUNDS[name in FRACTIONS]
+    low, high = _bounds(name)
     raw = math.log(value / (1 - value)) if name in FRACTIONS else math.log(max(value, 1e-9))
     return min(high, max(low, raw))
 
 
 def _decode(name: str, value: float) -> float:
-    low, high = _BOUNDS[name in FRACTIONS]
+    low, high = _bounds(name)
     bounded = min(high, max(low, value))
     return 1 / (1 + math.exp(-bounded)) if name in FRACTIONS else math.exp(bounded)
 
@@ -251,15 +268,13 @@ def _updated(file: EfficiencyFile, values: dict[tuple[str, str], dict[str, float
 
 
 def fit(cases: Sequence[Case]) -> tuple[EfficiencyFile, dict[str, tuple[int, float, float]]]:
-    """Fit every calibrated profile on the fit rows of ``cases``, in two stages: the hardware constants (with
-    the framework ones) on runs inside one node, where the network cannot matter; then the framework
-    constants alone on every fit row. Returns the new file and, per profile, (rows, median, p90) of the
-    fit error."""
-    fitted_cases = [case for case in cases if case.fitted]
+    """Fit every calibrated profile on the fit rows of ``cases`` that ran inside one node: the constants
+    describe the GPU and the framework, while everything beyond the node (the network, and how much of it
+    hides) comes from the collective model, so the multi-node rows test it rather than tune it. Returns the
+    new file and, per profile, (rows, median, p90) of the fit error."""
+    fitted_cases = [case for case in cases if case.fitted and case.num_gpus <= case.system.gpus_per_node]
     current = efficiency_file()
-    single_node = [case for case in fitted_cases if case.num_gpus <= case.system.gpus_per_node]
-    current = _updated(current, _solve(current, single_node, {"hardware", "framework"}))
-    current = _updated(current, _solve(current, fitted_cases, {"framework"}))
+    current = _updated(current, _solve(current, fitted_cases, {"hardware", "framework"}))
     evaluator = Evaluator(fitted_cases)
     lookup = {
         (g.accelerator, g.framework): _efficiency(current, fitted_cases[int(g.indices[0])], g.framework)
@@ -273,8 +288,24 @@ def fit(cases: Sequence[Case]) -> tuple[EfficiencyFile, dict[str, tuple[int, flo
         hardware.append(_with_record(profile, mask, errors, fitted_cases, records))
     for framework in current.framework:
         mask = np.asarray([case.workload.framework == framework.name for case in fitted_cases])
+        own = [case for case in fitted_cases if case.workload.framework == framework.name]
+        unidentified = {
+            name: None for name in FRAMEWORK_FIELDS if own and not any(_exercises(c, name) for c in own)
+        }
+        framework = framework.model_copy(update=unidentified)
         frameworks.append(_with_record(framework, mask, errors, fitted_cases, records))
     return current.model_copy(update={"hardware": hardware, "framework": frameworks}), records
+
+
+def _exercises(case: Case, name: str) -> bool:
+    """Whether ``case`` depends on the framework constant ``name`` (a run without TP, CP or EP launches no
+    collective the constant prices; one without a pipeline sends nothing between stages)."""
+    layout = case.layout
+    if name == "collective_overhead_s":
+        return max(layout.tp, layout.cp, layout.ep) > 1
+    if name == "p2p_overhead_s":
+        return layout.pp > 1
+    return True
 
 
 def _hardware_name(case: Case, file: EfficiencyFile) -> str | None:

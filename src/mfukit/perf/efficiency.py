@@ -8,7 +8,8 @@ SHA-256, the rows fitted, the fit error); ``python -m mfukit.perf.calibrate`` re
   Calculon-style), the same for flash attention, FP8 GEMMs, and the fraction of HBM bandwidth element-wise
   kernels reach;
 * a **framework** profile per software stack: the host-side cost of each layer and micro-batch (kernel
-  launches, Python) and of each TP/CP/EP collective and pipeline send (launch and synchronisation). The same
+  launches, Python), of each micro-batch on a stage (the schedule, the loss), and of each TP/CP/EP
+  collective and pipeline send (launch and synchronisation). The same
   GPU runs the same layer at different speed under Megatron-LM, FSDP or nanotron; the Ultra-Scale sweep
   shows it plainly (nanotron at TP 8 gets twice the throughput from twice the micro-batch).
 
@@ -33,10 +34,11 @@ DEFAULT_FRAMEWORK = "megatron"
 HARDWARE_FIELDS = (
     "gemm_peak_fraction",
     "gemm_latency_s",
+    "gemm_half_dim",
     "attention_peak_fraction",
     "fp8_gemm_peak_fraction",
 )
-FRAMEWORK_FIELDS = ("layer_overhead_s", "collective_overhead_s", "p2p_overhead_s")
+FRAMEWORK_FIELDS = ("layer_overhead_s", "microbatch_overhead_s", "collective_overhead_s", "p2p_overhead_s")
 
 
 class FitRecord(Strict):
@@ -55,6 +57,7 @@ class HardwareProfile(Strict):
     why: str = ""
     gemm_peak_fraction: float | None = Field(default=None, gt=0, le=1)
     gemm_latency_s: float | None = Field(default=None, ge=0)
+    gemm_half_dim: float | None = Field(default=None, ge=0)
     attention_peak_fraction: float | None = Field(default=None, gt=0, le=1)
     fp8_gemm_peak_fraction: float | None = Field(default=None, gt=0, le=1)
     fit: FitRecord | None = None
@@ -66,6 +69,7 @@ class FrameworkProfile(Strict):
     borrows: str | None = None
     why: str = ""
     layer_overhead_s: float | None = Field(default=None, ge=0)
+    microbatch_overhead_s: float | None = Field(default=None, ge=0)
     collective_overhead_s: float | None = Field(default=None, ge=0)
     p2p_overhead_s: float | None = Field(default=None, ge=0)
     fit: FitRecord | None = None
@@ -96,10 +100,12 @@ class Efficiency(Strict):
     notes: tuple[str, ...]
     gemm_peak_fraction: float = Field(gt=0, le=1)
     gemm_latency_s: float = Field(ge=0)
+    gemm_half_dim: float = Field(ge=0, description="a GEMM dimension this small halves the efficiency")
     attention_peak_fraction: float = Field(gt=0, le=1)
     fp8_gemm_peak_fraction: float = Field(gt=0, le=1)
     hbm_fraction: float = Field(gt=0, le=1)
     layer_overhead_s: float = Field(ge=0)
+    microbatch_overhead_s: float = Field(ge=0)
     collective_overhead_s: float = Field(ge=0)
     p2p_overhead_s: float = Field(ge=0)
 
@@ -155,6 +161,11 @@ def efficiency_for(
     hw_values, hw_note = _resolved(profile, hardware, HARDWARE_FIELDS)
     fw_profile = stacks[framework]
     fw_values, fw_note = _resolved(fw_profile, stacks, FRAMEWORK_FIELDS)
+    missing = [name for name, value in fw_values.items() if value is None]
+    if missing:  # what the framework's data could not show comes from the default framework
+        default, _ = _resolved(stacks[DEFAULT_FRAMEWORK], stacks, FRAMEWORK_FIELDS)
+        fw_values |= {name: default[name] for name in missing}
+        fw_note += f"; {', '.join(missing)} not shown by its data: {DEFAULT_FRAMEWORK}'s"
     if hw_values["fp8_gemm_peak_fraction"] is None:  # no FP8 data: FP8 GEMMs as efficient as 16-bit ones
         hw_values["fp8_gemm_peak_fraction"] = hw_values["gemm_peak_fraction"]
     return Efficiency.model_validate(

@@ -228,6 +228,7 @@ class _Timer:
         )
         self.hbm = accelerator.hbm_bytes_per_s * eff.hbm_fraction
         self.latency = eff.gemm_latency_s
+        self.half_dim = eff.gemm_half_dim
         self.shapes = p.shapes
 
     def gemms(self, name: str) -> tuple[Floats, Floats]:
@@ -235,7 +236,9 @@ class _Timer:
         total = np.zeros_like(self.shapes.tokens)
         window = np.zeros_like(self.shapes.tokens)
         for gemm in self.shapes.gemms[name]:
-            compute = gemm.flops / self.gemm_peak + self.latency
+            # each dimension d fills tensor-core tiles and waves only partly: efficiency x d / (d + d_half)
+            tiles = (1 + self.half_dim / gemm.m) * (1 + self.half_dim / gemm.k) * (1 + self.half_dim / gemm.n)
+            compute = gemm.flops * tiles / self.gemm_peak + self.latency
             memory = gemm.bytes / self.hbm
             time = np.where(gemm.count > 0, gemm.count * np.maximum(compute, memory), 0.0)
             total = total + time
@@ -275,7 +278,7 @@ def _stage(
     tp_forward_calls = np.where(g.tp > 1, np.where(g.sp, 4.0, 2.0), 0.0)
     tp_calls = np.where(g.tp > 1, np.where(g.sp, 10.0, 4.0), 0.0)
 
-    def per_layer(kind: _PerLayer) -> dict[str, Floats]:
+    def per_layer(kind: _PerLayer, routed: bool) -> dict[str, Floats]:
         # the column-parallel GEMMs' backward: weight gradients only, or (SP) input gradients too
         window = np.where(g.sp, 2.0, 1.0) * kind.window
         tp = c.tp_fwd_s + c.tp_bwd_blocking_s + np.maximum(0.0, c.tp_bwd_overlappable_s - window)
@@ -285,8 +288,10 @@ def _stage(
         )
         cp_bwd = np.maximum(0.0, cp_ring * c.cp_bwd_step_s - kind.attention_backward)
         cp_bwd = cp_bwd + cp_ring * eff.collective_overhead_s
-        full = kind.forward + c.tp_fwd_s + cp_fwd + tp_forward_calls * eff.collective_overhead_s
-        return {
+        all_to_all = c.ep_all_to_all_s + np.where(g.ep > 1, eff.collective_overhead_s, 0.0)
+        ep = 4 * all_to_all if routed else np.zeros_like(all_to_all)
+        full = kind.forward + c.tp_fwd_s + cp_fwd + tp_forward_calls * eff.collective_overhead_s + ep / 2
+        parts = {
             "compute": 3 * kind.gemm + kind.attention + kind.attention_backward,
             "memory_bound": 3 * kind.memory,
             "recompute": np.where(
@@ -294,20 +299,21 @@ def _stage(
             ),
             "tp_comm": tp,
             "cp_comm": cp_fwd + cp_bwd,
+            "ep_comm": ep,
             "fsdp_comm": np.maximum(0.0, dp.unit_gather_s - kind.forward)
             + np.maximum(0.0, dp.unit_gather_s + dp.unit_reduce_s - kind.backward),
         }
+        # what the framework adds per layer and micro-batch (launches, Python, synchronisation), fitted
+        parts["other"] = np.full_like(tp, eff.layer_overhead_s)
+        return parts
 
-    d, m = per_layer(dense), per_layer(moe)
+    d, m = per_layer(dense, routed=False), per_layer(moe, routed=True)
     parts = {name: n_dense * d[name] + n_moe * m[name] for name in d}
-    moe_full = np.where(recompute == "full", 2 * c.ep_all_to_all_s, 0.0)
-    parts["ep_comm"] = n_moe * 4 * (c.ep_all_to_all_s + np.where(g.ep > 1, eff.collective_overhead_s, 0.0))
-    parts["recompute"] = parts["recompute"] + n_moe * moe_full
     parts["compute"] = parts["compute"] + 3 * head
     parts["memory_bound"] = parts["memory_bound"] + 3 * embedding
     # The first layer's gather and the last layer's reduce-scatter have nothing to hide behind.
     parts["fsdp_comm"] = parts["fsdp_comm"] + np.where(layers > 0, dp.unit_gather_s + dp.unit_reduce_s, 0.0)
-    parts["other"] = layers * eff.layer_overhead_s
+    parts["other"] = parts["other"] + eff.microbatch_overhead_s
     return parts
 
 
