@@ -59,9 +59,48 @@ def summarise(name: str, errors: np.ndarray, accounting: str) -> dict[str, objec
     }
 
 
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    ranks_a, ranks_b = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ranks_a, ranks_b)[0, 1])
+
+
+def ranking(cases: list[Case], predicted: np.ndarray) -> list[dict[str, object]]:
+    """Per source: does the model order the layouts of one (model, GPU count, batch) group as they measured?
+    Spearman correlation per group, and where the measured-fastest layout lands in the model's order."""
+    groups: dict[tuple[object, ...], list[int]] = collections.defaultdict(list)
+    for index, case in enumerate(cases):
+        key = (
+            case.source,
+            case.label,
+            case.num_gpus,
+            case.workload.global_batch_sequences,
+            case.workload.seq_len,
+        )
+        groups[key].append(index)
+    out: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    for key, members in groups.items():
+        if len(members) < 5:
+            continue
+        idx = np.asarray(members)
+        measured = np.asarray([cases[i].measured_tokens_per_s_per_gpu for i in idx])
+        fastest = int(np.argmax(measured))
+        share_above = float((predicted[idx] > predicted[idx][fastest]).sum()) / len(idx)
+        out[str(key[0])].append((spearman(measured, predicted[idx]), share_above))
+    return [
+        {
+            "source": source,
+            "groups": len(values),
+            "median_spearman": float(np.median([v[0] for v in values])),
+            "median_share_ranked_above_the_measured_fastest": float(np.median([v[1] for v in values])),
+        }
+        for source, values in sorted(out.items())
+    ]
+
+
 def main() -> None:
     cases = load_cases()
-    errors = predictions(cases) / np.asarray([c.measured_tokens_per_s_per_gpu for c in cases]) - 1
+    predicted = predictions(cases)
+    errors = predicted / np.asarray([c.measured_tokens_per_s_per_gpu for c in cases]) - 1
     groups: dict[tuple[str, bool], list[int]] = collections.defaultdict(list)
     details: dict[str, list[int]] = collections.defaultdict(list)
     for index, case in enumerate(cases):
@@ -89,20 +128,33 @@ def main() -> None:
     total = summarise("all test rows", errors[everything], "mixed")
     print(f"target: median <= {TARGET_MEDIAN:.0%}, p90 <= {TARGET_P90:.0%} (test rows, never fitted)\n")
     header = f"{'source (test rows)':42} {'rows':>5} {'accounting':>10} {'median':>8} {'p90':>8} {'bias':>8}  target"
-    for title, rows in (("", [*test, total]), ("breakdown", breakdown), ("fit rows (for reference)", fit)):
+    for title, rows in (
+        ("", [*test, total]),
+        ("breakdown of the test rows", breakdown),
+        ("fit-split rows (only those inside one node were fitted)", fit),
+    ):
         if title:
             print(f"\n{title}")
-        print(header)
+        print(header if not title.startswith("fit") else header.replace("(test rows)", "(fit split)"))
         for row in rows:
             print(
                 f"{row['group']:42} {row['rows']:>5} {row['accounting']:>10} {row['median_abs_rel_error']:>8.1%}"
                 f" {row['p90_abs_rel_error']:>8.1%} {row['median_signed_rel_error']:>+8.1%}"
                 f"  {'met' if row['meets_target'] else 'missed'}"
             )
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(
-        json.dumps({"test": test, "all_test": total, "breakdown": breakdown, "fit": fit}, indent=2) + "\n"
+    order = ranking(cases, predicted)
+    print("\nranking within each (model, GPU count, batch) group of measured layouts (all rows)")
+    print(
+        f"{'source':24} {'groups':>6} {'median Spearman':>16} {'median share ranked above the fastest':>38}"
     )
+    for row in order:
+        print(
+            f"{row['source']:24} {row['groups']:>6} {row['median_spearman']:>16.2f}"
+            f" {row['median_share_ranked_above_the_measured_fastest']:>38.1%}"
+        )
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    figures = {"test": test, "all_test": total, "breakdown": breakdown, "fit": fit, "ranking": order}
+    RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import numpy as np
 from mfukit import catalog
 from mfukit.core.parallelism import layout_problems
 from mfukit.perf.layouts import Workload
-from mfukit.perf.planner import SearchSpace, enumerate_layouts, gpu_counts_between, search
+from mfukit.perf.planner import SearchSpace, enumerate_layouts, search
 from mfukit.perf.scaling import smallest_count, valid_counts
 
 LLAMA = catalog.model("llama2-70b")
@@ -76,9 +76,6 @@ def test_valid_counts_respect_the_batch() -> None:
     assert counts and all(count % 8 == 0 for count in counts)
     # every count is tp x pp x dp with dp dividing 1953 = 3^2 x 7 x 31
     assert 3472 in counts  # 2 x 8 x 217
-    assert gpu_counts_between(100, 1000, 8, points=5) == sorted(
-        set(gpu_counts_between(100, 1000, 8, points=5))
-    )
 
 
 def test_smallest_count_meets_the_deadline_and_one_node_less_does_not() -> None:

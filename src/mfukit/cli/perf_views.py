@@ -12,7 +12,7 @@ from mfukit.perf.activations import KERNELS_NAMES
 from mfukit.perf.efficiency import Efficiency
 from mfukit.perf.flops import ATTENTION_CONVENTION_NAMES
 from mfukit.perf.layouts import Workload
-from mfukit.perf.memory import SHARDING_NAMES, MemoryEstimate, sharding_of
+from mfukit.perf.memory import MemoryEstimate, sharding_of
 from mfukit.perf.planner import Plan
 from mfukit.perf.step_time import Machine
 
@@ -162,10 +162,6 @@ def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficien
         *machine.assumptions,
     ]
     return notes
-
-
-def sharding_note(layout: Parallelism) -> str:
-    return SHARDING_NAMES[sharding_of(layout)]
 
 
 def days(value: float) -> str:

@@ -179,7 +179,3 @@ def efficiency_for(
             **fw_values,
         }
     )
-
-
-def framework_names() -> list[str]:
-    return [profile.name for profile in efficiency_file().framework]

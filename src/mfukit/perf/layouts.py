@@ -94,12 +94,6 @@ class LayoutGrid:
         picked = np.asarray(index)
         return LayoutGrid(**{f.name: getattr(self, f.name)[picked] for f in fields(self)})
 
-    def middle_layers(self, num_layers: int) -> Floats:
-        """Layers of one middle stage (the average when they do not divide evenly; 0 without one)."""
-        middle_stages = np.maximum(self.pp - 2, 1)
-        rest = num_layers - self.first_layers - self.last_layers
-        return np.where(self.pp > 2, rest / middle_stages, 0.0)
-
     def layout(self, i: int, num_layers: int) -> Parallelism:
         """Configuration ``i`` of a model with ``num_layers`` layers as a :class:`Parallelism`."""
         pp = int(self.pp[i])

@@ -11,7 +11,6 @@ or by time to train.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -284,17 +283,3 @@ def search(
         search_s=time.perf_counter() - started,
         machines=machines,
     )
-
-
-def gpu_counts_between(low: int, high: int, gpus_per_node: int, points: int = 16) -> list[int]:
-    """Whole-node GPU counts from ``low`` to ``high``, roughly evenly spaced on a log scale."""
-    first = max(gpus_per_node, math.ceil(low / gpus_per_node) * gpus_per_node)
-    last = max(first, math.ceil(high / gpus_per_node) * gpus_per_node)
-    spaced = np.geomspace(first, last, num=points) if last > first else np.asarray([first])
-    return sorted({int(math.ceil(x / gpus_per_node) * gpus_per_node) for x in spaced})
-
-
-def rank_of(result_score: Floats, value: float) -> float:
-    """The share of layouts scoring strictly better than ``value`` (0 = the best)."""
-    finite = result_score[np.isfinite(result_score)]
-    return float((finite > value).sum()) / max(1, len(finite))

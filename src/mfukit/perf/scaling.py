@@ -34,10 +34,6 @@ class CountSearch:
     evaluated: dict[int, SearchResult] = field(default_factory=dict)
     why_not: list[str] = field(default_factory=list)
 
-    @property
-    def best_per_count(self) -> dict[int, Plan | None]:
-        return {count: result.best_per_count[count] for count, result in sorted(self.evaluated.items())}
-
 
 def valid_counts(workload: Workload, system: System, space: SearchSpace, low: int, high: int) -> list[int]:
     """Whole-node GPU counts in [low, high] on which at least one layout of ``space`` can be built."""

@@ -22,7 +22,6 @@ from mfukit.comm.model import collective_time_s
 from mfukit.comm.topology import CommTopology
 from mfukit.perf.layouts import SHARDINGS, Floats, Ints, LayoutGrid, unique_rows
 
-DIMENSIONS = ("tp", "cp", "ep", "dp", "pp")
 _SHARDED_STATES = np.asarray([name not in {"none"} for name in SHARDINGS])
 _GATHERS_PARAMS = np.asarray([name in {"zero-3", "fsdp-full", "fsdp-hybrid"} for name in SHARDINGS])
 _HYBRID = np.asarray([name == "fsdp-hybrid" for name in SHARDINGS])

@@ -1,17 +1,19 @@
 """Step time and MFU of a training step, for many layouts at once.
 
 Compute. Every GEMM of a layer (QKV or MLA's projections, attention output, MLP or routed/shared experts,
-router, logits) is timed by a roofline with a size-dependent efficiency,
-``max(F / (peak x e) + t0, bytes / (HBM x eta))`` (Calculon, Isaev et al. SC23, uses per-size efficiency
-tables the same way): ``e`` is the fraction of the dense peak a large GEMM reaches and ``t0`` the fixed cost
-that makes small GEMMs inefficient (``e x F / (F + peak x e x t0)`` as an efficiency curve). Backward = 2 x
-forward for GEMMs (activation and weight gradients). Flash attention executes the causal half of the s²
-scores (Dao 2023: blocks above the diagonal are skipped) at its own efficiency, backward 2.5 x forward (five
-matmuls against two, plus the recomputed scores). Element-wise kernels (norms, residual adds, RoPE, the
-activation, MoE permutation, cross-entropy) move their bytes at a fraction of HBM bandwidth; Adam reads and
-writes 30 bytes per local parameter. Recompute repeats the forward (full: the whole layer with its TP
-collectives; selective: the core attention). Each layer pays a fixed cost per micro-batch (launches,
-synchronisation). The constants per accelerator come from :mod:`mfukit.perf.efficiency`.
+router, logits) is timed by a roofline with a size-dependent efficiency:
+``max(F x tiles / (peak x e) + t0, bytes / (HBM x eta))`` where ``e`` is the fraction of the dense peak a
+large GEMM reaches, ``tiles = prod(1 + d_half / d)`` over its three dimensions the loss to partly filled
+tensor-core tiles and waves, and ``t0`` its fixed launch and tail cost (Calculon, Isaev et al. SC23, uses
+per-size efficiency tables the same way). Backward = 2 x forward for GEMMs (activation and weight
+gradients). Flash attention executes the causal half of the s² scores (Dao 2023: blocks above the diagonal
+are skipped) at its own efficiency, backward 2.5 x forward (five matmuls against two); without flash
+attention the scores are materialised and moved through HBM. Element-wise kernels (norms, residual adds,
+RoPE, the activation, MoE permutation, cross-entropy) move their bytes at a fraction of HBM bandwidth;
+Adam reads and writes 30 bytes per local parameter. Recompute repeats the forward (full: the whole layer
+with its TP collectives; selective: the core attention). The framework adds a fixed cost per layer and
+micro-batch, per micro-batch on a stage, per collective and per pipeline send. The constants come from
+:mod:`mfukit.perf.efficiency`, fitted to measured runs.
 
 Communication (:mod:`mfukit.perf.step_comm`): TP collectives are exposed in forward; in backward the
 input-gradient reduction overlaps the weight-gradient GEMM (Megatron's asynchronous TP all-reduce). CP ring
