@@ -28,7 +28,7 @@ BREAKDOWN_NAMES = {
     "pipeline_bubble": "pipeline bubble",
     "dp_comm": "DP gradient sync (exposed)",
     "optimizer": "optimizer step",
-    "other": "other (per-layer launch overhead)",
+    "other": "framework overhead (per layer, micro-batch)",
 }
 SHORT_SHARDING = {
     "none": "DDP",

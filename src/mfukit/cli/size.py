@@ -345,7 +345,7 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
             f"{EXPOSED_COMM_BUDGET:.0%} of a step needs {nics}"
         )
     bubble = sizing.pipeline_bubble_frac
-    if bubble is not None and bubble > 0.1:
+    if bubble is not None and bubble > 0.1 and not predicted:  # the model's MFU already pays the bubble
         warnings.append(
             f"the pipeline bubble (p-1)/(v·m) is {bubble:.0%} with {chosen.num_microbatches} micro-batches; the "
             "assumed MFU may not hold: raise the global batch, interleave (--vpp) or fix --pp lower"
