@@ -10,6 +10,7 @@ import click
 from mfukit import units
 from mfukit.cli.common import emit, format_option, scenario_argument, scenario_options
 from mfukit.cli.perf_views import (
+    PERF_FLAGS,
     breakdown_table,
     days,
     layout_json,
@@ -25,36 +26,6 @@ from mfukit.core.results import Output, Table, shown
 from mfukit.core.scenario import load_scenario
 from mfukit.perf.estimate import LayoutEstimate, estimate_layout
 from mfukit.perf.inputs import PerfInputs, layout_for_estimate, perf_inputs
-
-PERF_FLAGS = (
-    "model",
-    "tokens",
-    "seq_len",
-    "global_batch_tokens",
-    "global_batch_size",
-    "micro_batch_size",
-    "precision",
-    "attention_flops",
-    "framework",
-    "system",
-    "gpu",
-    "gpus",
-    "nodes",
-    "nics_per_node",
-    "nic_rate",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "vpp",
-    "first_stage_layers",
-    "last_stage_layers",
-    "sequence_parallel",
-    "recompute",
-    "zero",
-    "fsdp",
-)
 
 
 @click.command("estimate")

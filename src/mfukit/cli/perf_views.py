@@ -16,6 +16,36 @@ from mfukit.perf.memory import MemoryEstimate, sharding_of
 from mfukit.perf.planner import Plan
 from mfukit.perf.step_time import Machine
 
+PERF_FLAGS = (
+    "model",
+    "tokens",
+    "seq_len",
+    "global_batch_tokens",
+    "global_batch_size",
+    "micro_batch_size",
+    "precision",
+    "attention_flops",
+    "framework",
+    "system",
+    "gpu",
+    "gpus",
+    "nodes",
+    "nics_per_node",
+    "nic_rate",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "first_stage_layers",
+    "last_stage_layers",
+    "sequence_parallel",
+    "recompute",
+    "zero",
+    "fsdp",
+)
+"""The scenario flags of the commands the performance model answers (estimate, plan, size)."""
 BREAKDOWN_NAMES = {
     "compute": "compute (GEMMs, attention)",
     "memory_bound": "element-wise (memory-bound)",

@@ -17,8 +17,8 @@ from mfukit.cli.common import (
     scenario_argument,
     scenario_options,
 )
-from mfukit.cli.estimate import PERF_FLAGS
 from mfukit.cli.perf_views import (
+    PERF_FLAGS,
     breakdown_table,
     days,
     layout_json,
@@ -33,9 +33,8 @@ from mfukit.core.results import Output, Table, shown
 from mfukit.core.scenario import load_scenario
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
-from mfukit.perf.estimate import plan_memory
+from mfukit.perf.estimate import plan_memory, plan_shape
 from mfukit.perf.inputs import PerfInputs, perf_inputs, search_space
-from mfukit.perf.layouts import step_shape
 from mfukit.perf.network import NetworkCheck, network_check
 from mfukit.perf.planner import REASONS, Objective, Plan, SearchResult, search
 from mfukit.perf.scaling import scaling_counts, smallest_count
@@ -281,13 +280,7 @@ def _output(
         )
     memories = [plan_memory(workload, plan, machine.gpus_per_node) for plan in result.plans]
     best = result.plans[0]
-    shape = step_shape(
-        workload,
-        best.layout,
-        micro_batch_size=best.micro_batch_size,
-        num_microbatches=best.num_microbatches,
-        gpus_per_node=machine.gpus_per_node,
-    )
+    shape = plan_shape(workload, best, machine.gpus_per_node)
     check = network_check(workload.model, best, shape, machine.system, workload.precision)
     result_json["plans"] = [
         plan_json(p, m, workload, hbm) for p, m in zip(result.plans, memories, strict=True)

@@ -18,6 +18,7 @@ from mfukit.cli.common import (
     scenario_argument,
     scenario_options,
 )
+from mfukit.cli.perf_views import PERF_FLAGS, layout_json
 from mfukit.cli.render import Format
 from mfukit.core.results import Output, Table, shown
 from mfukit.core.scenario import Scenario, load_scenario
@@ -50,39 +51,15 @@ START_MFU = 0.4  # where the performance model's count search starts when the GP
     help='Planning MFU, e.g. 0.45 or "45%" (default: the GPU\'s typical_mfu).',
 )
 @scenario_options(
-    "model",
-    "tokens",
+    *PERF_FLAGS,
     "deadline",
-    "gpu",
-    "system",
-    "gpus",
-    "nodes",
-    "seq_len",
-    "global_batch_tokens",
-    "global_batch_size",
-    "micro_batch_size",
-    "precision",
-    "attention_flops",
-    "framework",
     "goodput",
+    "pue",
+    "usd_per_gpu_hour",
     "failure_model",
     "failure_rate",
     "storage",
     "checkpoint_mode",
-    "pue",
-    "usd_per_gpu_hour",
-    "nics_per_node",
-    "nic_rate",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "vpp",
-    "sequence_parallel",
-    "recompute",
-    "zero",
-    "fsdp",
 )
 @report_option
 @format_option
@@ -359,14 +336,7 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
         )
     result.update(
         {
-            "layout": {
-                "tp": layout.tp,
-                "pp": layout.pp,
-                "dp": layout.dp,
-                "cp": layout.cp,
-                "ep": layout.ep,
-                "vpp": layout.vpp,
-            },
+            "layout": layout_json(layout),
             "num_microbatches": chosen.num_microbatches,
             "days": sizing.days,
             "wall_s": sizing.wall_s,

@@ -19,7 +19,7 @@ from mfukit.core.scenario import FtSection, TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf import flops
 from mfukit.perf.estimate import best_plan
-from mfukit.perf.layouts import Workload
+from mfukit.perf.inputs import training_workload
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,7 @@ def throughput(
         return Throughput(ft.step_time_s, tokens_per_step, rate, f"step time {ft.step_time_s:g} s as given")
     fallback = ""
     if ft.mfu is None and sequences is not None:
-        workload = Workload(
-            model=model,
-            seq_len=training.seq_len,
-            global_batch_sequences=sequences,
-            precision=training.precision,
-            attention=training.attention_flops,
-            framework=training.framework,
-        )
+        workload = training_workload(model, training, sequences)
         micro = training.micro_batch_size if "micro_batch_size" in training.model_fields_set else None
         plan, chosen = best_plan(
             workload,

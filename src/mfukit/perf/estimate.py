@@ -10,7 +10,7 @@ from mfukit.core.parallelism import LayoutProblem, Parallelism, layout_problems
 from mfukit.perf.efficiency import Efficiency, efficiency_for
 from mfukit.perf.inputs import PerfInputs
 from mfukit.perf.layouts import Workload, grid_of, step_shape
-from mfukit.perf.memory import MemoryEstimate, estimate_memory
+from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
 from mfukit.perf.planner import Plan, SearchSpace, evaluate_grid, plan_at, search
 from mfukit.perf.step_time import Machine, machine_for
 
@@ -31,16 +31,20 @@ class LayoutEstimate:
         return self.memory is not None and self.memory.fits(self.machine.accelerator.hbm_bytes)
 
 
-def plan_memory(workload: Workload, plan: Plan, gpus_per_node: int) -> MemoryEstimate:
-    """The named memory breakdown of a plan (the planner ranks on the same totals)."""
-    shape = step_shape(
+def plan_shape(workload: Workload, plan: Plan, gpus_per_node: int) -> StepShape:
+    """The memory model's view of a plan's step."""
+    return step_shape(
         workload,
         plan.layout,
         micro_batch_size=plan.micro_batch_size,
         num_microbatches=plan.num_microbatches,
         gpus_per_node=gpus_per_node,
     )
-    return estimate_memory(workload.model, plan.layout, shape)
+
+
+def plan_memory(workload: Workload, plan: Plan, gpus_per_node: int) -> MemoryEstimate:
+    """The named memory breakdown of a plan (the planner ranks on the same totals)."""
+    return estimate_memory(workload.model, plan.layout, plan_shape(workload, plan, gpus_per_node))
 
 
 def estimate_layout(

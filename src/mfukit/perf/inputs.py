@@ -11,7 +11,7 @@ from mfukit.catalog import resolve
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute
-from mfukit.core.scenario import Scenario
+from mfukit.core.scenario import Scenario, TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.layouts import Workload
@@ -40,6 +40,18 @@ class PerfInputs:
         return Path(self.source).parent if self.source != "command line" else None
 
 
+def training_workload(model: ModelSpec, training: TrainingSection, sequences: int) -> Workload:
+    """The workload of a scenario's ``[training]`` with ``sequences`` per step."""
+    return Workload(
+        model=model,
+        seq_len=training.seq_len,
+        global_batch_sequences=sequences,
+        precision=training.precision,
+        attention=training.attention_flops,
+        framework=training.framework,
+    )
+
+
 def perf_inputs(scenario: Scenario, path: Path | None) -> PerfInputs:
     source = str(path) if path else "command line"
     model = resolve.model_spec(scenario.model, source=source, base_dir=path.parent if path else None)
@@ -55,14 +67,7 @@ def perf_inputs(scenario: Scenario, path: Path | None) -> PerfInputs:
         )
     if training.tokens is not None and training.tokens <= 0:
         raise InputError("must be positive", source=source, field="training.tokens", value=training.tokens)
-    workload = Workload(
-        model=model,
-        seq_len=training.seq_len,
-        global_batch_sequences=batch,
-        precision=training.precision,
-        attention=training.attention_flops,
-        framework=training.framework,
-    )
+    workload = training_workload(model, training, batch)
     efficiency_for(accelerator, training.framework)  # an unknown framework is bad input, said now
     accelerator.peak_flops(training.precision)  # so is a precision the GPU has no peak for
     num_gpus = cluster.num_gpus or (cluster.num_nodes * system.gpus_per_node if cluster.num_nodes else None)
