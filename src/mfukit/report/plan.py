@@ -43,14 +43,15 @@ class PlanReport:
 
 def _label(plan: Plan, rank: int) -> str:
     layout = plan.layout
-    return (
+    text = (
         f"#{rank} TP{layout.tp} PP{layout.pp}{'v' + str(layout.vpp) if layout.vpp > 1 else ''} DP{layout.dp}"
     )
+    return text + (f" CP{layout.cp}" if layout.cp > 1 else "") + (f" EP{layout.ep}" if layout.ep > 1 else "")
 
 
 def breakdown_chart(plans: Sequence[Plan], names: dict[str, str]) -> Chart:
     """Stacked horizontal bars: each plan's step time by part."""
-    fig, axes = figure(7.5, 1.2 + 0.45 * len(plans))
+    fig, axes = figure(7.5, 2.2 + 0.45 * len(plans))
     parts = [name for name in names if any(plan.breakdown_s.get(name, 0.0) > 0 for plan in plans)]
     for row, plan in enumerate(plans):
         left = 0.0
@@ -67,7 +68,7 @@ def breakdown_chart(plans: Sequence[Plan], names: dict[str, str]) -> Chart:
     axes.set_yticks(range(len(plans)), [_label(plan, rank + 1) for rank, plan in enumerate(plans)])
     axes.invert_yaxis()
     axes.set_xlabel("seconds per step")
-    axes.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25), frameon=False)
+    fig.legend(fontsize=7, ncol=3, loc="outside lower center", frameon=False)
     return Chart(
         "step_breakdown.png", fig, "Where each of the top layouts spends its step (exposed time only)."
     )

@@ -17,7 +17,7 @@ GIB = 2.0**30
 def memory_chart(memory: MemoryEstimate, hbm_bytes: float, file_name: str = "memory.png") -> Chart:
     """Peak memory per GPU of each pipeline stage, part by part, against the accelerator's HBM."""
     stages = [memory.first] if memory.first is memory.last else [memory.first, memory.last]
-    fig, axes = figure(7.5, 1.4 + 0.7 * len(stages))
+    fig, axes = figure(7.5, 2.2 + 0.7 * len(stages))
     names = [name for name in stages[0].parts() if any(stage.parts()[name] for stage in stages)]
     for row, stage in enumerate(stages):
         left = 0.0
@@ -35,16 +35,10 @@ def memory_chart(memory: MemoryEstimate, hbm_bytes: float, file_name: str = "mem
             left += width
     hbm = hbm_bytes / GIB
     axes.axvline(hbm, color="black", linestyle="--", linewidth=1)
-    axes.text(hbm, len(stages) - 0.45, f" HBM {hbm:.0f} GiB", va="top", fontsize=8)
+    axes.text(hbm, len(stages) - 0.55, f" HBM {hbm:.0f} GiB", va="top", ha="right", fontsize=8)
     axes.set_yticks(range(len(stages)), [f"{stage.stage} stage" for stage in stages])
     axes.set_xlabel("GiB per GPU")
-    axes.legend(
-        fontsize=7,
-        ncol=4,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.45 if len(stages) > 1 else -0.6),
-        frameon=False,
-    )
+    fig.legend(fontsize=7, ncol=4, loc="outside lower center", frameon=False)
     return Chart(file_name, fig, "Peak memory per GPU by part, against the accelerator's HBM.")
 
 
