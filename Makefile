@@ -19,7 +19,8 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.installed-base
 
 run: $(VENV)/.installed-base
-	$(BIN)/mfukit size examples/llama-65b_a100_14d.toml --report out/
+	$(BIN)/mfukit plan examples/llama3-70b_h100x1024.toml --report out/
+	@echo "the plan report is in out/report.html"
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests benchmarks

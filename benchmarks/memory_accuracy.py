@@ -12,7 +12,7 @@ recompute (nanotron's default), flash attention, tied embeddings below 10,000 FF
 ``scripts/scaling_benchmarks.py``), ZeRO-0 = replicated states, ZeRO-1 = sharded fp32 master + Adam
 (the Megatron distributed-optimizer accounting).
 
-Run: ``python benchmarks/memory_accuracy.py`` (``MFUKIT_SHARED`` = the shared/ folder, if not found).
+Run: ``python benchmarks/memory_accuracy.py`` (``MFUKIT_CALIBRATION`` = the calibration folder, if not found).
 """
 
 from __future__ import annotations
@@ -20,59 +20,18 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import re
 import statistics
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
+from mfukit.perf.calibration_data import calibration_dir, nanotron_stage_layers, ultrascale_model
 from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
 
 GIB = 2.0**30
 RESULTS = Path(__file__).parent / "results" / "memory_accuracy.json"
-
-
-def shared_dir() -> Path:
-    if "MFUKIT_SHARED" in os.environ:
-        return Path(os.environ["MFUKIT_SHARED"])
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "reference" / "calibration"
-        if candidate.is_dir():
-            return parent / "shared"
-    sys.exit("cannot find shared/reference/calibration: set MFUKIT_SHARED")
-
-
-def model_of(row: dict[str, str]) -> ModelSpec:
-    ffn = int(row["ffn_hidden"])
-    return ModelSpec(
-        name=row["model_name"],
-        num_hidden_layers=int(row["n_layers"]),
-        hidden_size=int(row["hidden"]),
-        num_attention_heads=int(row["n_heads"]),
-        num_key_value_heads=int(row["n_kv_heads"]),
-        intermediate_size=ffn,
-        vocab_size=int(row["vocab"]),
-        mlp="swiglu",
-        tie_word_embeddings=ffn < 10_000,
-    )
-
-
-def nanotron_first_stage_layers(model: ModelSpec, pp: int) -> int:
-    """Layers nanotron puts on pipeline rank 0: it walks the blocks (embedding, layers, norm, lm_head) with
-    compute costs 4·h² + 3·h·f per layer and V·h for the head, and moves to the next rank after the block
-    whose cumulative cost passes rank r's share (r + 1)/pp of the total (``get_block_compute_costs``)."""
-    h, f, v = model.hidden_size, model.intermediate_size, model.vocab_size
-    layer = 4 * h * h + 3 * h * f
-    threshold = (model.num_hidden_layers * layer + v * h) / pp
-    cumulative = 0
-    for count in range(1, model.num_hidden_layers + 1):
-        cumulative += layer
-        if cumulative > threshold:
-            return count
-    return model.num_hidden_layers
 
 
 def ultrascale_cases(path: Path) -> Iterator[tuple[dict[str, str], MemoryEstimate]]:
@@ -89,13 +48,13 @@ def ultrascale_cases(path: Path) -> Iterator[tuple[dict[str, str], MemoryEstimat
                 sequence_parallel=True,
                 zero=1 if row["zero_stage_or_fsdp"] == "ZeRO-1" else 0,
             )
-            model = model_of(row)
+            model = ultrascale_model(row)
             shape = StepShape(
                 seq_len=int(row["seq_len"]),
                 micro_batch_size=int(row["micro_batch"]),
                 num_microbatches=accumulation,
                 kernels="eager",
-                first_stage_layers=nanotron_first_stage_layers(model, layout.pp),
+                first_stage_layers=nanotron_stage_layers(model, layout.pp)[0],
             )
             yield row, estimate_memory(model, layout, shape)
 
@@ -160,7 +119,7 @@ def summary(values: list[float]) -> dict[str, float]:
 
 
 def main() -> None:
-    calibration = shared_dir() / "reference" / "calibration"
+    calibration = calibration_dir()
     ultrascale = list(ultrascale_cases(calibration / "ultrascale_h100_sweep.csv"))
     titan = list(torchtitan_cases(calibration / "published_runs_calibration.csv"))
     results = {

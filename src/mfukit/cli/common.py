@@ -103,6 +103,12 @@ SCENARIO_FLAGS: dict[str, Flag] = {
             "Attention FLOP convention: full s^2 (PaLM, Megatron 2021) or causal-halved (Megatron 2025).",
             ("full", "causal"),
         ),
+        Flag(
+            "--framework",
+            "training.framework",
+            "Training framework whose fitted overheads the step-time model uses: megatron (default), "
+            "fsdp, nanotron, torchtitan.",
+        ),
         Flag("--system", "cluster.system", "Node preset (`mfukit catalog list systems`)."),
         Flag(
             "--gpu",
@@ -127,6 +133,8 @@ SCENARIO_FLAGS: dict[str, Flag] = {
         Flag("--cp", "parallelism.cp", "Context-parallel degree."),
         Flag("--ep", "parallelism.ep", "Expert-parallel degree."),
         Flag("--vpp", "parallelism.vpp", "Virtual pipeline stages per rank (interleaved schedule)."),
+        Flag("--first-stage-layers", "parallelism.first_stage_layers", "Layers on the first pipeline stage."),
+        Flag("--last-stage-layers", "parallelism.last_stage_layers", "Layers on the last pipeline stage."),
         Flag(
             "--sequence-parallel",
             "parallelism.sequence_parallel",

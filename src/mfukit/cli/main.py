@@ -21,6 +21,8 @@ from mfukit.errors import ExitCode, MfukitError
 # name -> "module:attribute" of the click command; the order is the order of `mfukit --help`.
 COMMANDS: dict[str, str] = {
     "size": "mfukit.cli.size:size",
+    "estimate": "mfukit.cli.estimate:estimate",
+    "plan": "mfukit.cli.plan:plan",
     "mfu": "mfukit.cli.mfu:mfu",
     "comm": "mfukit.cli.comm:comm",
     "fabric": "mfukit.cli.fabric:fabric",

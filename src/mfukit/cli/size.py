@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -9,12 +10,22 @@ import click
 
 from mfukit import units
 from mfukit.catalog import resolve
-from mfukit.cli.common import emit, format_option, report_option, scenario_argument, scenario_options
+from mfukit.cli.common import (
+    emit,
+    format_option,
+    progress,
+    report_option,
+    scenario_argument,
+    scenario_options,
+)
+from mfukit.cli.perf_views import PERF_FLAGS, layout_json
 from mfukit.cli.render import Format
 from mfukit.core.results import Output, Table, shown
 from mfukit.core.scenario import Scenario, load_scenario
 from mfukit.errors import InputError
+from mfukit.ft.goodput import expected_goodput
 from mfukit.perf.activations import KERNELS_NAMES
+from mfukit.perf.inputs import perf_inputs
 from mfukit.perf.memory import SHARDING_NAMES, StageMemory, default_overheads
 from mfukit.perf.sizing import (
     EXPOSED_COMM_BUDGET,
@@ -25,8 +36,10 @@ from mfukit.perf.sizing import (
 from mfukit.perf.sizing import (
     size as size_cluster,
 )
+from mfukit.perf.sizing_model import GoodputOf, size_by_model
 
 DEFAULT_GOODPUT = 0.9
+START_MFU = 0.4  # where the performance model's count search starts when the GPU has no typical_mfu
 
 
 @click.command("size")
@@ -38,34 +51,15 @@ DEFAULT_GOODPUT = 0.9
     help='Planning MFU, e.g. 0.45 or "45%" (default: the GPU\'s typical_mfu).',
 )
 @scenario_options(
-    "model",
-    "tokens",
+    *PERF_FLAGS,
     "deadline",
-    "gpu",
-    "system",
-    "gpus",
-    "nodes",
-    "seq_len",
-    "global_batch_tokens",
-    "global_batch_size",
-    "micro_batch_size",
-    "precision",
-    "attention_flops",
     "goodput",
     "pue",
     "usd_per_gpu_hour",
-    "nics_per_node",
-    "nic_rate",
-    "tp",
-    "pp",
-    "dp",
-    "cp",
-    "ep",
-    "vpp",
-    "sequence_parallel",
-    "recompute",
-    "zero",
-    "fsdp",
+    "failure_model",
+    "failure_rate",
+    "storage",
+    "checkpoint_mode",
 )
 @report_option
 @format_option
@@ -81,8 +75,15 @@ def size(
     Example: mfukit size --model llama-65b --tokens 1.4T --deadline 14d --gpu a100-80gb-sxm
     """
     scenario = load_scenario(scenario_path, overrides)
-    sizing = size_cluster(_inputs(scenario, scenario_path, mfu_text))
-    output = _output(sizing)
+    inputs = _inputs(scenario, scenario_path, mfu_text)
+    source = str(scenario_path) if scenario_path else "command line"
+    goodput = _goodput_of(scenario, source, scenario_path.parent if scenario_path else None)
+    if mfu_text is None and inputs.global_batch_sequences is not None:
+        with progress("searching layouts per GPU count") as bar:
+            sizing, goodput_source = size_by_model(inputs, perf_inputs(scenario, scenario_path), goodput, bar)
+    else:
+        sizing, goodput_source = _size_at_constant_mfu(inputs, goodput)
+    output = _output(sizing, goodput_source)
     if report_dir is not None and sizing.chosen is not None:
         from mfukit.report.sizing import write_sizing_report
 
@@ -117,17 +118,25 @@ def _inputs(scenario: Scenario, path: Path | None, mfu_text: str | None) -> Sizi
         mfu_source = (
             f"{accelerator.name} typical_mfu: {accelerator.typical_mfu.what} ({accelerator.typical_mfu.url})"
         )
+        if training.global_batch_sequences is None:
+            mfu_source += "; the performance model needs the global batch (--global-batch-tokens)"
+    elif training.global_batch_sequences is not None:
+        mfu, mfu_source = START_MFU, "performance model"  # only where the search starts
     else:
         raise InputError(
-            f"{accelerator.name} has no typical_mfu in the catalog",
+            f"{accelerator.name} has no typical_mfu in the catalog and no global batch is given",
             source=source,
             field="--mfu",
-            hint="pass --mfu 0.4 (a measured or published MFU for this GPU)",
+            hint="pass --global-batch-tokens for the performance model, or --mfu 0.4",
         )
     layout, fixed = planning_layout(scenario.parallelism)
     goodput = scenario.ft.goodput if scenario.ft.goodput is not None else DEFAULT_GOODPUT
     if goodput <= 0:
         raise InputError("must be above 0", source=source, field="ft.goodput", value=goodput)
+    if training.deadline_s is not None and training.deadline_s <= 0:
+        raise InputError(
+            "must be positive", source=source, field="training.deadline", value=training.deadline_s
+        )
     return SizingInputs(
         model=model,
         tokens=training.tokens,
@@ -148,6 +157,41 @@ def _inputs(scenario: Scenario, path: Path | None, mfu_text: str | None) -> Sizi
         pue=cluster.pue,
         usd_per_gpu_hour=cluster.usd_per_gpu_hour,
     )
+
+
+def _goodput_of(scenario: Scenario, source: str, base_dir: Path | None) -> GoodputOf:
+    """Goodput at a GPU count: the fault-tolerance model's expected ETTR when the scenario names a failure
+    model (``[ft] failure_model``, ``--failure-rate``), else the flat allowance (``--goodput``, 0.9)."""
+    ft, cluster = scenario.ft, scenario.cluster
+    failure_model = (
+        "failure_model" in ft.model_fields_set or cluster.failure_rate_per_1000_node_days is not None
+    )
+    if ft.goodput is not None or not failure_model:
+        flat = ft.goodput if ft.goodput is not None else DEFAULT_GOODPUT
+        how = (
+            f"flat goodput allowance {flat:g} ({'--goodput' if ft.goodput is not None else 'default'}; "
+            "name a failure model for the expected ETTR)"
+        )
+        return lambda count, step_time_s: (flat, how)
+
+    def expected(count: int, step_time_s: float) -> tuple[float, str]:
+        found = expected_goodput(
+            scenario, num_gpus=count, source=source, step_time_s=step_time_s or None, base_dir=base_dir
+        )
+        return found.ettr, found.how
+
+    return expected
+
+
+def _size_at_constant_mfu(inputs: SizingInputs, goodput: GoodputOf) -> tuple[Sizing, str]:
+    """Size at the given MFU; with a failure model, re-sized once at the expected ETTR of the count found."""
+    first = size_cluster(inputs)
+    if first.chosen is None or first.step_s is None:
+        return first, goodput(inputs.num_gpus or 1, 0.0)[1] if inputs.num_gpus else "flat goodput allowance"
+    rate, how = goodput(first.gpus, first.step_s)
+    if rate == inputs.goodput:
+        return first, how
+    return size_cluster(replace(inputs, goodput=rate)), how
 
 
 def _fmt_days(value: float) -> str:
@@ -179,7 +223,7 @@ def memory_table(stage: StageMemory, hbm_bytes: float) -> Table:
     return table
 
 
-def _output(sizing: Sizing) -> Output:
+def _output(sizing: Sizing, goodput_source: str) -> Output:
     inputs = sizing.inputs
     system, accelerator = inputs.system, inputs.accelerator
     chosen = sizing.chosen
@@ -198,8 +242,15 @@ def _output(sizing: Sizing) -> Output:
         lambda v: f"{v / 1e15:,.1f} PFLOP/s",
         "no deadline",
     )
-    row("assumed MFU", inputs.mfu, units.format_percent)
-    row("goodput allowance", inputs.goodput, units.format_percent)
+    predicted = inputs.mfu_source.startswith("performance model")
+    row("MFU (performance model)" if predicted else "assumed MFU", inputs.mfu, units.format_percent)
+    row(
+        "goodput (expected ETTR)"
+        if "ETTR" in goodput_source and "flat" not in goodput_source
+        else "goodput allowance",
+        inputs.goodput,
+        units.format_percent,
+    )
     row("GPUs the deadline needs", sizing.gpus_min, lambda v: f"{v:,.1f}", "no deadline")
     warnings: list[str] = []
     result: dict[str, Any] = {
@@ -210,6 +261,7 @@ def _output(sizing: Sizing) -> Output:
         "mfu": inputs.mfu,
         "mfu_source": inputs.mfu_source,
         "goodput": inputs.goodput,
+        "goodput_source": goodput_source,
         "gpus_min": sizing.gpus_min,
         "gpus": sizing.gpus,
         "nodes": sizing.nodes,
@@ -270,7 +322,7 @@ def _output(sizing: Sizing) -> Output:
             f"{EXPOSED_COMM_BUDGET:.0%} of a step needs {nics}"
         )
     bubble = sizing.pipeline_bubble_frac
-    if bubble is not None and bubble > 0.1:
+    if bubble is not None and bubble > 0.1 and not predicted:  # the model's MFU already pays the bubble
         warnings.append(
             f"the pipeline bubble (p-1)/(v·m) is {bubble:.0%} with {chosen.num_microbatches} micro-batches; the "
             "assumed MFU may not hold: raise the global batch, interleave (--vpp) or fix --pp lower"
@@ -284,14 +336,7 @@ def _output(sizing: Sizing) -> Output:
         )
     result.update(
         {
-            "layout": {
-                "tp": layout.tp,
-                "pp": layout.pp,
-                "dp": layout.dp,
-                "cp": layout.cp,
-                "ep": layout.ep,
-                "vpp": layout.vpp,
-            },
+            "layout": layout_json(layout),
             "num_microbatches": chosen.num_microbatches,
             "days": sizing.days,
             "wall_s": sizing.wall_s,
@@ -328,8 +373,13 @@ def _output(sizing: Sizing) -> Output:
     )
     overheads = default_overheads()
     assumptions = [
-        f"MFU {inputs.mfu:.1%} from {inputs.mfu_source}; constant across GPU counts (the performance model will predict it)",
-        f"goodput allowance {inputs.goodput:.0%} of wall-clock (--goodput; the ft commands compute it from failure rates)",
+        f"MFU {inputs.mfu:.1%} from {inputs.mfu_source}"
+        + (
+            ""
+            if predicted
+            else "; constant across GPU counts (omit --mfu for the performance model's prediction)"
+        ),
+        f"goodput {inputs.goodput:.3f} of wall-clock: {goodput_source}",
         f"attention FLOPs: {inputs.attention} convention (--attention-flops)",
         f"memory: {SHARDING_NAMES[chosen.memory.sharding]}, recompute {layout.recompute}, sequence parallel "
         f"{layout.sequence_parallel}, {KERNELS_NAMES['fused']}, flash attention, no dropout; CUDA context "

@@ -8,6 +8,7 @@ ZeRO-3, ``"hybrid"`` shards inside a node and replicates across nodes (HSDP).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -37,12 +38,26 @@ class Parallelism(Strict):
         "ZeRO-1 (16-bit grads kept whole, 4 + 16/DP); zero=2 and 3 are DeepSpeed's either way",
     )
     fsdp: Fsdp = "none"
+    first_stage_layers: PositiveInt | None = Field(
+        default=None,
+        description="layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers); "
+        "None: an even split",
+    )
+    last_stage_layers: PositiveInt | None = Field(
+        default=None,
+        description="layers on the last pipeline stage (--decoder-last-pipeline-num-layers; Llama 3 405B "
+        "took one layer off the first and the last of 16 stages); None: an even split",
+    )
 
     @model_validator(mode="after")
     def _one_sharding_scheme(self) -> Parallelism:
         if self.fsdp != "none" and self.zero not in (0, 3):
             raise ValueError("fsdp already shards parameters, gradients and optimizer; leave zero at 0")
         return self
+
+    @property
+    def uneven(self) -> bool:
+        return self.first_stage_layers is not None or self.last_stage_layers is not None
 
     @property
     def world_size(self) -> int:
@@ -61,6 +76,50 @@ class LayoutProblem:
     value: int
     message: str
     fix: str
+
+
+def stage_layer_counts(layout: Parallelism, num_layers: int) -> tuple[float, float, float]:
+    """Layers on the first, a middle and the last pipeline stage: the given first/last counts, the rest
+    split evenly over the other stages (Megatron's --decoder-first/last-pipeline-num-layers)."""
+    if layout.pp == 1:
+        return float(num_layers), float(num_layers), float(num_layers)
+    given = [count for count in (layout.first_stage_layers, layout.last_stage_layers) if count is not None]
+    remaining_stages = layout.pp - len(given)
+    others = (num_layers - sum(given)) / remaining_stages if remaining_stages > 0 else 0.0
+    first = layout.first_stage_layers if layout.first_stage_layers is not None else others
+    last = layout.last_stage_layers if layout.last_stage_layers is not None else others
+    return float(first), others, float(last)
+
+
+def _uneven_split_problems(
+    layout: Parallelism, num_layers: int, need: Callable[[bool, str, int, str, str], None]
+) -> None:
+    given = [count for count in (layout.first_stage_layers, layout.last_stage_layers) if count is not None]
+    need(
+        layout.pp > 1,
+        "parallelism.first_stage_layers",
+        layout.pp,
+        "first_stage_layers / last_stage_layers need a pipeline (pp > 1)",
+        "raise pp or drop the uneven split",
+    )
+    need(
+        layout.vpp == 1,
+        "parallelism.vpp",
+        layout.vpp,
+        "an uneven first/last stage is modelled for the non-interleaved schedule only",
+        "set vpp = 1 or drop first_stage_layers / last_stage_layers",
+    )
+    rest = num_layers - sum(given)
+    others = layout.pp - len(given)
+    splits = rest == 0 if others == 0 else others > 0 and rest >= others and rest % others == 0
+    need(
+        layout.pp == 1 or splits,
+        "parallelism.first_stage_layers",
+        sum(given),
+        f"after {sum(given)} layers on the first/last stage, {rest} layers do not split evenly over the "
+        f"other {others} stages",
+        "choose first/last stage layers so that the rest divides evenly",
+    )
 
 
 def layout_problems(
@@ -102,13 +161,17 @@ def layout_problems(
         "choose a tp that divides the FFN width",
     )
     stages = layout.pp * layout.vpp
-    need(
-        model.num_hidden_layers % stages == 0,
-        "parallelism.pp",
-        layout.pp,
-        f"pp x vpp = {stages} does not divide num_hidden_layers={model.num_hidden_layers}",
-        "choose pp (and vpp) so that every stage holds the same number of layers",
-    )
+    if layout.uneven:
+        _uneven_split_problems(layout, model.num_hidden_layers, need)
+    else:
+        need(
+            model.num_hidden_layers % stages == 0,
+            "parallelism.pp",
+            layout.pp,
+            f"pp x vpp = {stages} does not divide num_hidden_layers={model.num_hidden_layers}",
+            "choose pp (and vpp) so that every stage holds the same number of layers, or set "
+            "first_stage_layers / last_stage_layers",
+        )
     need(
         layout.vpp == 1 or layout.pp > 1,
         "parallelism.vpp",

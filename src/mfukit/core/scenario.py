@@ -37,6 +37,11 @@ class TrainingSection(Strict):
         default="full",
         description="full s^2 (PaLM / Megatron 2021) or causal-halved (Megatron since 2025-03)",
     )
+    framework: str = Field(
+        default="megatron",
+        description="training framework whose fitted overheads the step-time model uses "
+        "(megatron, fsdp, nanotron, torchtitan)",
+    )
 
     @property
     def global_batch_sequences(self) -> int | None:

@@ -146,7 +146,7 @@ def ft_inputs(scenario: Scenario, *, source: str, base_dir: Path | None = None) 
             f"(x2 double-buffered) of {units.format_bytes(host_ram)}"
         )
     parts = restart_parts(ft, load_s=checkpoint.read_s, assumptions=assumptions)
-    rate = throughput(model, scenario.training, cluster, ft, source=source)
+    rate = throughput(model, scenario.training, cluster, ft, source=source, parallelism=scenario.parallelism)
     assumptions.append(rate.how)
     work_s = _work_s(scenario, rate, source)
     step = rate.step_time_s

@@ -1,8 +1,10 @@
 """The failure-free step time the fault-tolerance model runs on.
 
-Until the performance model predicts a step time, it is either given (``--step-time``) or derived from
-model FLOPs per token, the tokens in a step and an MFU: step = tokens x FLOPs/token / (GPUs x peak x MFU).
-This one function is what the performance model will replace.
+In order of precedence: the step time as given (``--step-time``); one derived from an MFU as given
+(``--mfu``: step = tokens x FLOPs/token / (GPUs x peak x MFU)); the performance model's step time for the
+scenario's layout, or for the best layout the planner finds on the cluster (:mod:`mfukit.perf.estimate`);
+and, when the performance model cannot run (no global batch, no layout that fits), the accelerator's
+typical MFU, said in ``how``.
 """
 
 from __future__ import annotations
@@ -12,9 +14,12 @@ from dataclasses import dataclass
 from mfukit import units
 from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import FtSection, TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf import flops
+from mfukit.perf.estimate import best_plan
+from mfukit.perf.inputs import training_workload
 
 
 @dataclass(frozen=True)
@@ -26,7 +31,13 @@ class Throughput:
 
 
 def throughput(
-    model: ModelSpec, training: TrainingSection, cluster: Cluster, ft: FtSection, *, source: str
+    model: ModelSpec,
+    training: TrainingSection,
+    cluster: Cluster,
+    ft: FtSection,
+    *,
+    source: str,
+    parallelism: Parallelism | None = None,
 ) -> Throughput:
     sequences = training.global_batch_sequences
     tokens_per_step = float(sequences * training.seq_len) if sequences is not None else None
@@ -35,14 +46,50 @@ def throughput(
             raise InputError("must be positive", source=source, field="ft.step_time", value=ft.step_time_s)
         rate = tokens_per_step / ft.step_time_s if tokens_per_step else None
         return Throughput(ft.step_time_s, tokens_per_step, rate, f"step time {ft.step_time_s:g} s as given")
+    fallback = ""
+    if ft.mfu is None and sequences is not None:
+        workload = training_workload(model, training, sequences)
+        micro = training.micro_batch_size if "micro_batch_size" in training.model_fields_set else None
+        plan, chosen = best_plan(
+            workload,
+            cluster.system,
+            cluster.accelerator,
+            cluster.num_gpus,
+            layout=parallelism,
+            micro_batch_size=micro,
+        )
+        if plan is not None:
+            return Throughput(
+                plan.step_time_s,
+                tokens_per_step,
+                plan.tokens_per_s,
+                f"step time {plan.step_time_s:.2f} s from the performance model ({chosen}: TP {plan.layout.tp} x "
+                f"PP {plan.layout.pp} x DP {plan.layout.dp}, MFU {plan.mfu:.1%})",
+            )
+        fallback = f"; the performance model has no step time ({chosen})"
+    elif ft.mfu is None:
+        fallback = "; the performance model needs the global batch (--global-batch-tokens)"
+    return _from_mfu(model, training, cluster, ft, tokens_per_step, source=source, fallback=fallback)
+
+
+def _from_mfu(
+    model: ModelSpec,
+    training: TrainingSection,
+    cluster: Cluster,
+    ft: FtSection,
+    tokens_per_step: float | None,
+    *,
+    source: str,
+    fallback: str,
+) -> Throughput:
     if ft.mfu is not None:
         mfu, mfu_from = ft.mfu, "as given"
     elif cluster.accelerator.typical_mfu is not None:
         typical = cluster.accelerator.typical_mfu
-        mfu, mfu_from = typical.value, f"typical for {cluster.accelerator.name}: {typical.what}"
+        mfu, mfu_from = typical.value, f"typical for {cluster.accelerator.name}: {typical.what}{fallback}"
     else:
         raise InputError(
-            f"{cluster.accelerator.name} has no typical MFU in the catalog",
+            f"{cluster.accelerator.name} has no typical MFU in the catalog{fallback}",
             source=source,
             field="ft.mfu",
             hint="give --mfu 0.4 or --step-time 6s",

@@ -294,15 +294,15 @@ class StepShape:
 
 
 @dataclass(frozen=True)
-class _StageParams:
+class StageParams:
     dense: float  # parameters replicated across EP (attention, dense MLPs, norms, embeddings), per GPU
     expert: float  # routed-expert parameters, per GPU
     largest_unit: float  # the largest FSDP/ZeRO-3 unit (a layer or the embedding), per GPU
 
 
-def _stage_params(
+def stage_params(
     model: ModelSpec, layout: Parallelism, layers: range, *, first: bool, last: bool
-) -> _StageParams:
+) -> StageParams:
     t = layout.tp
     norms = model.layer_params(moe_layer=False) - model.attention_params() - model.dense_mlp_params()
     dense = expert = largest = 0.0
@@ -332,7 +332,7 @@ def _stage_params(
         dense += model.output_params() - (
             0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size
         )
-    return _StageParams(dense, expert, largest)
+    return StageParams(dense, expert, largest)
 
 
 def parameters_per_gpu(model: ModelSpec, layout: Parallelism, shape: StepShape) -> tuple[float, float]:
@@ -340,10 +340,10 @@ def parameters_per_gpu(model: ModelSpec, layout: Parallelism, shape: StepShape) 
     loaded of the first and last pipeline stage."""
     stages = {0, layout.pp - 1}
     held = [
-        _stage_params(
+        stage_params(
             model,
             layout,
-            _stage_layers(model.num_hidden_layers, layout.pp, rank, shape),
+            stage_layers(model.num_hidden_layers, layout.pp, rank, shape),
             first=rank == 0,
             last=rank == layout.pp - 1,
         )
@@ -353,7 +353,7 @@ def parameters_per_gpu(model: ModelSpec, layout: Parallelism, shape: StepShape) 
     return most.dense, most.expert
 
 
-def _stage_layers(num_layers: int, pp: int, rank: int, shape: StepShape) -> range:
+def stage_layers(num_layers: int, pp: int, rank: int, shape: StepShape) -> range:
     """The layer indices pipeline ``rank`` (the first or the last) holds."""
     uniform = num_layers // pp
     if pp == 1:
@@ -364,10 +364,26 @@ def _stage_layers(num_layers: int, pp: int, rank: int, shape: StepShape) -> rang
     return range(num_layers - count, num_layers)
 
 
-def _communicators(layout: Parallelism) -> int:
+def communicators(layout: Parallelism) -> int:
     """Process groups with more than one rank that this GPU belongs to (each owns NCCL buffers)."""
     sizes = (layout.tp, layout.pp, layout.dp * layout.cp, layout.cp, layout.ep)
     return sum(1 for size in sizes if size > 1)
+
+
+def activation_shape(layout: Parallelism, shape: StepShape) -> ActivationShape:
+    """The activation model's view of one micro-batch on one GPU of ``layout``."""
+    return ActivationShape(
+        seq_len=shape.seq_len,
+        micro_batch_size=shape.micro_batch_size,
+        tp=layout.tp,
+        cp=layout.cp,
+        sequence_parallel=layout.sequence_parallel,
+        recompute=layout.recompute,
+        flash_attention=shape.flash_attention,
+        dropout=shape.dropout,
+        act_bytes=FP32_BYTES if shape.precision == "fp32" else 2.0,
+        kernels=shape.kernels,
+    )
 
 
 def estimate_memory(
@@ -380,26 +396,13 @@ def estimate_memory(
     allowances = overheads or default_overheads()
     sharding = sharding_of(layout)
     m = shape.num_microbatches if shape.num_microbatches is not None else layout.pp * layout.vpp
-    activation_shape = ActivationShape(
-        seq_len=shape.seq_len,
-        micro_batch_size=shape.micro_batch_size,
-        tp=layout.tp,
-        cp=layout.cp,
-        sequence_parallel=layout.sequence_parallel,
-        recompute=layout.recompute,
-        flash_attention=shape.flash_attention,
-        dropout=shape.dropout,
-        act_bytes=FP32_BYTES if shape.precision == "fp32" else 2.0,
-        kernels=shape.kernels,
-    )
+    act = activation_shape(layout, shape)
     stages: list[StageMemory] = []
     kinds: list[tuple[Literal["first", "last", "only"], int]] = (
         [("only", 0)] if layout.pp == 1 else [("first", 0), ("last", layout.pp - 1)]
     )
     for kind, rank in kinds:
-        stages.append(
-            _stage_memory(model, layout, shape, allowances, sharding, kind, rank, m, activation_shape)
-        )
+        stages.append(_stage_memory(model, layout, shape, allowances, sharding, kind, rank, m, act))
     return MemoryEstimate(sharding=sharding, first=stages[0], last=stages[-1])
 
 
@@ -414,9 +417,9 @@ def _stage_memory(
     num_microbatches: int,
     act: ActivationShape,
 ) -> StageMemory:
-    layers = _stage_layers(model.num_hidden_layers, layout.pp, rank, shape)
+    layers = stage_layers(model.num_hidden_layers, layout.pp, rank, shape)
     first, last = rank == 0, rank == layout.pp - 1
-    params = _stage_params(model, layout, layers, first=first, last=last)
+    params = stage_params(model, layout, layers, first=first, last=last)
     dense_ranks = (
         fsdp_shard_ranks(layout, shape.gpus_per_node) if sharding == "fsdp-hybrid" else layout.dp * layout.cp
     )
@@ -443,7 +446,7 @@ def _stage_memory(
         # gradient exists unsharded before its reduce-scatter (FSDP2 implicit prefetch; DeepSpeed's
         # estimate_zero3_model_states_mem_needs counts 4 B x largest layer for the same buffers).
         gather = params.largest_unit * (2 * w + gradient_reduce_bytes(layout, shape.precision))
-    comm = _framework_buffers(model, layout, sharding, act, w, allowances)
+    comm = framework_buffers(model, layout, sharding, act, w, allowances)
     allocated = (
         params.dense * dense_state.total
         + params.expert * expert_state.total
@@ -467,12 +470,12 @@ def _stage_memory(
         parameter_gather_buffers_bytes=gather,
         communication_buffers_bytes=comm,
         allocator_fragmentation_bytes=fragmentation,
-        nccl_buffers_bytes=_communicators(layout) * float(allowances.nccl_buffer_per_communicator.value),
+        nccl_buffers_bytes=communicators(layout) * float(allowances.nccl_buffer_per_communicator.value),
         cuda_context_bytes=float(allowances.cuda_context.value),
     )
 
 
-def _framework_buffers(
+def framework_buffers(
     model: ModelSpec,
     layout: Parallelism,
     sharding: Sharding,

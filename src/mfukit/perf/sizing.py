@@ -19,21 +19,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mfukit import units
-from mfukit.comm.traffic import GradientTraffic, gradient_traffic, nics_to_hide
+from mfukit.comm.traffic import GradientTraffic, nics_to_hide
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, layout_problems
 from mfukit.core.scenario import Precision
 from mfukit.errors import InputError
 from mfukit.perf.flops import AttentionConvention, model_flops_per_token
-from mfukit.perf.memory import (
-    MemoryEstimate,
-    StepShape,
-    estimate_memory,
-    gradient_reduce_bytes,
-    parameters_per_gpu,
-    weight_bytes_per_param,
-)
+from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
+from mfukit.perf.network import layout_traffic
 
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep")
 # What a Megatron-LM run of this size uses unless the scenario says otherwise.
@@ -328,33 +322,39 @@ def check_fixed_degrees(inputs: SizingInputs) -> None:
 
 
 def size(inputs: SizingInputs) -> Sizing:
-    """Size the cluster for ``inputs``: minimum GPUs for the deadline (or the given count), the layout, the
-    memory check, gradient traffic, days, GPU-hours, energy and cost."""
+    """Size the cluster for ``inputs`` at its constant MFU: minimum GPUs for the deadline (or the given
+    count), the layout, the memory check, gradient traffic, days, GPU-hours, energy and cost."""
     check_fixed_degrees(inputs)
+    flops_per_token = model_flops_per_token(inputs.model, inputs.seq_len, inputs.attention)
+    effective = inputs.accelerator.peak_flops(inputs.precision) * inputs.mfu * inputs.goodput
+    total = inputs.tokens * flops_per_token
+    gpus_min = total / (effective * inputs.deadline_s) if inputs.deadline_s else None
+    target = inputs.num_gpus if inputs.num_gpus is not None else math.ceil(gpus_min or 1)
+    chosen, why_not = search_layout(inputs, target)
+    return finish(inputs, chosen, why_not)
+
+
+def finish(inputs: SizingInputs, chosen: Candidate | None, why_not: list[str]) -> Sizing:
+    """The sizing of ``chosen`` (from :func:`search_layout` or the planner) at ``inputs.mfu``: totals,
+    the deadline's unrounded GPU count, gradient traffic and the step time."""
     flops_per_token = model_flops_per_token(inputs.model, inputs.seq_len, inputs.attention)
     total = inputs.tokens * flops_per_token
     peak = inputs.accelerator.peak_flops(inputs.precision)
     effective = peak * inputs.mfu * inputs.goodput
     gpus_min = total / (effective * inputs.deadline_s) if inputs.deadline_s else None
-    target = inputs.num_gpus if inputs.num_gpus is not None else math.ceil(gpus_min or 1)
-    chosen, why_not = search_layout(inputs, target)
     traffic = step_s = None
     if chosen is not None:
         layout = chosen.layout
-        shape = _shape(inputs, chosen.num_microbatches)
-        dense, expert = parameters_per_gpu(inputs.model, layout, shape)
         model_parallel = layout.tp * layout.pp * layout.cp
         microbatch_flops = flops_per_token * inputs.seq_len * inputs.micro_batch_size
-        microbatch_s = microbatch_flops / model_parallel / (peak * inputs.mfu)
-        traffic = gradient_traffic(
+        traffic = layout_traffic(
+            inputs.model,
             layout,
-            dense_params_per_gpu=dense,
-            expert_params_per_gpu=expert,
-            grad_bytes=gradient_reduce_bytes(layout, inputs.precision),
-            weight_bytes=weight_bytes_per_param(inputs.precision),
+            _shape(inputs, chosen.num_microbatches),
+            precision=inputs.precision,
             gpus_per_node=inputs.system.gpus_per_node,
             num_microbatches=chosen.num_microbatches,
-            microbatch_compute_s=microbatch_s,
+            microbatch_compute_s=microbatch_flops / model_parallel / (peak * inputs.mfu),
         )
         if inputs.global_batch_sequences is not None:
             step_tokens = inputs.global_batch_sequences * inputs.seq_len

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from mfukit import units
 from mfukit.core.results import Output
+from mfukit.perf.memory import MemoryEstimate
 from mfukit.perf.sizing import Sizing
 from mfukit.report.html import Chart, Report, Section, write_report
 from mfukit.report.plots import PALETTE, figure
@@ -13,11 +14,10 @@ from mfukit.report.plots import PALETTE, figure
 GIB = 2.0**30
 
 
-def _memory_chart(sizing: Sizing) -> Chart:
-    assert sizing.chosen is not None  # callers only report a feasible sizing
-    memory = sizing.chosen.memory
+def memory_chart(memory: MemoryEstimate, hbm_bytes: float, file_name: str = "memory.png") -> Chart:
+    """Peak memory per GPU of each pipeline stage, part by part, against the accelerator's HBM."""
     stages = [memory.first] if memory.first is memory.last else [memory.first, memory.last]
-    fig, axes = figure(7.5, 1.4 + 0.7 * len(stages))
+    fig, axes = figure(7.5, 2.2 + 0.7 * len(stages))
     names = [name for name in stages[0].parts() if any(stage.parts()[name] for stage in stages)]
     for row, stage in enumerate(stages):
         left = 0.0
@@ -33,19 +33,13 @@ def _memory_chart(sizing: Sizing) -> Chart:
                 label=name if row == 0 else None,
             )
             left += width
-    hbm = sizing.inputs.accelerator.hbm_bytes / GIB
+    hbm = hbm_bytes / GIB
     axes.axvline(hbm, color="black", linestyle="--", linewidth=1)
-    axes.text(hbm, len(stages) - 0.45, f" HBM {hbm:.0f} GiB", va="top", fontsize=8)
+    axes.text(hbm, len(stages) - 0.55, f" HBM {hbm:.0f} GiB", va="top", ha="right", fontsize=8)
     axes.set_yticks(range(len(stages)), [f"{stage.stage} stage" for stage in stages])
     axes.set_xlabel("GiB per GPU")
-    axes.legend(
-        fontsize=7,
-        ncol=4,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.45 if len(stages) > 1 else -0.6),
-        frameon=False,
-    )
-    return Chart("memory.png", fig, "Peak memory per GPU by part, against the accelerator's HBM.")
+    fig.legend(fontsize=7, ncol=4, loc="outside lower center", frameon=False)
+    return Chart(file_name, fig, "Peak memory per GPU by part, against the accelerator's HBM.")
 
 
 def _time_chart(sizing: Sizing) -> Chart:
@@ -74,6 +68,8 @@ def _time_chart(sizing: Sizing) -> Chart:
 def write_sizing_report(sizing: Sizing, output: Output, out_dir: Path) -> Path:
     """``out_dir/report.html`` with the tables of ``output`` and two charts; returns its path."""
     main, *details = output.tables
+    chosen = sizing.chosen
+    assert chosen is not None  # callers only report a feasible sizing
     report = Report(
         title=f"mfukit size: {sizing.inputs.model.display_name or sizing.inputs.model.name}",
         summary=[
@@ -84,7 +80,11 @@ def write_sizing_report(sizing: Sizing, output: Output, out_dir: Path) -> Path:
         ],
         sections=[
             Section("Compute and time", tables=[main], charts=[_time_chart(sizing)]),
-            Section("Memory per GPU", tables=details, charts=[_memory_chart(sizing)]),
+            Section(
+                "Memory per GPU",
+                tables=details,
+                charts=[memory_chart(chosen.memory, sizing.inputs.accelerator.hbm_bytes)],
+            ),
         ],
         assumptions=output.assumptions,
         warnings=output.warnings,

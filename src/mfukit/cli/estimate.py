@@ -1,0 +1,129 @@
+"""``mfukit estimate``: step time, MFU, memory and where the step goes, for one parallel layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from mfukit import units
+from mfukit.cli.common import emit, format_option, scenario_argument, scenario_options
+from mfukit.cli.perf_views import (
+    PERF_FLAGS,
+    breakdown_table,
+    days,
+    layout_json,
+    layout_text,
+    model_assumptions,
+    options_text,
+    plan_json,
+    tiers_table,
+)
+from mfukit.cli.render import Format
+from mfukit.cli.size import memory_table
+from mfukit.core.results import Output, Table, shown
+from mfukit.core.scenario import load_scenario
+from mfukit.perf.estimate import LayoutEstimate, estimate_layout
+from mfukit.perf.inputs import PerfInputs, layout_for_estimate, perf_inputs
+
+
+@click.command("estimate")
+@scenario_argument
+@scenario_options(*PERF_FLAGS)
+@format_option
+def estimate(scenario_path: Path | None, overrides: dict[str, Any], fmt: Format) -> int:
+    """Step time, MFU, HFU, memory and the step-time breakdown of one parallel layout.
+
+    Example: mfukit estimate --model gpt3-175b --gpu a100-80gb-sxm --gpus 1024 --global-batch-size 1536
+    --tp 8 --pp 8 --sequence-parallel --recompute selective --zero 1
+    """
+    scenario = load_scenario(scenario_path, overrides)
+    inputs = perf_inputs(scenario, scenario_path)
+    result = estimate_layout(inputs, layout_for_estimate(inputs))
+    return emit(_output(inputs, result), fmt)
+
+
+def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
+    workload, accelerator = inputs.workload, inputs.accelerator
+    title = f"estimate: {inputs.model.display_name or inputs.model.name} on {result.num_gpus:,} x {accelerator.name}"
+    echo = {
+        "model": inputs.model.name,
+        "accelerator": accelerator.name,
+        "system": inputs.system.name,
+        "num_gpus": result.num_gpus,
+        "seq_len": workload.seq_len,
+        "global_batch_sequences": workload.global_batch_sequences,
+        "micro_batch_size": result.micro_batch_size,
+        "precision": workload.precision,
+        "framework": workload.framework,
+        "layout": layout_json(result.layout),
+    }
+    assumptions = model_assumptions(workload, result.machine, result.efficiency)
+    warnings = (
+        [] if result.efficiency.calibrated else [f"uncalibrated: {note}" for note in result.efficiency.notes]
+    )
+    plan, memory = result.plan, result.memory
+    if plan is None or memory is None:
+        table = Table(
+            title, ["rule", "value", "problem", "fix"], csv_columns=["field", "value", "problem", "fix"]
+        )
+        for problem in result.problems:
+            table.add(problem.field, problem.value, problem.message, problem.fix)
+        return Output(
+            schema="estimate/1",
+            inputs=echo,
+            result={
+                "feasible": False,
+                "fits": None,
+                "problems": [
+                    {"field": p.field, "value": p.value, "message": p.message, "fix": p.fix}
+                    for p in result.problems
+                ],
+                "attention_flops_convention": workload.attention,
+            },
+            assumptions=assumptions,
+            warnings=warnings + [f"{p.message} ({p.fix})" for p in result.problems],
+            tables=[table],
+            exit_code=1,
+        )
+    hbm = accelerator.hbm_bytes
+    fits = result.fits
+    main = Table(title, ["quantity", "value"], csv_columns=["quantity", "value"])
+    main.add("layout", layout_text(plan.layout))
+    main.add("options", options_text(plan.layout))
+    main.add("micro-batch x micro-batches", f"{plan.micro_batch_size} x {plan.num_microbatches}")
+    rows: list[tuple[str, float | None, Any]] = [
+        ("step time", plan.step_time_s, lambda v: f"{v:,.3f} s"),
+        (f"MFU ({workload.attention} attention FLOPs)", plan.mfu, units.format_percent),
+        (f"HFU (recompute {plan.layout.recompute})", plan.hfu, units.format_percent),
+        ("model TFLOP/s per GPU", plan.model_flops_per_s_per_gpu / 1e12, lambda v: f"{v:,.1f}"),
+        ("tokens/s", plan.tokens_per_s, lambda v: f"{v:,.0f}"),
+        ("tokens/s per GPU", plan.tokens_per_s_per_gpu, lambda v: f"{v:,.0f}"),
+        ("time to train", plan.time_to_train_s, days),
+        ("memory per GPU (peak)", plan.memory_bytes, units.format_bytes),
+    ]
+    for name, value, formatter in rows:
+        main.add(name, shown(value, formatter))
+    main.add("fits in HBM", f"{'yes' if fits else 'NO'} ({units.format_bytes(hbm)})")
+    result_json = {"feasible": fits, "problems": [], **plan_json(plan, memory, workload, hbm)}
+    if not fits:
+        warnings.append(
+            f"the layout needs {units.format_bytes(plan.memory_bytes)} per GPU, more than the "
+            f"{units.format_bytes(hbm)} of {accelerator.name}: shard more (--zero 1/3, --fsdp), recompute "
+            "(--recompute selective/full), raise tp or pp, or lower the micro-batch"
+        )
+    return Output(
+        schema="estimate/1",
+        inputs=echo,
+        result=result_json,
+        assumptions=assumptions,
+        warnings=warnings,
+        tables=[
+            main,
+            breakdown_table(plan),
+            memory_table(memory.peak, hbm),
+            tiers_table(plan, result.machine),
+        ],
+        exit_code=0 if fits else 1,
+    )

@@ -1,0 +1,198 @@
+"""What ``estimate`` and ``plan`` show: a layout in words, a plan's JSON keys, its step-time breakdown and
+which tier each parallel dimension crosses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mfukit import units
+from mfukit.core.parallelism import Parallelism
+from mfukit.core.results import Table, shown
+from mfukit.perf.activations import KERNELS_NAMES
+from mfukit.perf.efficiency import Efficiency
+from mfukit.perf.flops import ATTENTION_CONVENTION_NAMES
+from mfukit.perf.layouts import Workload
+from mfukit.perf.memory import MemoryEstimate, sharding_of
+from mfukit.perf.planner import Plan
+from mfukit.perf.step_time import Machine
+
+PERF_FLAGS = (
+    "model",
+    "tokens",
+    "seq_len",
+    "global_batch_tokens",
+    "global_batch_size",
+    "micro_batch_size",
+    "precision",
+    "attention_flops",
+    "framework",
+    "system",
+    "gpu",
+    "gpus",
+    "nodes",
+    "nics_per_node",
+    "nic_rate",
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "first_stage_layers",
+    "last_stage_layers",
+    "sequence_parallel",
+    "recompute",
+    "zero",
+    "fsdp",
+)
+"""The scenario flags of the commands the performance model answers (estimate, plan, size)."""
+BREAKDOWN_NAMES = {
+    "compute": "compute (GEMMs, attention)",
+    "memory_bound": "element-wise (memory-bound)",
+    "recompute": "recompute",
+    "tp_comm": "TP communication (exposed)",
+    "cp_comm": "CP communication (exposed)",
+    "ep_comm": "EP all-to-all",
+    "fsdp_comm": "ZeRO-3/FSDP gathers (exposed)",
+    "pp_comm": "PP send/recv (exposed)",
+    "pipeline_bubble": "pipeline bubble",
+    "dp_comm": "DP gradient sync (exposed)",
+    "optimizer": "optimizer step",
+    "other": "framework overhead (per layer, micro-batch)",
+}
+SHORT_SHARDING = {
+    "none": "DDP",
+    "distributed-optimizer": "dist-opt",
+    "zero-1": "ZeRO-1",
+    "zero-2": "ZeRO-2",
+    "zero-3": "ZeRO-3",
+    "fsdp-full": "FSDP",
+    "fsdp-hybrid": "HSDP",
+}
+
+
+def layout_text(layout: Parallelism) -> str:
+    """``TP 8 x PP 8 (v2) x DP 16 (CP 2, EP 1)``."""
+    pipeline = f"PP {layout.pp}" + (f" (v{layout.vpp})" if layout.vpp > 1 else "")
+    if layout.first_stage_layers is not None or layout.last_stage_layers is not None:
+        pipeline += (
+            f" [{layout.first_stage_layers or '-'}/{layout.last_stage_layers or '-'} layers first/last]"
+        )
+    return f"TP {layout.tp} x {pipeline} x DP {layout.dp} (CP {layout.cp}, EP {layout.ep})"
+
+
+def options_text(layout: Parallelism) -> str:
+    """``SP, selective, dist-opt``."""
+    parts = ["SP"] if layout.sequence_parallel and layout.tp > 1 else []
+    parts.append(f"{layout.recompute} recompute" if layout.recompute != "none" else "no recompute")
+    parts.append(SHORT_SHARDING[sharding_of(layout)])
+    return ", ".join(parts)
+
+
+def layout_json(layout: Parallelism) -> dict[str, Any]:
+    return {
+        "tp": layout.tp,
+        "pp": layout.pp,
+        "dp": layout.dp,
+        "cp": layout.cp,
+        "ep": layout.ep,
+        "vpp": layout.vpp,
+        "sequence_parallel": layout.sequence_parallel,
+        "recompute": layout.recompute,
+        "sharding": sharding_of(layout),
+        "zero": layout.zero,
+        "fsdp": layout.fsdp,
+        "first_stage_layers": layout.first_stage_layers,
+        "last_stage_layers": layout.last_stage_layers,
+    }
+
+
+def plan_json(
+    plan: Plan, memory: MemoryEstimate | None, workload: Workload, hbm_bytes: float
+) -> dict[str, Any]:
+    """The estimate keys of one plan (``estimate`` returns them at the top level, ``plan`` per plan)."""
+    peak = memory.peak if memory is not None else None
+    return {
+        "num_gpus": plan.num_gpus,
+        "layout": layout_json(plan.layout),
+        "micro_batch_size": plan.micro_batch_size,
+        "num_microbatches": plan.num_microbatches,
+        "step_time_s": plan.step_time_s,
+        "mfu": plan.mfu,
+        "hfu": plan.hfu,
+        "model_tflops_per_gpu": plan.model_flops_per_s_per_gpu / 1e12,
+        "tokens_per_s": plan.tokens_per_s,
+        "tokens_per_s_per_gpu": plan.tokens_per_s_per_gpu,
+        "time_to_train_s": plan.time_to_train_s,
+        "memory_per_gpu_bytes": plan.memory_bytes,
+        "hbm_bytes": hbm_bytes,
+        "fits": plan.memory_bytes <= hbm_bytes,
+        "breakdown_s": plan.breakdown_s,
+        "memory_breakdown_bytes": (
+            {name.replace(" ", "_").lower(): value for name, value in peak.parts().items()} if peak else None
+        ),
+        "memory_stage": peak.stage if peak else None,
+        "crosses_network": plan.crosses_network,
+        "attention_flops_convention": workload.attention,
+    }
+
+
+def breakdown_table(plan: Plan, title: str = "step-time breakdown") -> Table:
+    table = Table(
+        title, ["part", "seconds", "share of step"], csv_columns=["part", "seconds", "share_of_step"]
+    )
+    for name, value in plan.breakdown_s.items():
+        if value > 0:
+            table.add(
+                BREAKDOWN_NAMES[name],
+                shown(value, lambda v: f"{v:,.3f}"),
+                shown(value / plan.step_time_s, units.format_percent),
+            )
+    table.add("step", shown(plan.step_time_s, lambda v: f"{v:,.3f}"), shown(1.0, units.format_percent))
+    return table
+
+
+def tiers_table(plan: Plan, machine: Machine) -> Table:
+    layout = plan.layout
+    table = Table(
+        "where each dimension communicates",
+        ["dimension", "degree", "tier"],
+        csv_columns=["dimension", "degree", "crosses_network"],
+    )
+    domain = "NVLink" if machine.topology.scale_up_kind == "nvlink" else "PCIe"
+    degrees = {
+        "tp": layout.tp,
+        "cp": layout.cp,
+        "ep": layout.ep,
+        "dp": layout.dp * layout.cp,
+        "pp": layout.pp,
+    }
+    for name, degree in degrees.items():
+        if degree <= 1:
+            continue
+        crosses = plan.crosses_network[name]
+        tier = f"network ({machine.system.nics_per_node} x {units.format_bit_rate(machine.system.nic_bytes_per_s)})"
+        table.add(name.upper(), degree, tier if crosses else f"{domain} (inside the scale-up domain)")
+    return table
+
+
+def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficiency) -> list[str]:
+    notes = [
+        f"attention FLOPs: {ATTENTION_CONVENTION_NAMES[workload.attention]} for MFU; the step time runs flash "
+        "attention's causal half",
+        f"efficiency profiles: {'; '.join(efficiency.notes)}",
+        f"framework {efficiency.framework}: {efficiency.layer_overhead_s * 1e6:,.0f} us per layer and micro-batch, "
+        f"{efficiency.collective_overhead_s * 1e6:,.0f} us per TP/CP/EP collective",
+        f"GEMMs reach {efficiency.gemm_peak_fraction:.0%} of {workload.precision} peak (+{efficiency.gemm_latency_s * 1e6:.0f} us "
+        f"each), flash attention {efficiency.attention_peak_fraction:.0%}, element-wise kernels "
+        f"{efficiency.hbm_fraction:.0%} of HBM bandwidth",
+        "overlap: DP gradients in buckets under the last micro-batch's backward, ZeRO-3/FSDP gathers one layer "
+        "ahead, TP input-gradient reductions under the weight-gradient GEMMs (Megatron defaults)",
+        f"memory: {KERNELS_NAMES[workload.kernels]}, flash attention, no dropout",
+        *machine.assumptions,
+    ]
+    return notes
+
+
+def days(value: float) -> str:
+    return f"{value / units.SECONDS_PER_DAY:,.1f} d"

@@ -1,0 +1,85 @@
+"""Build the plan report from a search: the tables ``mfukit plan`` prints, its charts, and the
+fault-tolerance plan of the best layout (its step time from the performance model)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mfukit import units
+from mfukit.cli.perf_views import BREAKDOWN_NAMES, layout_text, options_text
+from mfukit.core.results import Output
+from mfukit.core.scenario import Scenario
+from mfukit.core.schema import si
+from mfukit.errors import InputError
+from mfukit.ft.plan import FtPlan
+from mfukit.ft.plan import plan as ft_plan
+from mfukit.ft.setup import ft_inputs
+from mfukit.perf.inputs import PerfInputs
+from mfukit.perf.memory import MemoryEstimate
+from mfukit.perf.network import NetworkCheck
+from mfukit.perf.planner import Plan, SearchResult
+from mfukit.report.plan import PlanReport, write_plan_report
+
+
+def fault_tolerance(scenario: Scenario, inputs: PerfInputs, best: Plan) -> tuple[FtPlan | None, str]:
+    """The ft plan of the best layout, or why there is none."""
+    cluster = scenario.cluster.model_copy(update={"num_gpus": best.num_gpus, "num_nodes": None})
+    ft = scenario.ft.model_copy(update={"step_time_s": si(best.step_time_s)})
+    sized = scenario.model_copy(update={"cluster": cluster, "ft": ft, "parallelism": best.layout})
+    try:
+        return ft_plan(ft_inputs(sized, source=inputs.source, base_dir=inputs.base_dir)), ""
+    except InputError as error:
+        return None, f"No fault-tolerance plan: {error.render()}"
+
+
+def plan_report(
+    scenario: Scenario,
+    inputs: PerfInputs,
+    result: SearchResult,
+    curve: dict[int, Plan | None],
+    memory: MemoryEstimate,
+    network: NetworkCheck,
+    output: Output,
+    out_dir: Path,
+) -> Path:
+    best = result.plans[0]
+    plans_table, breakdown, rejected, tiers, network_checked = output.tables[:5]
+    ft, ft_note = fault_tolerance(scenario, inputs, best)
+    summary = [
+        ("best layout", layout_text(best.layout)),
+        ("options", options_text(best.layout)),
+        ("MFU", units.format_percent(best.mfu)),
+        ("step time", f"{best.step_time_s:,.2f} s"),
+        ("memory per GPU", units.format_bytes(best.memory_bytes)),
+    ]
+    if best.time_to_train_s is not None:
+        summary.append(
+            ("time to train (no failures)", f"{best.time_to_train_s / units.SECONDS_PER_DAY:,.1f} days")
+        )
+    if ft is not None:
+        summary.append(("expected ETTR", f"{ft.expected_at_optimum.ettr:.3f}"))
+    paragraph = (
+        f"Each GPU moves {units.format_bytes_si(network.inter_node_bytes_per_step)} of data-parallel traffic "
+        f"through its NIC per step ({network.pattern}); hiding it behind compute takes "
+        f"{units.format_bit_rate(network.required_bytes_per_s)} per GPU, the node provides "
+        f"{units.format_bit_rate(network.available_bytes_per_s)}. All exposed communication of the modelled step: "
+        f"{network.exposed_comm_s:,.3f} s of {best.step_time_s:,.2f} s."
+    )
+    content = PlanReport(
+        title=output.tables[0].title.split(":")[0] + ": " + (inputs.model.display_name or inputs.model.name),
+        summary=summary,
+        plans=result.plans,
+        plans_table=plans_table,
+        best_tables=[breakdown, rejected],
+        memory=memory,
+        hbm_bytes=inputs.accelerator.hbm_bytes,
+        scaling=curve,
+        network_tables=[network_checked, tiers],
+        network_paragraph=paragraph,
+        breakdown_names=BREAKDOWN_NAMES,
+        ft_plan=ft,
+        ft_note=ft_note,
+        assumptions=output.assumptions,
+        warnings=output.warnings,
+    )
+    return write_plan_report(content, out_dir)

@@ -1,0 +1,371 @@
+"""Measured training runs as step-time cases: the rows of ``shared/reference/calibration/`` turned into a
+model, a layout, a machine and the throughput each run measured.
+
+Sources (column notes in ``shared/reference/perf-model.md`` §2):
+
+* ``llmfoundry_mpt`` - LLM Foundry's MPT benchmarks (A100-40/80GB, H100): FSDP FULL_SHARD (SHARD_GRAD_OP
+  for a few), TP = PP = 1, flash attention, MPT's GeLU/LayerNorm/ALiBi/tied shape; grad accumulation from the
+  notes; 8 x 200 Gb/s (A100) and 8 x 400 Gb/s (H100) per node. Throughput: reported tokens/s/GPU.
+* ``vtrain_multi`` / ``vtrain_single`` - vTrain's measured Megatron-DeepSpeed GPT iterations on A100 (64-512
+  GPUs; one 8-GPU node): full recompute, DDP (no ZeRO), fp16, 1F1B, 800 Gb/s per node; Megatron-DeepSpeed's
+  fused softmax attention (no flash attention: the released configs do not turn it on). Their throughput is
+  HFU-style; it is compared through tokens/s, which is the same comparison in any FLOP accounting.
+* ``ultrascale_playbook`` - the Ultra-Scale Playbook sweep on H100 (nanotron): no recompute, sequence
+  parallel (tp_mode REDUCE_SCATTER), ZeRO-0 or ZeRO-1 (sharded fp32 master and Adam), grad accumulation from
+  the notes, nanotron's cost-balanced pipeline split; runs that did not complete are skipped.
+* ``torchtitan`` - Llama 3.1 8B/70B/405B on H100 96 GB parts capped at 500 W (modelled as H100 SXM, whose
+  700 W clocks it cannot hold: the model over-predicts these by design), FSDP2, float8, CP, async TP,
+  torch.compile; never fitted, only tested.
+
+The split is deterministic: a row is fitted when the SHA-256 of ``"<source>:<row_id>"`` is 0 modulo 10 to 2
+modulo 10 (30 %), tested otherwise; torchtitan rows are always tested.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from mfukit import catalog
+from mfukit.core.hardware import Accelerator, System
+from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism
+from mfukit.core.scenario import Precision
+from mfukit.errors import InputError
+from mfukit.perf.layouts import Workload
+
+SOURCES = ("llmfoundry_mpt", "vtrain_multi", "vtrain_single", "ultrascale_playbook", "torchtitan")
+FILES = ("published_runs_calibration.csv", "ultrascale_h100_sweep.csv", "vtrain_a100_single_node.csv")
+FIT_SHARE = 3  # of 10 hash buckets
+NEVER_FITTED = frozenset({"torchtitan"})
+Accounting = Literal["model", "hardware"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured run as the step-time model sees it."""
+
+    source: str
+    row_id: int
+    label: str
+    workload: Workload
+    layout: Parallelism
+    micro_batch_size: int
+    num_microbatches: int
+    first_layers: int
+    last_layers: int
+    system: System
+    accelerator: Accelerator
+    num_gpus: int
+    measured_tokens_per_s_per_gpu: float
+    accounting: Accounting
+
+    @property
+    def fitted(self) -> bool:
+        return in_fit_split(self.source, self.row_id)
+
+
+def in_fit_split(source: str, row_id: int) -> bool:
+    if source in NEVER_FITTED:
+        return False
+    digest = hashlib.sha256(f"{source}:{row_id}".encode()).hexdigest()
+    return int(digest, 16) % 10 < FIT_SHARE
+
+
+def calibration_dir() -> Path:
+    """``$MFUKIT_CALIBRATION``, or ``shared/reference/calibration`` in a parent of this checkout."""
+    if "MFUKIT_CALIBRATION" in os.environ:
+        return Path(os.environ["MFUKIT_CALIBRATION"])
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "shared" / "reference" / "calibration"
+        if candidate.is_dir():
+            return candidate
+    raise InputError(
+        "cannot find the calibration data (shared/reference/calibration)",
+        field="MFUKIT_CALIBRATION",
+        hint="set MFUKIT_CALIBRATION to the folder holding published_runs_calibration.csv",
+    )
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in FILES}
+
+
+def _rows(path: Path) -> Iterator[dict[str, str]]:
+    with path.open(newline="") as handle:
+        yield from csv.DictReader(handle)
+
+
+def _ints(row: dict[str, str], *names: str) -> list[int]:
+    return [int(float(row[name])) for name in names]
+
+
+def _system(name: str, **changes: int) -> tuple[System, Accelerator]:
+    system = catalog.system(name)
+    if changes:
+        system = system.model_copy(update=changes)
+    return system, catalog.accelerator(system.accelerator)
+
+
+def nanotron_stage_layers(model: ModelSpec, pp: int) -> list[int]:
+    """Layers per pipeline rank as nanotron splits them: blocks (the layers at 4h² + 3hf each, then the output
+    layer at V·h) are walked in order and rank r closes after the block whose cumulative cost passes
+    (r + 1)/pp of the total (``get_block_compute_costs`` and the pipeline engine's split)."""
+    h, f, v = model.hidden_size, model.intermediate_size, model.vocab_size
+    costs = [4 * h * h + 3 * h * f] * model.num_hidden_layers + [v * h]
+    total = sum(costs)
+    counts = [0] * pp
+    rank, cumulative = 0, 0
+    for index, cost in enumerate(costs):
+        cumulative += cost
+        if index < model.num_hidden_layers:
+            counts[rank] += 1
+        if cumulative > (rank + 1) * total / pp and rank < pp - 1:
+            rank += 1
+    return counts
+
+
+def _even(model: ModelSpec, layout: Parallelism) -> tuple[int, int]:
+    per_stage = model.num_hidden_layers // layout.pp
+    return per_stage, per_stage
+
+
+def _case(
+    row: dict[str, str],
+    source: str,
+    model: ModelSpec,
+    layout: Parallelism,
+    *,
+    precision: Precision,
+    micro_batch: int,
+    microbatches: int,
+    machine: tuple[System, Accelerator],
+    accounting: Accounting,
+    framework: str,
+    flash: bool = True,
+    split: tuple[int, int] | None = None,
+) -> Case:
+    first, last = split or (
+        (layout.first_stage_layers or model.num_hidden_layers // layout.pp),
+        (layout.last_stage_layers or model.num_hidden_layers // layout.pp),
+    )
+    system, accelerator = machine
+    return Case(
+        source=source,
+        row_id=int(row["row_id"]),
+        label=row["model_name"],
+        workload=Workload(
+            model=model,
+            seq_len=int(row["seq_len"]),
+            global_batch_sequences=layout.dp * micro_batch * microbatches,
+            precision=precision,
+            flash_attention=flash,
+            framework=framework,
+        ),
+        layout=layout,
+        micro_batch_size=micro_batch,
+        num_microbatches=microbatches,
+        first_layers=first,
+        last_layers=last,
+        system=system,
+        accelerator=accelerator,
+        num_gpus=layout.world_size,
+        measured_tokens_per_s_per_gpu=float(row["tokens_per_sec_per_gpu"]),
+        accounting=accounting,
+    )
+
+
+def _gpt(row: dict[str, str], *, mlp: Literal["gelu", "swiglu"] = "gelu", alibi: bool = False) -> ModelSpec:
+    layers, hidden, heads, ffn, vocab = _ints(row, "n_layers", "hidden", "n_heads", "ffn_hidden", "vocab")
+    return ModelSpec(
+        name=row["model_name"],
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+        vocab_size=vocab,
+        mlp=mlp,
+        norm="layernorm",
+        tie_word_embeddings=True,
+        position_embedding="alibi" if alibi else "learned",
+        attention_bias=not alibi,
+        mlp_bias=not alibi,
+        max_position_embeddings=int(row["seq_len"]),
+    )
+
+
+_MPT_SYSTEMS = {
+    "A100-SXM4-40GB": "dgx-a100-40gb",
+    "A100-SXM4-80GB": "dgx-a100-80gb",
+    "H100-SXM5-80GB": "dgx-h100",
+}
+
+
+def mpt_cases(folder: Path) -> Iterator[Case]:
+    for row in _rows(folder / "published_runs_calibration.csv"):
+        if row["source_group"] != "llmfoundry_mpt":
+            continue
+        found = re.search(r"Grad accum (\d+)", row["notes"])
+        accumulation = int(found.group(1)) if found else 1
+        zero2 = "SHARD_GRAD_OP" in row["zero_stage_or_fsdp"]
+        layout = Parallelism(
+            dp=int(row["n_gpus"]),
+            recompute="full" if row["activation_recompute"] == "full" else "none",
+            **({"zero": 2} if zero2 else {"fsdp": "full"}),
+        )
+        yield _case(
+            row,
+            "llmfoundry_mpt",
+            _gpt(row, alibi=True),
+            layout,
+            precision="fp8" if "fp8" in row["precision"] else "bf16",
+            micro_batch=int(row["micro_batch"]),
+            microbatches=accumulation,
+            machine=_system(_MPT_SYSTEMS[row["gpu_type"]]),
+            accounting="model",
+            framework="fsdp",
+        )
+
+
+def _vtrain(row: dict[str, str], source: str) -> Case:
+    tp, pp, dp = _ints(row, "tp", "pp", "dp")
+    micro, batch = _ints(row, "micro_batch", "global_batch_sequences")
+    layout = Parallelism(tp=tp, pp=pp, dp=dp, recompute="full")
+    model = _gpt(row)
+    return _case(
+        row,
+        source,
+        model,
+        layout,
+        precision="fp16",
+        micro_batch=micro,
+        microbatches=batch // (dp * micro),
+        machine=_system("dgx-a100-80gb", nics_per_node=4),  # vTrain: 800 Gb/s per node
+        accounting="hardware",
+        framework="megatron",
+        flash=False,
+        split=_even(model, layout),
+    )
+
+
+def vtrain_multi_cases(folder: Path) -> Iterator[Case]:
+    for row in _rows(folder / "published_runs_calibration.csv"):
+        if row["source_group"] == "vtrain_multi":
+            yield _vtrain(row, "vtrain_multi")
+
+
+def vtrain_single_cases(folder: Path) -> Iterator[Case]:
+    for row in _rows(folder / "vtrain_a100_single_node.csv"):
+        yield _vtrain(row, "vtrain_single")
+
+
+def ultrascale_model(row: dict[str, str]) -> ModelSpec:
+    layers, hidden, heads, kv, ffn, vocab = _ints(
+        row, "n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab"
+    )
+    return ModelSpec(
+        name=row["model_name"],
+        num_hidden_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        intermediate_size=ffn,
+        vocab_size=vocab,
+        mlp="swiglu",
+        tie_word_embeddings=ffn < 10_000,  # nanotron scripts/scaling_benchmarks.py
+    )
+
+
+def ultrascale_cases(folder: Path) -> Iterator[Case]:
+    for row in _rows(folder / "ultrascale_h100_sweep.csv"):
+        if row["measured_mfu_pct"] in ("", "nan") or not float(row["measured_mfu_pct"]) > 0:
+            continue  # the run did not complete
+        found = re.search(r"grad_accum=(\d+)", row["notes"])
+        tp, pp, dp = _ints(row, "tp", "pp", "dp")
+        micro = int(row["micro_batch"])
+        accumulation = int(found.group(1)) if found else int(row["global_batch_sequences"]) // (dp * micro)
+        layout = Parallelism(
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            sequence_parallel=tp > 1,
+            zero=1 if row["zero_stage_or_fsdp"] == "ZeRO-1" else 0,
+        )
+        model = ultrascale_model(row)
+        counts = nanotron_stage_layers(model, pp)
+        yield _case(
+            row,
+            "ultrascale_playbook",
+            model,
+            layout,
+            precision="bf16",
+            micro_batch=micro,
+            microbatches=accumulation,
+            machine=_system("dgx-h100"),
+            accounting="model",
+            framework="nanotron",
+            split=(counts[0], counts[-1]),
+        )
+
+
+_TITAN_MODELS = {
+    "Llama 3.1 8B": "llama3.1-8b",
+    "Llama 3.1 70B": "llama3.1-70b",
+    "Llama 3.1 405B": "llama3.1-405b",
+}
+
+
+def torchtitan_cases(folder: Path) -> Iterator[Case]:
+    for row in _rows(folder / "published_runs_calibration.csv"):
+        if row["source_group"] != "torchtitan":
+            continue
+        tp, pp, dp, cp = _ints(row, "tp", "pp", "dp", "cp")
+        local = int(row["micro_batch"])
+        model = catalog.model(_TITAN_MODELS[row["model_name"]])
+        uneven: dict[str, int] = {}
+        if model.num_hidden_layers % pp:  # 126 layers on 8 stages: 15 + 6 x 16 + 15
+            edge = math.ceil(model.num_hidden_layers / pp) - 1
+            uneven = {"first_stage_layers": edge, "last_stage_layers": edge}
+        layout = Parallelism(
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            cp=cp,
+            sequence_parallel=tp > 1,
+            recompute="full" if row["activation_recompute"] == "full" else "selective",
+            fsdp="full",
+            **uneven,
+        )
+        # torchtitan's "local batch" is per DP rank; with PP it runs as micro-batches of one sequence.
+        yield _case(
+            row,
+            "torchtitan",
+            model,
+            layout,
+            precision="fp8" if "fp8" in row["precision"] else "bf16",
+            micro_batch=1 if pp > 1 else local,
+            microbatches=local if pp > 1 else 1,
+            machine=_system("dgx-h100"),
+            accounting="model",
+            framework="torchtitan",
+        )
+
+
+def load_cases(folder: Path | None = None, sources: tuple[str, ...] = SOURCES) -> list[Case]:
+    """Every usable row of the calibration data, in source order."""
+    where = folder or calibration_dir()
+    readers = {
+        "llmfoundry_mpt": mpt_cases,
+        "vtrain_multi": vtrain_multi_cases,
+        "vtrain_single": vtrain_single_cases,
+        "ultrascale_playbook": ultrascale_cases,
+        "torchtitan": torchtitan_cases,
+    }
+    return [case for source in sources for case in readers[source](where)]

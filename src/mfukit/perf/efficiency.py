@@ -1,0 +1,181 @@
+"""How close a training step runs to the datasheet: the fitted constants of the step-time model.
+
+Two kinds of profile, both in ``data/efficiency.toml`` with their provenance (the calibration files'
+SHA-256, the rows fitted, the fit error); ``python -m mfukit.perf.calibrate`` refits them:
+
+* a **hardware** profile per accelerator family: the fraction of the dense tensor-core peak a large GEMM
+  reaches and the fixed cost that makes small GEMMs slower (together a size-dependent efficiency curve,
+  Calculon-style), the same for flash attention, FP8 GEMMs, and the fraction of HBM bandwidth element-wise
+  kernels reach;
+* a **framework** profile per software stack: the host-side cost of each layer and micro-batch (kernel
+  launches, Python), of each micro-batch on a stage (the schedule, the loss), and of each TP/CP/EP
+  collective and pipeline send (launch and synchronisation). The same
+  GPU runs the same layer at different speed under Megatron-LM, FSDP or nanotron; the Ultra-Scale sweep
+  shows it plainly (nanotron at TP 8 gets twice the throughput from twice the micro-batch).
+
+An accelerator or framework without calibration data borrows another profile and every estimate says so.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from functools import cache
+from pathlib import Path
+
+from pydantic import Field
+
+from mfukit.core.hardware import Accelerator
+from mfukit.core.scenario import read_document
+from mfukit.core.schema import Strict, validate_as
+from mfukit.errors import UnknownNameError
+
+EFFICIENCY_FILE = Path(__file__).parent / "data" / "efficiency.toml"
+DEFAULT_FRAMEWORK = "megatron"
+HARDWARE_FIELDS = (
+    "gemm_peak_fraction",
+    "gemm_latency_s",
+    "gemm_half_dim",
+    "attention_peak_fraction",
+    "fp8_gemm_peak_fraction",
+)
+FRAMEWORK_FIELDS = ("layer_overhead_s", "microbatch_overhead_s", "collective_overhead_s", "p2p_overhead_s")
+
+
+class FitRecord(Strict):
+    """What one profile was fitted on and how well it reproduces those rows."""
+
+    sources: list[str]
+    rows: int = Field(ge=0)
+    median_abs_rel_error: float = Field(ge=0)
+    p90_abs_rel_error: float = Field(ge=0)
+
+
+class HardwareProfile(Strict):
+    name: str
+    accelerators: list[str] = Field(min_length=1)
+    borrows: str | None = Field(default=None, description="the profile whose constants this one uses")
+    why: str = ""
+    gemm_peak_fraction: float | None = Field(default=None, gt=0, le=1)
+    gemm_latency_s: float | None = Field(default=None, ge=0)
+    gemm_half_dim: float | None = Field(default=None, ge=0)
+    attention_peak_fraction: float | None = Field(default=None, gt=0, le=1)
+    fp8_gemm_peak_fraction: float | None = Field(default=None, gt=0, le=1)
+    fit: FitRecord | None = None
+
+
+class FrameworkProfile(Strict):
+    name: str
+    description: str
+    borrows: str | None = None
+    why: str = ""
+    layer_overhead_s: float | None = Field(default=None, ge=0)
+    microbatch_overhead_s: float | None = Field(default=None, ge=0)
+    collective_overhead_s: float | None = Field(default=None, ge=0)
+    p2p_overhead_s: float | None = Field(default=None, ge=0)
+    fit: FitRecord | None = None
+
+
+class Provenance(Strict):
+    data: str
+    files: dict[str, str] = Field(description="file name -> SHA-256 of the calibration data fitted")
+    split: str
+    fitted: date
+    objective: str
+    hbm_fraction: float = Field(gt=0, le=1)
+    hbm_fraction_why: str
+
+
+class EfficiencyFile(Strict):
+    provenance: Provenance
+    hardware: list[HardwareProfile]
+    framework: list[FrameworkProfile]
+
+
+class Efficiency(Strict):
+    """The constants one estimate runs on (borrowed ones resolved)."""
+
+    hardware: str
+    framework: str
+    calibrated: bool
+    notes: tuple[str, ...]
+    gemm_peak_fraction: float = Field(gt=0, le=1)
+    gemm_latency_s: float = Field(ge=0)
+    gemm_half_dim: float = Field(ge=0, description="a GEMM dimension this small halves the efficiency")
+    attention_peak_fraction: float = Field(gt=0, le=1)
+    fp8_gemm_peak_fraction: float = Field(gt=0, le=1)
+    hbm_fraction: float = Field(gt=0, le=1)
+    layer_overhead_s: float = Field(ge=0)
+    microbatch_overhead_s: float = Field(ge=0)
+    collective_overhead_s: float = Field(ge=0)
+    p2p_overhead_s: float = Field(ge=0)
+
+
+@cache
+def efficiency_file(path: Path = EFFICIENCY_FILE) -> EfficiencyFile:
+    return validate_as(EfficiencyFile, read_document(path), source=str(path))
+
+
+def _resolved(
+    profile: HardwareProfile | FrameworkProfile,
+    others: dict[str, HardwareProfile] | dict[str, FrameworkProfile],
+    names: tuple[str, ...],
+) -> tuple[dict[str, float | None], str]:
+    base = others[profile.borrows] if profile.borrows else profile
+    values: dict[str, float | None] = {}
+    for name in names:
+        own = getattr(profile, name)
+        values[name] = own if own is not None else getattr(base, name)
+    if profile.borrows:
+        return values, f"{profile.name}: uncalibrated, constants of {base.name} ({profile.why})"
+    fit = profile.fit
+    if fit is None:
+        return values, f"{profile.name}: not fitted"
+    return values, (
+        f"{profile.name}: fitted on {fit.rows} measured runs ({', '.join(fit.sources)}), "
+        f"median error {fit.median_abs_rel_error:.1%} on them"
+    )
+
+
+def hardware_profile_of(accelerator_name: str, file: EfficiencyFile | None = None) -> HardwareProfile | None:
+    for profile in (file or efficiency_file()).hardware:
+        if accelerator_name in profile.accelerators:
+            return profile
+    return None
+
+
+def efficiency_for(
+    accelerator: Accelerator, framework: str = DEFAULT_FRAMEWORK, *, file: EfficiencyFile | None = None
+) -> Efficiency:
+    """The constants for ``accelerator`` under ``framework`` (from ``file``, the installed profiles by
+    default). An accelerator no profile lists gets the Hopper constants, said in the notes."""
+    content = file or efficiency_file()
+    hardware = {profile.name: profile for profile in content.hardware}
+    stacks = {profile.name: profile for profile in content.framework}
+    if framework not in stacks:
+        raise UnknownNameError("framework", framework, list(stacks), field="training.framework")
+    profile = hardware_profile_of(accelerator.name, content)
+    extra: list[str] = []
+    if profile is None:
+        profile = hardware["hopper"]
+        extra.append(f"{accelerator.name} is in no efficiency profile: Hopper constants used, uncalibrated")
+    hw_values, hw_note = _resolved(profile, hardware, HARDWARE_FIELDS)
+    fw_profile = stacks[framework]
+    fw_values, fw_note = _resolved(fw_profile, stacks, FRAMEWORK_FIELDS)
+    missing = [name for name, value in fw_values.items() if value is None]
+    if missing:  # what the framework's data could not show comes from the default framework
+        default, _ = _resolved(stacks[DEFAULT_FRAMEWORK], stacks, FRAMEWORK_FIELDS)
+        fw_values |= {name: default[name] for name in missing}
+        fw_note += f"; {', '.join(missing)} not shown by its data: {DEFAULT_FRAMEWORK}'s"
+    if hw_values["fp8_gemm_peak_fraction"] is None:  # no FP8 data: FP8 GEMMs as efficient as 16-bit ones
+        hw_values["fp8_gemm_peak_fraction"] = hw_values["gemm_peak_fraction"]
+    return Efficiency.model_validate(
+        {
+            "hardware": profile.name,
+            "framework": fw_profile.name,
+            "calibrated": not extra and profile.borrows is None and fw_profile.borrows is None,
+            "notes": (f"hardware {hw_note}", f"framework {fw_note}", *extra),
+            "hbm_fraction": content.provenance.hbm_fraction,
+            **hw_values,
+            **fw_values,
+        }
+    )

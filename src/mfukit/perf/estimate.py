@@ -1,0 +1,132 @@
+"""One layout's estimate (``mfukit estimate``), the memory breakdown of any plan, and the step time the
+fault-tolerance model and ``size`` run on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mfukit.core.hardware import Accelerator, System
+from mfukit.core.parallelism import LayoutProblem, Parallelism, layout_problems
+from mfukit.perf.efficiency import Efficiency, efficiency_for
+from mfukit.perf.inputs import PerfInputs
+from mfukit.perf.layouts import Workload, grid_of, step_shape
+from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
+from mfukit.perf.planner import Plan, SearchSpace, evaluate_grid, plan_at, search
+from mfukit.perf.step_time import Machine, machine_for
+
+
+@dataclass(frozen=True)
+class LayoutEstimate:
+    layout: Parallelism
+    num_gpus: int
+    micro_batch_size: int
+    problems: list[LayoutProblem]
+    machine: Machine
+    efficiency: Efficiency
+    plan: Plan | None  # None when the layout cannot be built
+    memory: MemoryEstimate | None
+
+    @property
+    def fits(self) -> bool:
+        return self.memory is not None and self.memory.fits(self.machine.accelerator.hbm_bytes)
+
+
+def plan_shape(workload: Workload, plan: Plan, gpus_per_node: int) -> StepShape:
+    """The memory model's view of a plan's step."""
+    return step_shape(
+        workload,
+        plan.layout,
+        micro_batch_size=plan.micro_batch_size,
+        num_microbatches=plan.num_microbatches,
+        gpus_per_node=gpus_per_node,
+    )
+
+
+def plan_memory(workload: Workload, plan: Plan, gpus_per_node: int) -> MemoryEstimate:
+    """The named memory breakdown of a plan (the planner ranks on the same totals)."""
+    return estimate_memory(workload.model, plan.layout, plan_shape(workload, plan, gpus_per_node))
+
+
+def estimate_layout(
+    inputs: PerfInputs, layout: Parallelism, *, micro_batch_size: int | None = None
+) -> LayoutEstimate:
+    """Step time, MFU and memory of ``layout``, or the rules it breaks."""
+    return evaluate_layout(
+        inputs.workload,
+        inputs.system,
+        inputs.accelerator,
+        inputs.num_gpus or layout.world_size,
+        layout,
+        micro_batch_size=micro_batch_size or inputs.micro_batch_size,
+        tokens=inputs.tokens,
+    )
+
+
+def evaluate_layout(
+    workload: Workload,
+    system: System,
+    accelerator: Accelerator,
+    num_gpus: int,
+    layout: Parallelism,
+    *,
+    micro_batch_size: int,
+    tokens: float | None = None,
+) -> LayoutEstimate:
+    machine = machine_for(system, accelerator, num_gpus)
+    efficiency = efficiency_for(accelerator, workload.framework)
+    problems = layout_problems(
+        layout,
+        workload.model,
+        seq_len=workload.seq_len,
+        global_batch_sequences=workload.global_batch_sequences,
+        micro_batch_size=micro_batch_size,
+        num_gpus=num_gpus,
+    )
+    if problems:
+        return LayoutEstimate(layout, num_gpus, micro_batch_size, problems, machine, efficiency, None, None)
+    microbatches = workload.global_batch_sequences // (layout.dp * micro_batch_size)
+    grid = grid_of(
+        [layout], model=workload.model, micro_batch_size=[micro_batch_size], num_microbatches=[microbatches]
+    )
+    estimate, memory, crosses = evaluate_grid(workload, grid, machine)
+    plan = plan_at(workload, grid, estimate, memory, crosses, 0, tokens)
+    return LayoutEstimate(
+        layout,
+        num_gpus,
+        micro_batch_size,
+        [],
+        machine,
+        efficiency,
+        plan,
+        plan_memory(workload, plan, machine.gpus_per_node),
+    )
+
+
+def best_plan(
+    workload: Workload,
+    system: System,
+    accelerator: Accelerator,
+    num_gpus: int,
+    *,
+    layout: Parallelism | None = None,
+    micro_batch_size: int | None = None,
+) -> tuple[Plan | None, str]:
+    """The scenario's layout when it has one (dp from the GPU count when left out), else the best of the
+    planner's search on ``num_gpus`` GPUs; and how it was chosen."""
+    if layout is not None:
+        if "dp" not in layout.model_fields_set:
+            layout = layout.model_copy(update={"dp": max(1, num_gpus // (layout.tp * layout.pp * layout.cp))})
+        found = evaluate_layout(
+            workload, system, accelerator, num_gpus, layout, micro_batch_size=micro_batch_size or 1
+        )
+        if found.plan is None:
+            return None, "the scenario's layout cannot be built: " + "; ".join(
+                p.message for p in found.problems
+            )
+        return found.plan, "the scenario's layout"
+    space = SearchSpace(micro_batch_size=(micro_batch_size,) if micro_batch_size else None)
+    result = search(workload, system, accelerator, [num_gpus], space=space, top_k=1)
+    plan = result.best_per_count[num_gpus]
+    if plan is None:
+        return None, f"no layout fits on {num_gpus:,} GPUs"
+    return plan, f"the best of {result.configs_evaluated:,} layouts searched"

@@ -1,0 +1,129 @@
+"""From a scenario to what the performance model needs: the workload, the hardware, the GPU count, the
+layout (``estimate``) or the search space (``plan``), each checked with an error that names the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mfukit.catalog import resolve
+from mfukit.core.hardware import Accelerator, System
+from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism, Recompute
+from mfukit.core.scenario import Scenario, TrainingSection
+from mfukit.errors import InputError
+from mfukit.perf.efficiency import efficiency_for
+from mfukit.perf.layouts import Workload
+from mfukit.perf.memory import sharding_of
+from mfukit.perf.planner import SearchSpace
+
+DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp")
+
+
+@dataclass(frozen=True)
+class PerfInputs:
+    source: str
+    model: ModelSpec
+    workload: Workload
+    system: System
+    accelerator: Accelerator
+    num_gpus: int | None
+    tokens: float | None
+    deadline_s: float | None
+    micro_batch_size: int
+    micro_batch_given: bool
+    layout: Parallelism | None
+
+    @property
+    def base_dir(self) -> Path | None:
+        return Path(self.source).parent if self.source != "command line" else None
+
+
+def training_workload(model: ModelSpec, training: TrainingSection, sequences: int) -> Workload:
+    """The workload of a scenario's ``[training]`` with ``sequences`` per step."""
+    return Workload(
+        model=model,
+        seq_len=training.seq_len,
+        global_batch_sequences=sequences,
+        precision=training.precision,
+        attention=training.attention_flops,
+        framework=training.framework,
+    )
+
+
+def perf_inputs(scenario: Scenario, path: Path | None) -> PerfInputs:
+    source = str(path) if path else "command line"
+    model = resolve.model_spec(scenario.model, source=source, base_dir=path.parent if path else None)
+    system, accelerator = resolve.node(scenario.cluster, source=source)
+    training, cluster = scenario.training, scenario.cluster
+    batch = training.global_batch_sequences
+    if batch is None:
+        raise InputError(
+            "the performance model needs the global batch",
+            source=source,
+            field="training.global_batch_tokens",
+            hint='give --global-batch-tokens "4M" or --global-batch-size (sequences per step)',
+        )
+    if training.tokens is not None and training.tokens <= 0:
+        raise InputError("must be positive", source=source, field="training.tokens", value=training.tokens)
+    workload = training_workload(model, training, batch)
+    efficiency_for(accelerator, training.framework)  # an unknown framework is bad input, said now
+    accelerator.peak_flops(training.precision)  # so is a precision the GPU has no peak for
+    num_gpus = cluster.num_gpus or (cluster.num_nodes * system.gpus_per_node if cluster.num_nodes else None)
+    return PerfInputs(
+        source=source,
+        model=model,
+        workload=workload,
+        system=system,
+        accelerator=accelerator,
+        num_gpus=num_gpus,
+        tokens=training.tokens,
+        deadline_s=training.deadline_s,
+        micro_batch_size=training.micro_batch_size,
+        micro_batch_given="micro_batch_size" in training.model_fields_set,
+        layout=scenario.parallelism,
+    )
+
+
+def layout_for_estimate(inputs: PerfInputs) -> Parallelism:
+    """The scenario's layout, with dp filled in from the GPU count when it was left out."""
+    layout = inputs.layout
+    if layout is None:
+        raise InputError(
+            "needs a parallel layout",
+            source=inputs.source,
+            field="parallelism",
+            hint="give [parallelism] tp, pp (and dp) or --tp/--pp flags; `mfukit plan` searches for one",
+        )
+    if "dp" not in layout.model_fields_set:
+        if inputs.num_gpus is None:
+            raise InputError(
+                "needs dp or the GPU count",
+                source=inputs.source,
+                field="parallelism.dp",
+                hint="give --dp, or --gpus so that dp = GPUs / (tp x pp x cp)",
+            )
+        model_parallel = layout.tp * layout.pp * layout.cp
+        layout = layout.model_copy(update={"dp": max(1, inputs.num_gpus // model_parallel)})
+    return layout
+
+
+def search_space(inputs: PerfInputs) -> SearchSpace:
+    """Every knob the scenario fixed becomes a single option; the others are searched."""
+    layout = inputs.layout
+    fixed: dict[str, Any] = {}
+    if inputs.micro_batch_given:
+        fixed["micro_batch_size"] = (inputs.micro_batch_size,)
+    if layout is not None:
+        given = layout.model_fields_set
+        fixed |= {name: (int(getattr(layout, name)),) for name in DEGREES if name in given}
+        if "recompute" in given:
+            recompute: Recompute = layout.recompute
+            fixed["recompute"] = (recompute,)
+        if "sequence_parallel" in given:
+            fixed["sequence_parallel"] = (layout.sequence_parallel,)
+        if given & {"zero", "fsdp", "zero_impl"}:
+            sharding = sharding_of(layout)
+            fixed["sharding"] = (sharding,)
+    return SearchSpace(**fixed)

@@ -1,0 +1,220 @@
+"""Many parallel layouts at once, as numpy arrays (one entry per configuration), and the fixed workload
+they run.
+
+The planner evaluates thousands of layouts per GPU count; the step-time and memory models take a
+:class:`LayoutGrid` and return arrays. A single layout (``mfukit estimate``) is a grid of one. Layout
+fields follow :class:`~mfukit.core.parallelism.Parallelism`; the sharding is one of the conventions of
+:data:`mfukit.perf.memory.SHARDING_NAMES`; ``num_microbatches`` is per pipeline per optimizer step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, get_args
+
+import numpy as np
+import numpy.typing as npt
+
+from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism, Recompute, stage_layer_counts
+from mfukit.core.scenario import Precision
+from mfukit.perf.activations import Kernels
+from mfukit.perf.flops import AttentionConvention
+from mfukit.perf.memory import Sharding, StepShape, sharding_of
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+Bools = npt.NDArray[np.bool_]
+
+SHARDINGS: tuple[Sharding, ...] = get_args(Sharding)
+RECOMPUTES: tuple[Recompute, ...] = ("none", "selective", "full")
+_SHARDING_FIELDS: dict[Sharding, dict[str, Any]] = {
+    "none": {"zero": 0, "fsdp": "none"},
+    "distributed-optimizer": {"zero": 1, "zero_impl": "megatron", "fsdp": "none"},
+    "zero-1": {"zero": 1, "zero_impl": "deepspeed", "fsdp": "none"},
+    "zero-2": {"zero": 2, "fsdp": "none"},
+    "zero-3": {"zero": 3, "fsdp": "none"},
+    "fsdp-full": {"zero": 0, "fsdp": "full"},
+    "fsdp-hybrid": {"zero": 0, "fsdp": "hybrid"},
+}
+
+
+def sharding_fields(sharding: str) -> dict[str, Any]:
+    """The ``Parallelism`` fields (zero, zero_impl, fsdp) that name ``sharding``."""
+    return dict(_SHARDING_FIELDS[sharding])  # type: ignore[index]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What is trained, independent of the layout: the model, the step's shape and the precision."""
+
+    model: ModelSpec
+    seq_len: int
+    global_batch_sequences: int
+    precision: Precision = "bf16"
+    attention: AttentionConvention = "full"
+    kernels: Kernels = "fused"
+    flash_attention: bool = True
+    framework: str = "megatron"  # a framework profile of mfukit.perf.efficiency
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_sequences * self.seq_len
+
+
+@dataclass(frozen=True)
+class LayoutGrid:
+    """Layouts as parallel arrays. ``first_layers``/``last_layers`` are the layers of the first and last
+    pipeline stage (the whole model when pp = 1)."""
+
+    tp: Ints
+    pp: Ints
+    vpp: Ints
+    dp: Ints
+    cp: Ints
+    ep: Ints
+    mbs: Ints
+    num_microbatches: Ints
+    first_layers: Ints
+    last_layers: Ints
+    sp: Bools
+    recompute: Ints  # index into RECOMPUTES
+    sharding: Ints  # index into SHARDINGS
+
+    def __len__(self) -> int:
+        return int(self.tp.shape[0])
+
+    @property
+    def world_size(self) -> Ints:
+        return self.tp * self.pp * self.dp * self.cp
+
+    def take(self, index: npt.ArrayLike) -> LayoutGrid:
+        """The layouts at ``index`` (an integer or boolean array)."""
+        picked = np.asarray(index)
+        return LayoutGrid(**{f.name: getattr(self, f.name)[picked] for f in fields(self)})
+
+    def layout(self, i: int, num_layers: int) -> Parallelism:
+        """Configuration ``i`` of a model with ``num_layers`` layers as a :class:`Parallelism`."""
+        pp = int(self.pp[i])
+        first, last = int(self.first_layers[i]), int(self.last_layers[i])
+        even = pp == 1 or (first == last and first * pp == num_layers)
+        values: dict[str, Any] = {
+            "tp": int(self.tp[i]),
+            "pp": pp,
+            "vpp": int(self.vpp[i]),
+            "dp": int(self.dp[i]),
+            "cp": int(self.cp[i]),
+            "ep": int(self.ep[i]),
+            "sequence_parallel": bool(self.sp[i]),
+            "recompute": RECOMPUTES[int(self.recompute[i])],
+            **_SHARDING_FIELDS[SHARDINGS[int(self.sharding[i])]],
+        }
+        if not even:
+            values |= {"first_stage_layers": first, "last_stage_layers": last}
+        return Parallelism.model_validate(values)
+
+
+def stage_counts(layout: Parallelism, num_layers: int) -> tuple[int, int]:
+    """First and last stage layer counts of ``layout`` (whole numbers; the model when pp = 1)."""
+    first, _middle, last = stage_layer_counts(layout, num_layers)
+    return int(first), int(last)
+
+
+def grid_of(
+    layouts: Sequence[Parallelism],
+    *,
+    model: ModelSpec,
+    micro_batch_size: Sequence[int],
+    num_microbatches: Sequence[int],
+) -> LayoutGrid:
+    """A grid from whole layouts (``mfukit estimate``, tests, calibration rows)."""
+    counts = [stage_counts(layout, model.num_hidden_layers) for layout in layouts]
+
+    def ints(values: Sequence[int]) -> Ints:
+        return np.asarray(values, dtype=np.int64)
+
+    return LayoutGrid(
+        tp=ints([layout.tp for layout in layouts]),
+        pp=ints([layout.pp for layout in layouts]),
+        vpp=ints([layout.vpp for layout in layouts]),
+        dp=ints([layout.dp for layout in layouts]),
+        cp=ints([layout.cp for layout in layouts]),
+        ep=ints([layout.ep for layout in layouts]),
+        mbs=ints(micro_batch_size),
+        num_microbatches=ints(num_microbatches),
+        first_layers=ints([first for first, _ in counts]),
+        last_layers=ints([last for _, last in counts]),
+        sp=np.asarray([layout.sequence_parallel for layout in layouts], dtype=np.bool_),
+        recompute=ints([RECOMPUTES.index(layout.recompute) for layout in layouts]),
+        sharding=ints([SHARDINGS.index(sharding_of(layout)) for layout in layouts]),
+    )
+
+
+def step_shape(
+    workload: Workload,
+    layout: Parallelism,
+    *,
+    micro_batch_size: int,
+    num_microbatches: int,
+    gpus_per_node: int,
+) -> StepShape:
+    """The memory model's :class:`StepShape` of one layout, its uneven pipeline split included."""
+    first, last = stage_counts(layout, workload.model.num_hidden_layers)
+    return StepShape(
+        seq_len=workload.seq_len,
+        micro_batch_size=micro_batch_size,
+        num_microbatches=num_microbatches,
+        precision=workload.precision,
+        flash_attention=workload.flash_attention,
+        kernels=workload.kernels,
+        gpus_per_node=gpus_per_node,
+        first_stage_layers=first if layout.pp > 1 else None,
+        last_stage_layers=last if layout.pp > 1 else None,
+    )
+
+
+def unique_rows(*columns: npt.ArrayLike) -> tuple[list[np.ndarray], Ints]:
+    """The distinct rows of equal-length columns (one array per column) and, for every row, the index of
+    its distinct row. Faster than ``np.unique(axis=0)``: each column is factorised alone and the codes
+    combined into one integer."""
+    arrays = [np.asarray(column) for column in columns]
+    size = int(np.broadcast_shapes(*(array.shape for array in arrays))[0]) if arrays else 0
+    code = np.zeros(size, dtype=np.int64)
+    levels: list[np.ndarray] = []
+    for array in arrays:
+        values, inverse = np.unique(np.broadcast_to(array, (size,)), return_inverse=True)
+        code = code * len(values) + inverse.reshape(-1)
+        levels.append(values)
+    unique_codes, inverse = np.unique(code, return_inverse=True)
+    digits: list[np.ndarray] = []
+    remaining = unique_codes
+    for values in reversed(levels):
+        remaining, digit = np.divmod(remaining, len(values))
+        digits.append(values[digit])
+    return digits[::-1], np.asarray(inverse.reshape(-1), dtype=np.int64)
+
+
+def per_unique(function: Callable[..., float | Sequence[float]], *keys: npt.ArrayLike) -> Floats:
+    """``function(*key)`` for every configuration, computed once per distinct key.
+
+    The planner's layouts take few distinct values per degree (tp in 1..8, a dozen pp), so a term that
+    depends on two or three degrees is evaluated with the scalar models and gathered with numpy. A
+    function returning k numbers gives an (n, k) array.
+    """
+    distinct, inverse = unique_rows(*keys)
+    rows = [
+        function(*(column[i].item() for column in distinct))
+        for i in range(len(distinct[0]) if distinct else 0)
+    ]
+    return np.asarray(np.asarray(rows, dtype=np.float64)[inverse], dtype=np.float64)
+
+
+def with_changes(grid: LayoutGrid, **changes: npt.ArrayLike) -> LayoutGrid:
+    """A copy of ``grid`` with some fields replaced (broadcast to its length)."""
+    size = len(grid)
+    filled = {
+        name: np.broadcast_to(np.asarray(value, dtype=getattr(grid, name).dtype), (size,)).copy()
+        for name, value in changes.items()
+    }
+    return replace(grid, **filled)

@@ -1,0 +1,285 @@
+"""Search parallel layouts for the fastest step: tp, pp (even or Llama-3-style uneven), vpp, dp, cp, ep,
+micro-batch, recompute, sharding (DDP, distributed optimizer, ZeRO-1/2/3, FSDP full/hybrid) and sequence
+parallelism, for one GPU count or across counts.
+
+The whole space of one GPU count is one numpy grid: layouts that break a rule are pruned and counted by
+reason (divisibility of heads, layers, sequence or experts; the global batch; a sharding the framework
+cannot combine with a pipeline; memory), the rest are evaluated at once by the memory model
+(:mod:`mfukit.perf.memory_grid`) and the step-time model (:mod:`mfukit.perf.step_time`) and ranked by MFU
+or by time to train.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from mfukit.core.hardware import Accelerator, System
+from mfukit.core.parallelism import Parallelism, Recompute
+from mfukit.core.results import ProgressCallback
+from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, LayoutGrid, Workload
+from mfukit.perf.memory import Sharding
+from mfukit.perf.memory_grid import grid_memory
+from mfukit.perf.step_time import Machine, StepEstimate, evaluate, machine_for, prepare
+
+Objective = Literal["mfu", "time"]
+REASONS = ("divisibility", "batch", "compatibility", "memory")
+MAX_TP = 8  # TP stays within 8 GPUs even in larger NVLink domains, as published runs do
+MAX_VPP = 8
+MAX_MICRO_BATCH = 16
+MIN_CP_CHUNK = 2048  # context parallelism splits sequences no finer than this many tokens per rank
+DEFAULT_SHARDINGS: tuple[Sharding, ...] = SHARDINGS
+# DeepSpeed ZeRO-2/3 do not run with its pipeline engine (deepspeed/runtime/pipe/engine.py asserts stage < 2).
+_NO_PIPELINE = np.asarray([name in {"zero-2", "zero-3"} for name in SHARDINGS])
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The options per knob (None: every value the model and cluster allow)."""
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    dp: tuple[int, ...] | None = None
+    micro_batch_size: tuple[int, ...] | None = None
+    recompute: tuple[Recompute, ...] = RECOMPUTES
+    sharding: tuple[Sharding, ...] = DEFAULT_SHARDINGS
+    sequence_parallel: tuple[bool, ...] = (True, False)
+    uneven_pipeline: bool = True
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One layout on one GPU count, with its estimate."""
+
+    num_gpus: int
+    layout: Parallelism
+    micro_batch_size: int
+    num_microbatches: int
+    step_time_s: float
+    mfu: float
+    hfu: float
+    model_flops_per_s_per_gpu: float
+    tokens_per_s: float
+    memory_bytes: float
+    breakdown_s: dict[str, float]
+    crosses_network: dict[str, bool]
+    time_to_train_s: float | None
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.tokens_per_s / self.num_gpus
+
+
+@dataclass
+class SearchResult:
+    plans: list[Plan]  # best first
+    best_per_count: dict[int, Plan | None]
+    configs_evaluated: int
+    configs_considered: int
+    rejected: dict[str, int]
+    search_s: float
+    machines: dict[int, Machine] = field(default_factory=dict)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _options(given: tuple[int, ...] | None, default: Iterable[int]) -> list[int]:
+    return sorted(set(given)) if given is not None else sorted(set(default))
+
+
+def _stage_splits(
+    num_layers: int, pps: list[int], vpps: list[int], uneven: bool
+) -> list[tuple[int, int, int, int]]:
+    """(pp, vpp, first-stage layers, last-stage layers) of every pipeline the model allows."""
+    splits = []
+    for pp in pps:
+        for vpp in vpps:
+            if (pp == 1 and vpp > 1) or num_layers % (pp * vpp):
+                continue
+            per = num_layers // pp
+            splits.append((pp, vpp, per, per))
+        if uneven and pp > 2 and num_layers % pp and (num_layers + 2) % pp == 0:
+            # Llama 3 405B: 126 layers on 16 stages, one layer fewer on the first and the last
+            edge = (num_layers + 2) // pp - 1
+            splits.append((pp, 1, edge, edge))
+    return splits
+
+
+def _cartesian(*lengths: int) -> list[np.ndarray]:
+    """Index arrays of the cartesian product of options of the given lengths."""
+    grids = np.meshgrid(*(np.arange(n) for n in lengths), indexing="ij")
+    return [grid.reshape(-1) for grid in grids]
+
+
+def enumerate_layouts(
+    workload: Workload, system: System, num_gpus: int, space: SearchSpace
+) -> tuple[LayoutGrid, dict[str, int], int]:
+    """Every buildable layout of ``space`` on ``num_gpus`` GPUs; the rejected ones counted by reason."""
+    model = workload.model
+    batch = workload.global_batch_sequences
+    domain = system.scale_up_domain_gpus
+    tps = _options(space.tp, (t for t in _divisors(domain) if t <= max(system.gpus_per_node, MAX_TP)))
+    pps = _options(space.pp, (p for p in range(1, model.num_hidden_layers + 1) if p <= num_gpus))
+    vpps = _options(space.vpp, range(1, MAX_VPP + 1))
+    cps = _options(
+        space.cp, (c for c in (1, 2, 4, 8, 16, 32) if c == 1 or workload.seq_len // c >= MIN_CP_CHUNK)
+    )
+    eps = _options(space.ep, _divisors(model.moe.num_experts) if model.moe else [1])
+    micro = _options(space.micro_batch_size, (b for b in _divisors(batch) if b <= MAX_MICRO_BATCH))
+    splits = _stage_splits(model.num_hidden_layers, pps, vpps, space.uneven_pipeline)
+    recomputes = np.asarray([RECOMPUTES.index(mode) for mode in space.recompute], dtype=np.int64)
+    shardings = np.asarray([SHARDINGS.index(name) for name in space.sharding], dtype=np.int64)
+    sps = np.asarray(space.sequence_parallel, dtype=bool)
+    table = np.asarray(splits, dtype=np.int64).reshape(-1, 4)
+    index = _cartesian(
+        len(tps), len(table), len(cps), len(eps), len(micro), len(recomputes), len(shardings), len(sps)
+    )
+    tp = np.asarray(tps, dtype=np.int64)[index[0]]
+    pp, vpp, first, last = table[index[1]].T
+    cp = np.asarray(cps, dtype=np.int64)[index[2]]
+    ep = np.asarray(eps, dtype=np.int64)[index[3]]
+    mbs = np.asarray(micro, dtype=np.int64)[index[4]]
+    recompute = recomputes[index[5]]
+    sharding = shardings[index[6]]
+    sp = sps[index[7]]
+    # sequence parallelism means nothing without TP: keep one of the two for tp = 1
+    both = set(space.sequence_parallel) == {True, False}
+    keep = ~((tp == 1) & sp) if both else np.ones(len(tp), dtype=bool)
+    model_parallel = tp * pp * cp
+    dp = np.where(num_gpus % model_parallel == 0, num_gpus // np.maximum(model_parallel, 1), 0)
+    considered = int(keep.sum())
+    kv_ok = (model.kv_heads % tp == 0) | (model.mla is not None)
+    divisible = (
+        (dp > 0)
+        & (model.num_attention_heads % tp == 0)
+        & kv_ok
+        & (model.intermediate_size % tp == 0)
+        & (workload.seq_len % (2 * cp) == 0)
+        & ((dp * cp) % ep == 0)
+    )
+    if space.dp is not None:
+        divisible &= np.isin(dp, space.dp)
+    batch_ok = divisible & (batch % np.maximum(dp * mbs, 1) == 0)
+    compatible = batch_ok & ~((pp > 1) & _NO_PIPELINE[sharding])
+    rejected = {
+        "divisibility": int((keep & ~divisible).sum()),
+        "batch": int((keep & divisible & ~batch_ok).sum()),
+        "compatibility": int((keep & batch_ok & ~compatible).sum()),
+    }
+    chosen = keep & compatible
+    grid = LayoutGrid(
+        tp=tp[chosen],
+        pp=pp[chosen],
+        vpp=vpp[chosen],
+        dp=dp[chosen],
+        cp=cp[chosen],
+        ep=ep[chosen],
+        mbs=mbs[chosen],
+        num_microbatches=(batch // np.maximum(dp * mbs, 1))[chosen],
+        first_layers=first[chosen],
+        last_layers=last[chosen],
+        sp=sp[chosen] & (tp[chosen] > 1),
+        recompute=recompute[chosen],
+        sharding=sharding[chosen],
+    )
+    return grid, rejected, considered
+
+
+def plan_at(
+    workload: Workload,
+    grid: LayoutGrid,
+    estimate: StepEstimate,
+    memory: Floats,
+    crosses: dict[str, np.ndarray],
+    index: int,
+    tokens: float | None,
+) -> Plan:
+    num_gpus = int(grid.world_size[index])
+    tokens_per_s = float(estimate.tokens_per_s[index])
+    return Plan(
+        num_gpus=num_gpus,
+        layout=grid.layout(index, workload.model.num_hidden_layers),
+        micro_batch_size=int(grid.mbs[index]),
+        num_microbatches=int(grid.num_microbatches[index]),
+        step_time_s=float(estimate.step_time_s[index]),
+        mfu=float(estimate.mfu[index]),
+        hfu=float(estimate.hfu[index]),
+        model_flops_per_s_per_gpu=float(estimate.model_flops_per_s_per_gpu[index]),
+        tokens_per_s=tokens_per_s,
+        memory_bytes=float(memory[index]),
+        breakdown_s=estimate.row(index),
+        crosses_network={name: bool(values[index]) for name, values in crosses.items()},
+        time_to_train_s=tokens / tokens_per_s if tokens else None,
+    )
+
+
+def evaluate_grid(
+    workload: Workload, grid: LayoutGrid, machine: Machine
+) -> tuple[StepEstimate, Floats, dict[str, np.ndarray]]:
+    """Step estimates, peak memory and the tiers each dimension crosses, for every layout of ``grid``."""
+    prepared = prepare(workload, grid, machine)
+    memory = grid_memory(workload, grid, gpus_per_node=machine.gpus_per_node).peak_bytes
+    return evaluate(prepared), memory, prepared.comm.crosses_network
+
+
+def search(
+    workload: Workload,
+    system: System,
+    accelerator: Accelerator,
+    gpu_counts: Sequence[int],
+    *,
+    space: SearchSpace | None = None,
+    objective: Objective = "mfu",
+    tokens: float | None = None,
+    top_k: int = 5,
+    progress: ProgressCallback | None = None,
+) -> SearchResult:
+    """The best layouts of ``workload`` on each of ``gpu_counts`` GPUs, and the overall top ``top_k``."""
+    started = time.perf_counter()
+    space = space or SearchSpace()
+    hbm = accelerator.hbm_bytes
+    rejected = dict.fromkeys(REASONS, 0)
+    evaluated = considered = 0
+    candidates: list[Plan] = []
+    best: dict[int, Plan | None] = {}
+    machines: dict[int, Machine] = {}
+    for done, count in enumerate(gpu_counts):
+        grid, why, total = enumerate_layouts(workload, system, count, space)
+        considered += total
+        for reason, number in why.items():
+            rejected[reason] += number
+        machine = machine_for(system, accelerator, count)
+        machines[count] = machine
+        best[count] = None
+        if len(grid):
+            estimate, memory, crosses = evaluate_grid(workload, grid, machine)
+            evaluated += len(grid)
+            fits = memory <= hbm
+            rejected["memory"] += int((~fits).sum())
+            score = np.where(fits, estimate.mfu if objective == "mfu" else estimate.tokens_per_s, -np.inf)
+            order = [int(i) for i in np.argsort(-score, kind="stable")[:top_k] if np.isfinite(score[i])]
+            plans = [plan_at(workload, grid, estimate, memory, crosses, i, tokens) for i in order]
+            candidates.extend(plans)
+            best[count] = plans[0] if plans else None
+        if progress is not None:
+            progress(done + 1, len(gpu_counts))
+    key = (lambda plan: -plan.mfu) if objective == "mfu" else (lambda plan: -plan.tokens_per_s)
+    candidates.sort(key=key)
+    return SearchResult(
+        plans=candidates[:top_k],
+        best_per_count=best,
+        configs_evaluated=evaluated,
+        configs_considered=considered,
+        rejected=rejected,
+        search_s=time.perf_counter() - started,
+        machines=machines,
+    )

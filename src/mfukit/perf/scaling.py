@@ -1,0 +1,148 @@
+"""Across GPU counts: the best plan at each count (MFU and time to train against the cluster size), and the
+smallest count whose best plan meets a deadline (what ``size`` and ``plan --deadline`` answer).
+
+A count is worth evaluating only if some layout exists on it: tp x pp x cp x dp with dp dividing the global
+batch (4M tokens of 2,048-token sequences are 1,953 sequences, so dp divides 1,953) on whole nodes. The
+deadline search starts from the count an MFU guess gives, moves up by the ratio of predicted to allowed
+time until a count meets the deadline, then bisects down to the smallest count that still meets it (time to
+train falls with the count almost everywhere; where it does not, the answer is a count that meets the
+deadline with no smaller one found between the last failure and it).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from mfukit.core.hardware import Accelerator, System
+from mfukit.core.results import ProgressCallback
+from mfukit.perf import flops
+from mfukit.perf.layouts import Workload
+from mfukit.perf.planner import Plan, SearchResult, SearchSpace, search
+
+MAX_EVALUATIONS = 14
+
+
+@dataclass
+class CountSearch:
+    """The plans found while looking for the smallest count that meets a deadline."""
+
+    chosen: Plan | None
+    goodput: float
+    evaluated: dict[int, SearchResult] = field(default_factory=dict)
+    why_not: list[str] = field(default_factory=list)
+
+
+def valid_counts(workload: Workload, system: System, space: SearchSpace, low: int, high: int) -> list[int]:
+    """Whole-node GPU counts in [low, high] on which at least one layout of ``space`` can be built."""
+    gpn = system.gpus_per_node
+    counts: set[int] = set()
+    model = workload.model
+    layers = model.num_hidden_layers
+    tps = space.tp or tuple(t for t in (1, 2, 4, 8) if t <= system.scale_up_domain_gpus)
+    pps = space.pp or tuple(p for p in range(1, layers + 1) if layers % p == 0 or (layers + 2) % p == 0)
+    cps = space.cp or (1,)
+    batch = workload.global_batch_sequences
+    dps = space.dp or tuple(d for d in range(1, batch + 1) if batch % d == 0)
+    for tp in tps:
+        for pp in pps:
+            for cp in cps:
+                for dp in dps:
+                    count = tp * pp * cp * dp
+                    if low <= count <= high and count % gpn == 0:
+                        counts.add(count)
+    return sorted(counts)
+
+
+def count_guess(
+    workload: Workload, accelerator: Accelerator, tokens: float, deadline_s: float, mfu: float
+) -> int:
+    per_token = flops.model_flops_per_token(workload.model, workload.seq_len, workload.attention)
+    return max(
+        1, math.ceil(tokens * per_token / (accelerator.peak_flops(workload.precision) * mfu * deadline_s))
+    )
+
+
+def smallest_count(
+    workload: Workload,
+    system: System,
+    accelerator: Accelerator,
+    *,
+    tokens: float,
+    deadline_s: float,
+    space: SearchSpace,
+    goodput: Callable[[int, Plan], float],
+    mfu_guess: float,
+    progress: ProgressCallback | None = None,
+) -> CountSearch:
+    """The smallest valid GPU count whose best plan trains ``tokens`` within ``deadline_s`` at ``goodput``."""
+    guess = count_guess(workload, accelerator, tokens, deadline_s, mfu_guess)
+    candidates = valid_counts(workload, system, space, system.gpus_per_node, 64 * guess)
+    outcome = CountSearch(chosen=None, goodput=1.0)
+    if not candidates:
+        outcome.why_not.append("no GPU count in range allows a layout that divides the global batch")
+        return outcome
+
+    def days_at(index: int) -> tuple[float, Plan | None, float]:
+        count = candidates[index]
+        result = search(workload, system, accelerator, [count], space=space, tokens=tokens, top_k=1)
+        outcome.evaluated[count] = result
+        if progress is not None:
+            progress(len(outcome.evaluated), MAX_EVALUATIONS)
+        plan = result.best_per_count[count]
+        if plan is None or plan.time_to_train_s is None:
+            return math.inf, None, 1.0
+        rate = goodput(count, plan)
+        return plan.time_to_train_s / rate, plan, rate
+
+    index = min(bisect.bisect_left(candidates, guess), len(candidates) - 1)
+    failing: int | None = None
+    meeting: tuple[int, Plan, float] | None = None
+    while len(outcome.evaluated) < MAX_EVALUATIONS:
+        wall, plan, rate = days_at(index)
+        if plan is not None and wall <= deadline_s:
+            meeting = (index, plan, rate)
+            break
+        failing = index
+        if index == len(candidates) - 1:
+            break
+        needed = candidates[index] * (wall / deadline_s if math.isfinite(wall) else 2.0)
+        index = max(index + 1, min(bisect.bisect_left(candidates, needed), len(candidates) - 1))
+    if meeting is None:
+        outcome.why_not.append(
+            f"no count up to {candidates[-1]:,} GPUs meets the deadline in {len(outcome.evaluated)} searches"
+        )
+        return outcome
+    low = -1 if failing is None else failing
+    high, best_plan, best_rate = meeting
+    if failing is None and high > 0:
+        low = max(-1, high - 1)
+        wall, plan, rate = days_at(low)
+        if plan is not None and wall <= deadline_s:
+            high, best_plan, best_rate = low, plan, rate
+            low = -1
+    while high - low > 1 and len(outcome.evaluated) < MAX_EVALUATIONS:
+        middle = (low + high) // 2
+        wall, plan, rate = days_at(middle)
+        if plan is not None and wall <= deadline_s:
+            high, best_plan, best_rate = middle, plan, rate
+        else:
+            low = middle
+    outcome.chosen, outcome.goodput = best_plan, best_rate
+    return outcome
+
+
+def scaling_counts(
+    num_gpus: int, workload: Workload, system: System, space: SearchSpace, points: int = 7
+) -> list[int]:
+    """Valid counts from an eighth to twice ``num_gpus``, about evenly spaced on a log scale, and ``num_gpus``."""
+    candidates = valid_counts(workload, system, space, max(system.gpus_per_node, num_gpus // 8), 2 * num_gpus)
+    if not candidates:
+        return [num_gpus]
+    picked = {num_gpus}
+    for step in range(points):
+        target = num_gpus / 8 * 16 ** (step / max(1, points - 1))
+        picked.add(min(candidates, key=lambda count: abs(math.log(count / target))))
+    return sorted(picked)

@@ -1,0 +1,184 @@
+"""The work of one micro-batch on one GPU, per layer kind: GEMM shapes, attention FLOPs, element-wise bytes,
+and what the collectives move. Arrays over the configurations of a :class:`LayoutGrid`.
+
+Shapes follow Megatron-LM's tensor-parallel split (Shoeybi et al. 2019): QKV and the first MLP GEMM are
+column-parallel (N / tp), the attention output and second MLP GEMM row-parallel (K / tp), the output layer
+vocab-parallel (V / tp). MLA's down-projections are replicated across TP ranks. MoE: a rank holds E / ep
+experts (each split tp ways, Megatron-Core's expert tensor parallelism = tp) and, with balanced routing,
+receives tokens x top-k of them, so each local expert multiplies tokens x top-k x ep / E rows.
+
+Element-wise traffic per token and layer in the forward pass (bf16 elements; backward moves twice as much):
+two norms (read + write h each), two residual adds (two reads, one write), RoPE on Q and K (read + write),
+the activation (SwiGLU reads gate and up and writes their product: 3 f; GeLU 2 f), MoE permutation and
+un-permutation of the routed copies (read + write, twice). Tensors of width h are split over TP only with
+sequence parallelism. The loss reads the logits and writes fp32 softmax and gradients: 20 bytes per logit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mfukit.perf.layouts import Floats, LayoutGrid, Workload
+from mfukit.perf.memory import weight_bytes_per_param
+from mfukit.perf.memory_grid import stage_layer_kinds
+
+NORM_AND_RESIDUAL_ELEMENTS = 10  # per h-wide element: 2 norms x (read + write) + 2 adds x (2 reads + 1 write)
+LOSS_BYTES_PER_LOGIT = 20.0  # 16-bit logits read, fp32 copy written and read, softmax/grad written (fused CE)
+MOE_PERMUTE_ELEMENTS = 4  # each routed copy of a token is written and read on dispatch and on combine
+# Without flash attention the scores are materialised: QK^T written (2 B), fused scale-mask-softmax read and
+# written (4 B), dropout read, written and its mask (5 B), read again by the AV GEMM (2 B).
+SCORE_BYTES_FORWARD = 13.0
+FLASH_BACKWARD_TO_FORWARD = 2.5  # FlashAttention-2 backward: 5 matmuls (with the recomputed scores) vs 2
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM (M x K) @ (K x N), ``count`` times per layer, forward."""
+
+    m: Floats
+    k: Floats
+    n: Floats
+    count: Floats | float
+    window: bool  # its weight gradient can hide the TP reduction of its input gradient
+    in_bytes: float
+    out_bytes: float
+
+    @property
+    def flops(self) -> Floats:
+        return 2.0 * self.m * self.k * self.n
+
+    @property
+    def bytes(self) -> Floats:
+        return self.in_bytes * (self.m * self.k + self.k * self.n) + self.out_bytes * self.m * self.n
+
+
+@dataclass(frozen=True)
+class LayerShapes:
+    tokens: Floats  # tokens of one micro-batch on one GPU's TP group: micro-batch x seq / cp
+    gemms: dict[str, list[Gemm]]  # "dense", "moe" (one layer each) and "head" (the output layer)
+    attention_flops: Floats  # executed attention-core FLOPs of one layer's forward
+    attention_backward_ratio: float  # backward / forward attention FLOPs
+    memory_bytes: dict[str, Floats]  # element-wise bytes of the forward: "dense", "moe", "head", "embedding"
+    activation_bytes: Floats  # one micro-batch's hidden states (what TP collectives move)
+    kv_chunk_bytes: Floats  # K and V of one CP rank's tokens (one ring step)
+    dispatch_bytes: Floats  # what one rank sends in one MoE all-to-all
+    weight_bytes: float
+    first_counts: tuple[Floats, Floats]  # (dense, MoE) layers on the first stage
+    middle_counts: tuple[Floats, Floats]
+    last_counts: tuple[Floats, Floats]
+
+
+def layer_shapes(w: Workload, g: LayoutGrid) -> LayerShapes:
+    model = w.model
+    h, heads, vocab = float(model.hidden_size), float(model.num_attention_heads), float(model.vocab_size)
+    tp = g.tp.astype(np.float64)
+    t = g.mbs * w.seq_len / g.cp.astype(np.float64)
+    act = 4.0 if w.precision == "fp32" else 2.0
+    gemm_in = 1.0 if w.precision == "fp8" else act
+    share = np.where(g.sp, 1.0 / tp, 1.0)
+
+    def gemm(
+        m: Floats, k: Floats | float, n: Floats | float, *, count: Floats | float = 1.0, window: bool = False
+    ) -> Gemm:
+        return Gemm(
+            np.asarray(m, dtype=np.float64) * np.ones_like(t),
+            np.asarray(k, dtype=np.float64) * np.ones_like(t),
+            np.asarray(n, dtype=np.float64) * np.ones_like(t),
+            count,
+            window,
+            gemm_in,
+            act,
+        )
+
+    mlp_gate = 2.0 if model.mlp == "swiglu" else 1.0  # SwiGLU's first GEMM computes gate and up together
+    act_elements = 3.0 if model.mlp == "swiglu" else 2.0
+    if model.mla is not None:
+        mla = model.mla
+        qk, v = float(mla.qk_nope_head_dim + mla.qk_rope_head_dim), float(mla.v_head_dim)
+        attention = [
+            *(
+                [gemm(t, h, mla.q_lora_rank, window=True), gemm(t, mla.q_lora_rank, heads * qk / tp)]
+                if mla.q_lora_rank
+                else [gemm(t, h, heads * qk / tp, window=True)]
+            ),
+            gemm(t, h, mla.kv_lora_rank + mla.qk_rope_head_dim),
+            gemm(t, mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + v) / tp),
+            gemm(t, heads * v / tp, h),
+        ]
+        rope = 2.0 * (heads * mla.qk_rope_head_dim / tp + mla.qk_rope_head_dim)
+        kv_width = heads * (qk + v) / tp
+    else:
+        d, kv = float(model.head_size), float(model.kv_heads)
+        qk = v = d
+        attention = [gemm(t, h, (heads + 2 * kv) * d / tp, window=True), gemm(t, heads * d / tp, h)]
+        rope = 2.0 * (heads + kv) * d / tp
+        kv_width = 2 * kv * d / tp
+    ffn = float(model.intermediate_size)
+    dense_mlp = [gemm(t, h, mlp_gate * ffn / tp, window=True), gemm(t, ffn / tp, h)]
+    common = NORM_AND_RESIDUAL_ELEMENTS * h * share + rope
+    memory = {"dense": act * t * (common + act_elements * ffn / tp)}
+    moe_mlp: list[Gemm] = []
+    dispatch = np.zeros_like(t)
+    if model.moe is not None:
+        moe = model.moe
+        experts, top_k, width = (
+            float(moe.num_experts),
+            float(moe.num_experts_per_tok),
+            float(moe.moe_intermediate_size),
+        )
+        rows = t * top_k * g.ep / experts
+        local = experts / g.ep
+        moe_mlp = [
+            gemm(t, h, experts),
+            gemm(rows, h, mlp_gate * width / tp, count=local, window=True),
+            gemm(rows, width / tp, h, count=local),
+        ]
+        shared = float(moe.shared_expert_intermediate_size)
+        if shared:
+            moe_mlp += [gemm(t, h, mlp_gate * shared / tp), gemm(t, shared / tp, h)]
+        memory["moe"] = (
+            act
+            * t
+            * (
+                common
+                + MOE_PERMUTE_ELEMENTS * top_k * h * share
+                + act_elements * (top_k * width + shared) / tp
+            )
+        )
+        dispatch = t * top_k * h * act / tp
+    else:
+        memory["moe"] = np.zeros_like(t)
+    memory["head"] = t * (vocab / tp * LOSS_BYTES_PER_LOGIT + 4 * h * share * act)
+    memory["embedding"] = t * 2 * h * share * act
+    # Flash attention skips the blocks above the causal diagonal: s/2 keys per query on average (with CP's
+    # load-balanced split, per rank too). Unfused attention computes all s scores, then masks them.
+    keys = w.seq_len / 2.0 if w.flash_attention else float(w.seq_len)
+    attention_flops = 2.0 * t * keys * (heads / tp) * (qk + v)
+    if not w.flash_attention:
+        scores = t * w.seq_len * heads / tp * SCORE_BYTES_FORWARD
+        memory["dense"] = memory["dense"] + scores
+        memory["moe"] = memory["moe"] + scores
+    first, last = stage_layer_kinds(w, g, 0), stage_layer_kinds(w, g, 1)
+    middle_stages = np.maximum(g.pp - 2, 1)
+    middle = tuple(
+        np.where(g.pp > 2, (total - on_first - on_last) / middle_stages, 0.0)
+        for total, on_first, on_last in zip(
+            (float(model.num_dense_layers), float(model.num_moe_layers)), first, last, strict=True
+        )
+    )
+    return LayerShapes(
+        tokens=t,
+        gemms={"dense": attention + dense_mlp, "moe": attention + moe_mlp, "head": [gemm(t, h, vocab / tp)]},
+        attention_flops=attention_flops,
+        attention_backward_ratio=FLASH_BACKWARD_TO_FORWARD if w.flash_attention else 2.0,
+        memory_bytes=memory,
+        activation_bytes=t * h * act,
+        kv_chunk_bytes=t * kv_width * act,
+        dispatch_bytes=dispatch,
+        weight_bytes=weight_bytes_per_param(w.precision),
+        first_counts=first,
+        middle_counts=(middle[0], middle[1]),
+        last_counts=last,
+    )

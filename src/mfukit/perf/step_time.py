@@ -1,0 +1,417 @@
+"""Step time and MFU of a training step, for many layouts at once.
+
+Compute. Every GEMM of a layer (QKV or MLA's projections, attention output, MLP or routed/shared experts,
+router, logits) is timed by a roofline with a size-dependent efficiency:
+``max(F x tiles / (peak x e) + t0, bytes / (HBM x eta))`` where ``e`` is the fraction of the dense peak a
+large GEMM reaches, ``tiles = prod(1 + d_half / d)`` over its three dimensions the loss to partly filled
+tensor-core tiles and waves, and ``t0`` its fixed launch and tail cost (Calculon, Isaev et al. SC23, uses
+per-size efficiency tables the same way). Backward = 2 x forward for GEMMs (activation and weight
+gradients). Flash attention executes the causal half of the s² scores (Dao 2023: blocks above the diagonal
+are skipped) at its own efficiency, backward 2.5 x forward (five matmuls against two); without flash
+attention the scores are materialised and moved through HBM. Element-wise kernels (norms, residual adds,
+RoPE, the activation, MoE permutation, cross-entropy) move their bytes at a fraction of HBM bandwidth;
+Adam reads and writes 30 bytes per local parameter. Recompute repeats the forward (full: the whole layer
+with its TP collectives; selective: the core attention). The framework adds a fixed cost per layer and
+micro-batch, per micro-batch on a stage, per collective and per pipeline send. The constants come from
+:mod:`mfukit.perf.efficiency`, fitted to measured runs.
+
+Communication (:mod:`mfukit.perf.step_comm`): TP collectives are exposed in forward; in backward the
+input-gradient reduction overlaps the weight-gradient GEMM (Megatron's asynchronous TP all-reduce). CP ring
+steps hide behind the attention they feed. EP all-to-alls are exposed. Pipeline stages exchange one
+activation per micro-batch each way; a 1F1B stage waits for it at every step, the interleaved schedule only
+while filling and draining. DP gradients are reduced bucket by bucket under the last micro-batch's backward
+(only the last bucket is always exposed); a sharded optimizer's weight all-gather runs under the first
+micro-batch's forward. ZeRO-3/FSDP gather each layer while the previous one computes (prefetch) and
+reduce-scatter its gradients under the next layer's backward, every micro-batch.
+
+Pipeline (Narayanan et al., SC21): with per-micro-batch stage times t_r, 1F1B takes (m - 1) max t_r + sum t_r
+(= (m + p - 1) t for equal stages: the bubble (p - 1)/m); interleaving with v chunks takes
+m max t_r + (p - 1)/v mean t_r. Uneven splits (a lighter first or last stage) enter through t_r.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mfukit.comm.topology import CommTopology, from_system
+from mfukit.core.hardware import Accelerator, System
+from mfukit.core.parallelism import Parallelism
+from mfukit.perf import flops
+from mfukit.perf.efficiency import Efficiency, efficiency_for
+from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, LayoutGrid, Workload, sharding_fields
+from mfukit.perf.memory import gradient_reduce_bytes
+from mfukit.perf.memory_grid import stage_params_grid
+from mfukit.perf.step_comm import CommInputs, CommTimes, DataParallelTimes, communication_times
+from mfukit.perf.step_shapes import LayerShapes, layer_shapes
+
+ADAM_STEP_BYTES_PER_PARAM = (
+    30.0  # fp32 master, m and v read and written (24), fp32 grad read (4), 16-bit weight (2)
+)
+GRAD_PASS_BYTES_PER_PARAM = 8.0  # reading the fp32 main gradients for the norm and zeroing them
+BUCKET_PARAMS = (
+    40e6  # Megatron DDP bucket: max(40M, 1M x DP) parameters (distributed/param_and_grad_buffer.py)
+)
+BREAKDOWN = (
+    "compute",
+    "memory_bound",
+    "recompute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "fsdp_comm",
+    "pp_comm",
+    "pipeline_bubble",
+    "dp_comm",
+    "optimizer",
+    "other",
+)
+_SHARDED_STATES = np.asarray([name != "none" for name in SHARDINGS])
+_GATHERS_PARAMS = np.asarray([name in {"zero-3", "fsdp-full", "fsdp-hybrid"} for name in SHARDINGS])
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The hardware one estimate runs on: the node, its accelerator, the network and the efficiency profile."""
+
+    system: System
+    accelerator: Accelerator
+    topology: CommTopology
+    assumptions: tuple[str, ...] = ()
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.system.gpus_per_node
+
+
+def machine_for(
+    system: System, accelerator: Accelerator, num_gpus: int, *, topology: CommTopology | None = None
+) -> Machine:
+    """The machine of ``num_gpus`` GPUs of ``system`` (its network built by :func:`comm.topology.from_system`)."""
+    notes: list[str] = []
+    if topology is None:
+        topology, notes = from_system(
+            system, accelerator, num_nodes=math.ceil(num_gpus / system.gpus_per_node)
+        )
+    return Machine(system, accelerator, topology, tuple(notes))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything of a step that does not depend on the efficiency constants (shapes, bytes, collectives)."""
+
+    workload: Workload
+    grid: LayoutGrid
+    machine: Machine
+    shapes: LayerShapes
+    comm: CommTimes
+    optimizer_params: tuple[Floats, Floats]  # local optimizer-state parameters, first and last stage
+    gradient_params: tuple[Floats, Floats]  # local fp32 gradients, first and last stage
+    model_flops_per_token: float
+    hardware_flops_per_token: Floats  # with the recompute of each layout (HFU)
+    executed_flops_per_token: Floats  # the least the GPUs must execute (the compute bound)
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """Per configuration: the step time, its breakdown (seconds per step, summing to it) and the rates."""
+
+    step_time_s: Floats
+    breakdown_s: dict[str, Floats]
+    mfu: Floats
+    hfu: Floats
+    model_flops_per_s_per_gpu: Floats
+    tokens_per_s: Floats
+    compute_bound_s: Floats  # the step if every matmul ran at the dense peak and nothing else took time
+
+    def row(self, i: int) -> dict[str, float]:
+        return {name: float(values[i]) for name, values in self.breakdown_s.items()}
+
+
+def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
+    """Shapes and collective times of every layout of ``grid`` (the efficiency-independent half)."""
+    shapes = layer_shapes(workload, grid)
+    first = stage_params_grid(workload, grid, 0, machine.gpus_per_node)
+    last = stage_params_grid(workload, grid, 1, machine.gpus_per_node)
+    layouts_grad = np.asarray(
+        [gradient_reduce_bytes(_sharding_layout(name), workload.precision) for name in SHARDINGS]
+    )
+    hybrid_ranks = np.maximum(
+        1, np.minimum(grid.dp * grid.cp, machine.gpus_per_node // (grid.tp * grid.cp) * grid.cp)
+    )
+    dense_ranks = np.where(
+        np.asarray(SHARDINGS)[grid.sharding] == "fsdp-hybrid", hybrid_ranks, grid.dp * grid.cp
+    )
+    expert_ranks = np.maximum(1, dense_ranks // grid.ep)
+    inputs = CommInputs(
+        activation_bytes=shapes.activation_bytes,
+        kv_chunk_bytes=shapes.kv_chunk_bytes,
+        dispatch_bytes=shapes.dispatch_bytes,
+        p2p_bytes=shapes.activation_bytes / grid.tp,
+        grad_bytes_per_param=layouts_grad[grid.sharding],
+        weight_bytes_per_param=shapes.weight_bytes,
+        first_params=(first.dense, first.expert),
+        last_params=(last.dense, last.expert),
+        first_unit_params=first.largest_unit,
+        last_unit_params=last.largest_unit,
+        hybrid_shard_ranks=hybrid_ranks,
+        bucket_params=BUCKET_PARAMS,
+    )
+    sharded = _SHARDED_STATES[grid.sharding]
+
+    def local(stage_dense: Floats, stage_expert: Floats) -> tuple[Floats, Floats]:
+        states = np.where(
+            sharded, stage_dense / dense_ranks + stage_expert / expert_ranks, stage_dense + stage_expert
+        )
+        gathers = _GATHERS_PARAMS[grid.sharding]
+        grads = np.where(gathers, states, stage_dense + stage_expert)
+        return states, grads
+
+    first_local, last_local = local(first.dense, first.expert), local(last.dense, last.expert)
+    hardware = [
+        flops.hardware_flops_per_token(workload.model, workload.seq_len, mode, workload.attention)
+        for mode in RECOMPUTES
+    ]
+    executed = [executed_flops_per_token(workload, mode) for mode in RECOMPUTES]
+    return Prepared(
+        workload=workload,
+        grid=grid,
+        machine=machine,
+        shapes=shapes,
+        comm=communication_times(grid, inputs, machine.topology),
+        optimizer_params=(first_local[0], last_local[0]),
+        gradient_params=(first_local[1], last_local[1]),
+        model_flops_per_token=flops.model_flops_per_token(
+            workload.model, workload.seq_len, workload.attention
+        ),
+        hardware_flops_per_token=np.asarray(hardware)[grid.recompute],
+        executed_flops_per_token=np.asarray(executed)[grid.recompute],
+    )
+
+
+def _sharding_layout(name: str) -> Parallelism:
+    return Parallelism.model_validate(sharding_fields(name))
+
+
+@dataclass(frozen=True)
+class _PerLayer:
+    """Forward times of one layer for one micro-batch on one GPU (seconds)."""
+
+    gemm: Floats
+    window: Floats  # the QKV and first MLP GEMMs: their weight gradients hide the TP reduction
+    attention: Floats
+    memory: Floats
+    attention_backward_ratio: float
+
+    @property
+    def attention_backward(self) -> Floats:
+        return self.attention_backward_ratio * self.attention
+
+    @property
+    def forward(self) -> Floats:
+        return self.gemm + self.attention + self.memory
+
+    @property
+    def backward(self) -> Floats:
+        return 2 * self.gemm + self.attention_backward + 2 * self.memory
+
+
+class _Timer:
+    def __init__(self, p: Prepared, eff: Efficiency):
+        accelerator = p.machine.accelerator
+        precision = p.workload.precision
+        self.gemm_peak = accelerator.peak_flops(precision) * (
+            eff.fp8_gemm_peak_fraction if precision == "fp8" else eff.gemm_peak_fraction
+        )
+        self.attention_peak = accelerator.peak_flops("fp32" if precision == "fp32" else "bf16") * (
+            eff.attention_peak_fraction
+        )
+        self.hbm = accelerator.hbm_bytes_per_s * eff.hbm_fraction
+        self.latency = eff.gemm_latency_s
+        self.half_dim = eff.gemm_half_dim
+        self.shapes = p.shapes
+
+    def gemms(self, name: str) -> tuple[Floats, Floats]:
+        """Forward time of the GEMMs of ``name`` (a layer kind or the head), and of its window GEMMs."""
+        total = np.zeros_like(self.shapes.tokens)
+        window = np.zeros_like(self.shapes.tokens)
+        for gemm in self.shapes.gemms[name]:
+            # each dimension d fills tensor-core tiles and waves only partly: efficiency x d / (d + d_half)
+            tiles = (1 + self.half_dim / gemm.m) * (1 + self.half_dim / gemm.k) * (1 + self.half_dim / gemm.n)
+            compute = gemm.flops * tiles / self.gemm_peak + self.latency
+            memory = gemm.bytes / self.hbm
+            time = np.where(gemm.count > 0, gemm.count * np.maximum(compute, memory), 0.0)
+            total = total + time
+            if gemm.window:
+                window = window + time
+        return total, window
+
+    def layer(self, name: str) -> _PerLayer:
+        gemm, window = self.gemms(name)
+        attention = self.shapes.attention_flops / self.attention_peak
+        return _PerLayer(
+            gemm,
+            window,
+            attention,
+            self.shapes.memory_bytes[name] / self.hbm,
+            self.shapes.attention_backward_ratio,
+        )
+
+
+def _stage(
+    p: Prepared,
+    dense: _PerLayer,
+    moe: _PerLayer,
+    counts: tuple[Floats, Floats],
+    head: Floats,
+    embedding: Floats,
+    dp: DataParallelTimes,
+    eff: Efficiency,
+) -> dict[str, Floats]:
+    """Per-micro-batch time of one pipeline stage by part."""
+    g, c = p.grid, p.comm
+    n_dense, n_moe = counts
+    layers = n_dense + n_moe
+    recompute = np.asarray(RECOMPUTES)[g.recompute]
+    cp_ring = np.maximum(g.cp - 1, 0)
+    # collectives a layer launches per micro-batch: 2 (+ 2 with SP) forward, 2 (+ 4 with SP) backward
+    tp_forward_calls = np.where(g.tp > 1, np.where(g.sp, 4.0, 2.0), 0.0)
+    tp_calls = np.where(g.tp > 1, np.where(g.sp, 10.0, 4.0), 0.0)
+
+    def per_layer(kind: _PerLayer, routed: bool) -> dict[str, Floats]:
+        # the column-parallel GEMMs' backward: weight gradients only, or (SP) input gradients too
+        window = np.where(g.sp, 2.0, 1.0) * kind.window
+        tp = c.tp_fwd_s + c.tp_bwd_blocking_s + np.maximum(0.0, c.tp_bwd_overlappable_s - window)
+        tp = tp + tp_calls * eff.collective_overhead_s
+        cp_fwd = (
+            np.maximum(0.0, cp_ring * c.cp_fwd_step_s - kind.attention) + cp_ring * eff.collective_overhead_s
+        )
+        cp_bwd = np.maximum(0.0, cp_ring * c.cp_bwd_step_s - kind.attention_backward)
+        cp_bwd = cp_bwd + cp_ring * eff.collective_overhead_s
+        all_to_all = c.ep_all_to_all_s + np.where(g.ep > 1, eff.collective_overhead_s, 0.0)
+        ep = 4 * all_to_all if routed else np.zeros_like(all_to_all)
+        full = kind.forward + c.tp_fwd_s + cp_fwd + tp_forward_calls * eff.collective_overhead_s + ep / 2
+        parts = {
+            "compute": 3 * kind.gemm + kind.attention + kind.attention_backward,
+            "memory_bound": 3 * kind.memory,
+            "recompute": np.where(
+                recompute == "full", full, np.where(recompute == "selective", kind.attention, 0.0)
+            ),
+            "tp_comm": tp,
+            "cp_comm": cp_fwd + cp_bwd,
+            "ep_comm": ep,
+            "fsdp_comm": np.maximum(0.0, dp.unit_gather_s - kind.forward)
+            + np.maximum(0.0, dp.unit_gather_s + dp.unit_reduce_s - kind.backward),
+        }
+        # what the framework adds per layer and micro-batch (launches, Python, synchronisation), fitted
+        parts["other"] = np.full_like(tp, eff.layer_overhead_s)
+        return parts
+
+    d, m = per_layer(dense, routed=False), per_layer(moe, routed=True)
+    parts = {name: n_dense * d[name] + n_moe * m[name] for name in d}
+    parts["compute"] = parts["compute"] + 3 * head
+    parts["memory_bound"] = parts["memory_bound"] + 3 * embedding
+    # The first layer's gather and the last layer's reduce-scatter have nothing to hide behind.
+    parts["fsdp_comm"] = parts["fsdp_comm"] + np.where(layers > 0, dp.unit_gather_s + dp.unit_reduce_s, 0.0)
+    parts["other"] = parts["other"] + eff.microbatch_overhead_s
+    return parts
+
+
+def _total(parts: dict[str, Floats]) -> Floats:
+    return np.asarray(np.sum(np.stack(list(parts.values())), axis=0), dtype=np.float64)
+
+
+def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
+    """Step time, breakdown and MFU of every layout of ``p`` under ``efficiency`` (the machine's by default)."""
+    eff = efficiency or efficiency_for(p.machine.accelerator, p.workload.framework)
+    g, s = p.grid, p.shapes
+    timer = _Timer(p, eff)
+    dense, moe = timer.layer("dense"), timer.layer("moe")
+    head, _ = timer.gemms("head")
+    head_memory = s.memory_bytes["head"] / timer.hbm
+    embedding_memory = s.memory_bytes["embedding"] / timer.hbm
+    zero = np.zeros_like(head)
+    single = g.pp == 1
+    first = _stage(
+        p, dense, moe, s.first_counts, np.where(single, head, 0.0), embedding_memory, p.comm.dp_first, eff
+    )
+    first["memory_bound"] = first["memory_bound"] + np.where(single, 3 * head_memory, 0.0)
+    last = _stage(
+        p, dense, moe, s.last_counts, head, np.where(single, embedding_memory, 0.0), p.comm.dp_last, eff
+    )
+    last["memory_bound"] = last["memory_bound"] + 3 * head_memory
+    middle = _stage(p, dense, moe, s.middle_counts, zero, zero, p.comm.dp_first, eff)
+    totals = np.stack([_total(first), _total(middle), _total(last)])
+    totals[1] = np.where(g.pp > 2, totals[1], -np.inf)
+    slowest = np.argmax(totals, axis=0)
+    t_max = totals[slowest, np.arange(len(g))]
+    middle_stages = np.maximum(g.pp - 2, 0)
+    stage_sum = np.where(
+        single, totals[0], totals[0] + totals[2] + middle_stages * np.where(g.pp > 2, totals[1], 0.0)
+    )
+    m = g.num_microbatches.astype(np.float64)
+    interleaved = g.vpp > 1
+    pipeline_s = np.where(
+        interleaved, m * t_max + (g.pp - 1) / g.vpp * stage_sum / g.pp, (m - 1) * t_max + stage_sum
+    )
+    breakdown: dict[str, Floats] = {}
+    stages = (first, middle, last)
+    for name in first:
+        stacked = np.stack([stage[name] for stage in stages])
+        breakdown[name] = m * stacked[slowest, np.arange(len(g))]
+    breakdown["pipeline_bubble"] = pipeline_s - m * t_max
+    p2p = 2 * (p.comm.pp_p2p_s + np.where(g.pp > 1, eff.p2p_overhead_s, 0.0))
+    breakdown["pp_comm"] = np.where(interleaved, p2p * (g.pp - 1), p2p * (m + g.pp - 1))
+    windows = []
+    for stage_dp, counts, extra in (
+        (p.comm.dp_first, s.first_counts, 0.0),
+        (p.comm.dp_last, s.last_counts, head),
+    ):
+        forward = counts[0] * dense.forward + counts[1] * moe.forward + extra
+        backward = counts[0] * dense.backward + counts[1] * moe.backward + 2 * extra
+        exposed = np.maximum(stage_dp.grad_sync_s - backward, stage_dp.bucket_s)
+        windows.append(exposed + np.maximum(0.0, stage_dp.param_gather_s - forward))
+    breakdown["dp_comm"] = np.maximum(windows[0], windows[1])
+    hbm = timer.hbm
+    breakdown["optimizer"] = np.maximum(
+        *(
+            states * ADAM_STEP_BYTES_PER_PARAM / hbm + grads * GRAD_PASS_BYTES_PER_PARAM / hbm
+            for states, grads in zip(p.optimizer_params, p.gradient_params, strict=True)
+        )
+    )
+    ordered = {name: breakdown[name] for name in BREAKDOWN}
+    step = np.sum(np.stack(list(ordered.values())), axis=0)
+    return _rates(p, ordered, step)
+
+
+def _rates(p: Prepared, breakdown: dict[str, Floats], step: Floats) -> StepEstimate:
+    g = p.grid
+    peak = p.machine.accelerator.peak_flops(p.workload.precision)
+    gpus = g.world_size.astype(np.float64)
+    tokens_per_step = (g.dp * g.num_microbatches * g.mbs * p.workload.seq_len).astype(np.float64)
+    tokens_per_s = tokens_per_step / step
+    return StepEstimate(
+        step_time_s=step,
+        breakdown_s=breakdown,
+        mfu=p.model_flops_per_token * tokens_per_s / gpus / peak,
+        hfu=p.hardware_flops_per_token * tokens_per_s / gpus / peak,
+        model_flops_per_s_per_gpu=p.model_flops_per_token * tokens_per_s / gpus,
+        tokens_per_s=tokens_per_s,
+        compute_bound_s=p.executed_flops_per_token * tokens_per_step / gpus / peak,
+    )
+
+
+def executed_flops_per_token(w: Workload, recompute: str) -> float:
+    """Matmul FLOPs per token the GPUs must execute at least: causal attention (flash attention skips the
+    masked half), plus what recompute repeats (full: the transformer layers' forward, not the output layer,
+    as Megatron's recompute granularity does; selective: the core attention)."""
+    forward = flops.forward_flops_per_token(w.model, w.seq_len, "causal")
+    extra = {"none": 0.0, "selective": forward.core_attention, "full": forward.total - forward.logits}
+    return (1 + flops.BACKWARD_TO_FORWARD) * forward.total + extra[recompute]
+
+
+def estimate_steps(workload: Workload, grid: LayoutGrid, machine: Machine) -> StepEstimate:
+    """Step time and MFU of every layout of ``grid`` on ``machine``."""
+    return evaluate(prepare(workload, grid, machine))

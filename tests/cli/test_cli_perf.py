@@ -1,0 +1,167 @@
+"""`mfukit estimate` and `mfukit plan` through the real entry point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = str(Path(__file__).parents[2] / "examples" / "llama3-70b_h100x1024.toml")
+GPT3 = ["--model", "gpt3-175b", "--gpu", "a100-80gb-sxm", "--gpus", "1024", "--global-batch-size", "1536"]
+ESTIMATE_KEYS = {
+    "step_time_s",
+    "mfu",
+    "hfu",
+    "model_tflops_per_gpu",
+    "tokens_per_s",
+    "memory_per_gpu_bytes",
+    "fits",
+    "breakdown_s",
+    "memory_breakdown_bytes",
+    "attention_flops_convention",
+}
+SMALL_PLAN = ["--model", "llama2-7b", "--gpu", "h100-sxm", "--gpus", "64", "--global-batch-size", "256"]
+
+
+def test_estimate_json_has_the_issue_keys(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit(
+        "estimate",
+        *GPT3,
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--sequence-parallel",
+        "--recompute",
+        "selective",
+        "--zero",
+        "1",
+        "--format",
+        "json",
+    )
+    assert run.exit_code == 0, run.stderr
+    envelope = run.json()
+    assert envelope["schema"] == "estimate/1"
+    result = envelope["result"]
+    assert set(result) >= ESTIMATE_KEYS
+    assert sum(result["breakdown_s"].values()) == pytest.approx(result["step_time_s"], rel=1e-9)
+    assert 0 < result["mfu"] <= result["hfu"] < 1
+    assert result["layout"]["dp"] == 16  # filled in from 1,024 GPUs / (8 x 8)
+    assert result["fits"] is True and result["attention_flops_convention"] == "full"
+    assert result["memory_breakdown_bytes"]["weights"] > 0
+
+
+def test_estimate_table_fits_the_console(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("estimate", *GPT3, "--tp", "8", "--pp", "8", "--zero", "1")
+    assert run.exit_code == 0, run.stderr
+    table = run.stdout.split("Assumptions:")[0]
+    assert "step-time breakdown" in table and "pipeline bubble" in table
+    assert max(len(line) for line in table.splitlines()) <= 100
+
+
+def test_estimate_says_exactly_why_a_layout_cannot_be_built(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("estimate", *GPT3, "--tp", "8", "--pp", "7", "--format", "json")
+    assert run.exit_code == 1
+    result = run.json()["result"]
+    assert result["feasible"] is False
+    messages = " ".join(problem["message"] for problem in result["problems"])
+    assert "does not divide num_hidden_layers=96" in messages and "1024 GPUs" in messages
+
+
+def test_estimate_exits_1_when_the_layout_does_not_fit(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit(
+        "estimate",
+        "--model",
+        "gpt3-175b",
+        "--gpu",
+        "a100-80gb-sxm",
+        "--gpus",
+        "8",
+        "--global-batch-size",
+        "8",
+        "--tp",
+        "8",
+        "--pp",
+        "1",
+    )
+    assert run.exit_code == 1
+    assert "fits in HBM" in run.stdout and "NO" in run.stdout and "--zero" in run.stdout
+
+
+def test_estimate_without_a_layout_or_with_a_bad_framework_is_bad_input(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("estimate", *GPT3)
+    assert run.exit_code == 2 and "needs a parallel layout" in run.stderr and "mfukit plan" in run.stderr
+    run = mfukit("estimate", *GPT3, "--tp", "8", "--pp", "8", "--framework", "megatronn")
+    assert run.exit_code == 2 and "megatron" in run.stderr
+    run = mfukit("estimate", "--model", "gpt3-175b", "--gpu", "a100-80gb-sxm", "--gpus", "64", "--tp", "8")
+    assert run.exit_code == 2 and "global batch" in run.stderr
+
+
+def test_plan_json_ranks_layouts_and_counts_rejections(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("plan", *SMALL_PLAN, "--top", "3", "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    result = run.json()["result"]
+    assert set(result) >= {"plans", "configs_evaluated", "rejected", "search_s"}
+    plans = result["plans"]
+    assert len(plans) == 3 and [p["mfu"] for p in plans] == sorted((p["mfu"] for p in plans), reverse=True)
+    assert all(set(plan) >= ESTIMATE_KEYS and plan["fits"] for plan in plans)
+    assert set(result["rejected"]) == {"divisibility", "batch", "compatibility", "memory"}
+    assert result["configs_evaluated"] > 100 and result["search_s"] > 0
+
+
+def test_plan_with_a_deadline_finds_the_cluster(mfukit) -> None:  # type: ignore[no-untyped-def]
+    args = ["--model", "llama2-7b", "--gpu", "h100-sxm", "--global-batch-size", "512", "--tokens", "200G"]
+    run = mfukit("plan", *args, "--deadline", "2d", "--tp", "1", "--pp", "1", "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    result = run.json()["result"]
+    assert result["plans"][0]["time_to_train_s"] <= 2 * 86400 and result["meets_deadline"] is True
+    assert result["num_gpus"] % 8 == 0
+
+
+def test_plan_reports_when_nothing_fits(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit(
+        "plan",
+        "--model",
+        "gpt3-175b",
+        "--gpu",
+        "a100-80gb-sxm",
+        "--gpus",
+        "8",
+        "--global-batch-size",
+        "8",
+        "--format",
+        "json",
+    )
+    assert run.exit_code == 1
+    result = run.json()["result"]
+    assert result["plans"] == [] and result["rejected"]["memory"] > 0
+
+
+def test_plan_report_has_every_section(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    args = [*SMALL_PLAN, "--tokens", "2T", "--tp", "2", "--storage", "lustre-generic"]
+    run = mfukit("plan", *args, "--report", str(tmp_path))
+    assert run.exit_code == 0, run.stderr
+    html = (tmp_path / "report.html").read_text()
+    for title in (
+        "Top layouts",
+        "Step-time breakdown",
+        "Memory per GPU",
+        "Scaling with GPU count",
+        "Network check",
+        "Fault tolerance",
+    ):
+        assert f"<h2>{title}</h2>" in html
+    assert {path.name for path in tmp_path.glob("*.png")} >= {
+        "step_breakdown.png",
+        "memory.png",
+        "scaling.png",
+    }
+    assert "data:image/png;base64," in html
+
+
+def test_example_plan_is_the_main_job(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("plan", EXAMPLE, "--top", "3", "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    best = run.json()["result"]["plans"][0]
+    assert best["num_gpus"] == 1024 and best["fits"]
+    assert 0.3 < best["mfu"] < 0.7

@@ -1,0 +1,99 @@
+"""The planner: every layout it proposes can be built, every layout it skips is counted, the best one fits."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from mfukit import catalog
+from mfukit.core.parallelism import layout_problems
+from mfukit.perf.layouts import Workload
+from mfukit.perf.planner import SearchSpace, enumerate_layouts, search
+from mfukit.perf.scaling import smallest_count, valid_counts
+
+LLAMA = catalog.model("llama2-70b")
+WORKLOAD = Workload(model=LLAMA, seq_len=4096, global_batch_sequences=1024)
+DGX_H100 = catalog.system("dgx-h100")
+H100 = catalog.accelerator("h100-sxm")
+
+
+def test_every_enumerated_layout_is_buildable_and_rejections_add_up() -> None:
+    grid, rejected, considered = enumerate_layouts(WORKLOAD, DGX_H100, 256, SearchSpace())
+    assert len(grid) + sum(rejected.values()) == considered
+    assert np.all(grid.world_size == 256)
+    for index in random.Random(3).sample(range(len(grid)), 200):
+        layout = grid.layout(index, LLAMA.num_hidden_layers)
+        problems = layout_problems(
+            layout,
+            LLAMA,
+            seq_len=4096,
+            global_batch_sequences=1024,
+            micro_batch_size=int(grid.mbs[index]),
+            num_gpus=256,
+        )
+        assert problems == [], (layout, problems)
+        assert int(grid.num_microbatches[index]) * layout.dp * int(grid.mbs[index]) == 1024
+
+
+def test_llama3_style_uneven_split_is_proposed() -> None:
+    model = catalog.model("llama3.1-405b")  # 126 layers: pp 16 only with one layer off the first and last
+    workload = Workload(model=model, seq_len=8192, global_batch_sequences=2048)
+    grid, _, _ = enumerate_layouts(workload, DGX_H100, 16384, SearchSpace(tp=(8,), pp=(16,), cp=(1,)))
+    assert len(grid)
+    assert set(grid.first_layers.tolist()) == {7} and set(grid.last_layers.tolist()) == {7}
+    layout = grid.layout(0, model.num_hidden_layers)
+    assert (layout.first_stage_layers, layout.last_stage_layers) == (7, 7)
+
+
+def test_search_ranks_best_first_and_the_best_fits() -> None:
+    result = search(WORKLOAD, DGX_H100, H100, [256], top_k=4, tokens=2e12)
+    mfus = [plan.mfu for plan in result.plans]
+    assert mfus == sorted(mfus, reverse=True)
+    assert all(plan.memory_bytes <= H100.hbm_bytes for plan in result.plans)
+    assert result.rejected["memory"] > 0 and result.configs_evaluated > 1000
+    best = result.plans[0]
+    assert best.time_to_train_s == 2e12 / best.tokens_per_s
+    assert 0.2 < best.mfu < 0.8
+
+
+def test_fixed_degrees_are_respected() -> None:
+    space = SearchSpace(tp=(4,), pp=(4,), recompute=("full",), sharding=("distributed-optimizer",))
+    result = search(WORKLOAD, DGX_H100, H100, [256], space=space, top_k=3)
+    for plan in result.plans:
+        assert (plan.layout.tp, plan.layout.pp, plan.layout.recompute, plan.layout.zero) == (4, 4, "full", 1)
+
+
+def test_nothing_fits_on_too_few_gpus() -> None:
+    result = search(WORKLOAD, DGX_H100, H100, [8], space=SearchSpace(recompute=("none",), sharding=("none",)))
+    assert result.plans == [] and result.best_per_count[8] is None
+    assert result.rejected["memory"] == result.configs_evaluated
+
+
+def test_valid_counts_respect_the_batch() -> None:
+    workload = Workload(model=catalog.model("llama-65b"), seq_len=2048, global_batch_sequences=1953)
+    counts = valid_counts(workload, catalog.system("dgx-a100-80gb"), SearchSpace(), 2000, 4000)
+    assert counts and all(count % 8 == 0 for count in counts)
+    # every count is tp x pp x dp with dp dividing 1953 = 3^2 x 7 x 31
+    assert 3472 in counts  # 2 x 8 x 217
+
+
+def test_smallest_count_meets_the_deadline_and_one_node_less_does_not() -> None:
+    workload = Workload(model=catalog.model("llama2-7b"), seq_len=4096, global_batch_sequences=512)
+    space = SearchSpace(tp=(1, 2), pp=(1,), recompute=("selective",), sharding=("distributed-optimizer",))
+    found = smallest_count(
+        workload,
+        DGX_H100,
+        H100,
+        tokens=2e11,
+        deadline_s=86400.0,
+        space=space,
+        goodput=lambda count, plan: 0.9,
+        mfu_guess=0.4,
+    )
+    assert found.chosen is not None
+    assert found.chosen.time_to_train_s / 0.9 <= 86400.0  # type: ignore[operator]
+    smaller = [count for count in found.evaluated if count < found.chosen.num_gpus]
+    for count in smaller:
+        plan = found.evaluated[count].best_per_count[count]
+        assert plan is None or plan.time_to_train_s / 0.9 > 86400.0  # type: ignore[operator]

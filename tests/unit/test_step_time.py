@@ -1,0 +1,131 @@
+"""The step-time model: its parts add up, and each mechanism moves the step the way the physics says."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mfukit import catalog
+from mfukit.core.parallelism import Parallelism
+from mfukit.perf import flops
+from mfukit.perf.layouts import Workload, grid_of
+from mfukit.perf.step_time import BREAKDOWN, StepEstimate, estimate_steps, evaluate, machine_for, prepare
+
+GPT3 = catalog.model("gpt3-175b")
+A100 = catalog.system("dgx-a100-80gb"), catalog.accelerator("a100-80gb-sxm")
+
+
+def run(
+    layouts: list[Parallelism],
+    *,
+    model: str = "gpt3-175b",
+    seq_len: int = 2048,
+    batch: int = 1536,
+    micro: int = 1,
+    flash: bool = True,
+    system: tuple = A100,  # type: ignore[type-arg]
+    gpus: int | None = None,
+) -> StepEstimate:
+    spec = catalog.model(model)
+    workload = Workload(model=spec, seq_len=seq_len, global_batch_sequences=batch, flash_attention=flash)
+    grid = grid_of(
+        layouts,
+        model=spec,
+        micro_batch_size=[micro] * len(layouts),
+        num_microbatches=[batch // (layout.dp * micro) for layout in layouts],
+    )
+    machine = machine_for(*system, gpus or max(layout.world_size for layout in layouts))
+    return estimate_steps(workload, grid, machine)
+
+
+def test_breakdown_adds_up_and_rates_agree() -> None:
+    layout = Parallelism(tp=8, pp=8, dp=16, sequence_parallel=True, recompute="selective", zero=1)
+    estimate = run([layout])
+    parts = estimate.row(0)
+    assert set(parts) == set(BREAKDOWN)
+    assert sum(parts.values()) == pytest.approx(float(estimate.step_time_s[0]), rel=1e-12)
+    tokens = 1536 * 2048
+    assert float(estimate.tokens_per_s[0]) == pytest.approx(tokens / float(estimate.step_time_s[0]))
+    expected_mfu = (
+        flops.model_flops_per_token(GPT3, 2048) * tokens / float(estimate.step_time_s[0]) / 1024 / 312e12
+    )
+    assert float(estimate.mfu[0]) == pytest.approx(expected_mfu, rel=1e-9)
+    assert float(estimate.hfu[0]) > float(estimate.mfu[0])  # selective recompute repeats the attention
+
+
+def test_interleaving_shrinks_the_bubble_by_about_v() -> None:
+    plain = Parallelism(tp=8, pp=8, dp=16, sequence_parallel=True, zero=1)
+    estimate = run([plain, plain.model_copy(update={"vpp": 4})])
+    bubble = estimate.breakdown_s["pipeline_bubble"]
+    assert bubble[1] == pytest.approx(bubble[0] / 4, rel=0.25)
+    # 1F1B: (p - 1) stage times of fill and drain, m micro-batches of the slowest stage
+    m = 1536 // 16
+    stage = (estimate.step_time_s[0] - bubble[0] - estimate.breakdown_s["dp_comm"][0]) / m
+    assert bubble[0] / (m * stage) == pytest.approx(7 / m, rel=0.3)
+
+
+def test_tensor_parallelism_across_nodes_costs_more_than_inside() -> None:
+    inside = Parallelism(tp=8, pp=1, dp=16, sequence_parallel=True, zero=1)
+    across = Parallelism(tp=16, pp=1, dp=8, sequence_parallel=True, zero=1)
+    estimate = run([inside, across], gpus=128)
+    per_microbatch = estimate.breakdown_s["tp_comm"] / np.asarray([1536 / 16, 1536 / 8])
+    # a ring across two nodes runs at the node's NIC bandwidth (nccl: min(NVLink, NICs)), below NVLink
+    assert per_microbatch[1] > 1.1 * per_microbatch[0]
+
+
+def test_data_parallel_sync_hides_behind_the_last_backward_except_its_last_bucket() -> None:
+    layout = Parallelism(tp=8, pp=4, dp=32, sequence_parallel=True, zero=1)
+    spec = GPT3
+    workload = Workload(model=spec, seq_len=2048, global_batch_sequences=1536)
+    grid = grid_of([layout], model=spec, micro_batch_size=[1], num_microbatches=[48])
+    prepared = prepare(workload, grid, machine_for(*A100, 1024))
+    exposed = evaluate(prepared).breakdown_s["dp_comm"][0]
+    raw = max(
+        stage.grad_sync_s[0] + stage.param_gather_s[0]
+        for stage in (prepared.comm.dp_first, prepared.comm.dp_last)
+    )
+    assert 0 < exposed < raw
+    assert exposed >= prepared.comm.dp_first.bucket_s[0]
+
+
+def test_flash_attention_beats_materialised_scores_at_long_sequences() -> None:
+    layout = Parallelism(tp=8, pp=1, dp=1, sequence_parallel=True, recompute="full")
+    flash = run([layout], model="llama2-7b", seq_len=16384, batch=8, flash=True)
+    eager = run([layout], model="llama2-7b", seq_len=16384, batch=8, flash=False)
+    assert eager.step_time_s[0] > 1.2 * flash.step_time_s[0]
+
+
+def test_moe_all_to_all_appears_with_expert_parallelism() -> None:
+    dense = Parallelism(tp=2, pp=1, dp=32, ep=1, sequence_parallel=True, zero=1)
+    expert = dense.model_copy(update={"ep": 8})
+    estimate = run([dense, expert], model="mixtral-8x7b", seq_len=4096, batch=512)
+    assert estimate.breakdown_s["ep_comm"][0] == 0
+    assert estimate.breakdown_s["ep_comm"][1] > 0
+
+
+def test_context_parallel_splits_the_attention() -> None:
+    base = Parallelism(tp=8, pp=1, dp=2, cp=1, sequence_parallel=True, recompute="full", fsdp="full")
+    split = base.model_copy(update={"dp": 1, "cp": 2})
+    estimate = run([base, split], model="llama3.1-8b", seq_len=65536, batch=2)
+    # the same GPUs, half the tokens each per micro-batch but two micro-batches of one sequence fewer
+    assert estimate.breakdown_s["cp_comm"][1] >= 0
+    assert np.all(estimate.step_time_s > estimate.compute_bound_s)
+
+
+def test_recompute_costs_time() -> None:
+    layouts = [
+        Parallelism(tp=8, pp=8, dp=16, sequence_parallel=True, recompute=mode, zero=1)
+        for mode in ("none", "selective", "full")
+    ]
+    estimate = run(layouts)
+    step = estimate.step_time_s
+    assert step[0] < step[1] < step[2]
+    assert estimate.breakdown_s["recompute"][0] == 0
+
+
+def test_fsdp_gathers_are_charged_every_microbatch() -> None:
+    one = Parallelism(dp=64, fsdp="full", recompute="full")
+    estimate_1 = run([one], model="llama2-7b", seq_len=4096, batch=64, micro=1)
+    # more micro-batches of the same total batch: more gathers, never fewer
+    estimate_2 = run([one], model="llama2-7b", seq_len=4096, batch=256, micro=1)
+    assert estimate_2.breakdown_s["fsdp_comm"][0] >= estimate_1.breakdown_s["fsdp_comm"][0]
