@@ -21,6 +21,8 @@ from mfukit.errors import ExitCode, MfukitError
 # name -> "module:attribute" of the click command; the order is the order of `mfukit --help`.
 COMMANDS: dict[str, str] = {
     "catalog": "mfukit.cli.catalog:catalog",
+    "train": "mfukit.cli.train:train",
+    "bench": "mfukit.cli.bench:bench",
 }
 
 

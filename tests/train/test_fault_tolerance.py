@@ -1,0 +1,164 @@
+"""Real multi-process runs on CPU (gloo, torchrun): kill, crash during save, hang, straggler, resharding.
+
+Each fixture is one `mfukit train` launch of the micro model (12 steps, checkpoints every 4); the tests
+read what the run left: result, metrics.jsonl, ledger.jsonl, checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mfukit.train.commit import CheckpointStore
+from mfukit.train.ledger import read_records
+from mfukit.train.prepare import TrainRequest
+from mfukit.train.run import TrainOutcome, run_training
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow]
+
+MICRO = Path(__file__).parents[1] / "data" / "train" / "micro.toml"
+RUN_LIMIT_S = 300.0
+
+
+def train(out: Path, *inject: str, overrides: dict[str, Any] | None = None, **options: Any) -> TrainOutcome:
+    request = TrainRequest(
+        scenario_path=MICRO,
+        overrides=overrides or {},
+        out=out,
+        inject=inject,
+        device="cpu",
+        peak_flops="10 GFLOPS",
+        **options,
+    )
+    return run_training(request, echo=lambda line: None, timeout_s=RUN_LIMIT_S)
+
+
+def events(outcome: TrainOutcome, kind: str) -> list[dict[str, Any]]:
+    records, _ = read_records(Path(outcome.result["ledger_path"]))
+    return [r for r in records if r["kind"] == kind]
+
+
+def steps(outcome: TrainOutcome) -> list[dict[str, Any]]:
+    return read_records(Path(outcome.result["metrics_path"]))[0]
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory: pytest.TempPathFactory) -> TrainOutcome:
+    """Uninterrupted, with asynchronous saves (the other runs save synchronously: same numbers)."""
+    return train(tmp_path_factory.mktemp("baseline"), overrides={"ft.checkpoint_mode": "async"})
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory: pytest.TempPathFactory) -> TrainOutcome:
+    return train(tmp_path_factory.mktemp("killed"), "kill@step=7:rank=1", "slow-rank@rank=1:factor=4")
+
+
+@pytest.fixture(scope="module")
+def crashed_and_hung(tmp_path_factory: pytest.TempPathFactory) -> TrainOutcome:
+    return train(
+        tmp_path_factory.mktemp("crashed"),
+        "crash-during-save@step=8",
+        "hang@step=10:rank=0",
+        hang_timeout="3s",
+    )
+
+
+def test_uninterrupted_async_run_commits_every_checkpoint(baseline: TrainOutcome) -> None:
+    result = baseline.result
+    assert baseline.exit_code == 0, baseline.warnings
+    assert (result["status"], result["steps"], result["restarts"]) == ("complete", 12, 0)
+    assert result["checkpoints"] == [4, 8, 12]
+    assert result["checkpoints_committed"] == 3
+    assert [e["mode"] for e in events(baseline, "checkpoint")] == ["async"] * 3
+    assert result["recovery_s"] == []
+    assert (
+        0 < result["ettr_measured"] <= result["goodput"]["productive_s"] / result["goodput"]["wall_s"] + 1e-9
+    )
+    assert sum(v for k, v in result["goodput"].items() if k != "wall_s") == pytest.approx(
+        result["goodput"]["wall_s"]
+    )
+    assert result["params_sha256"] and len(result["params_sha256"]) == 64
+    assert 0 < result["mfu"] < 1
+
+
+def test_killed_rank_resumes_and_ends_bit_identical(killed: TrainOutcome, baseline: TrainOutcome) -> None:
+    result = killed.result
+    assert killed.exit_code == 0, killed.warnings
+    assert (result["status"], result["steps"], result["restarts"]) == ("complete", 12, 1)
+    assert result["params_sha256"] == baseline.result["params_sha256"]
+    assert result["final_loss"] == baseline.result["final_loss"]
+    (recovery,) = result["recoveries"]
+    assert recovery["failure"] == "kill@step=7:rank=1"
+    assert recovery["resumed_step"] == 5  # from the checkpoint at step 4
+    assert 0 < recovery["recovery_s"] < 120
+    assert result["recovery_s"] == [recovery["recovery_s"]]
+    assert result["goodput"]["rework_s"] > 0  # steps 5 and 6 ran twice
+    assert [e["resumed_step"] for e in events(killed, "attempt_start")] == [0, 4]
+
+
+def test_slow_rank_shows_in_the_metrics(killed: TrainOutcome) -> None:
+    records = steps(killed)
+    slowest = [r["slowest_rank"] for r in records]
+    assert slowest.count(1) >= 0.8 * len(slowest)
+    assert statistics.median(r["straggler_ratio"] for r in records) > 2.0  # injected factor 4
+    assert killed.result["slowest_rank"] == 1
+    assert killed.result["straggler_ratio_max"] > 2.0
+
+
+def test_crash_during_save_resumes_from_the_previous_good_checkpoint(
+    crashed_and_hung: TrainOutcome, baseline: TrainOutcome
+) -> None:
+    result = crashed_and_hung.result
+    assert crashed_and_hung.exit_code == 0, crashed_and_hung.warnings
+    first = result["recoveries"][0]
+    assert first["failure"] == "crash-during-save@step=8"
+    assert first["resumed_step"] == 5  # step 8 never committed: resumed from 4
+    torn = events(crashed_and_hung, "torn_checkpoint")
+    assert [t["path"] for t in torn] == [".staging-step-00000008"]
+    assert result["params_sha256"] == baseline.result["params_sha256"]
+    committed, leftover = CheckpointStore(Path(result["out_dir"]) / "checkpoints", keep=3).scan()
+    assert [c.meta.step for c in committed] == [4, 8, 12] and leftover == []
+
+
+def test_hang_is_caught_by_the_timeout(crashed_and_hung: TrainOutcome) -> None:
+    result = crashed_and_hung.result
+    assert result["restarts"] == 2
+    second = result["recoveries"][1]
+    assert second["failure"] == "hang@step=10:rank=0"
+    assert second["resumed_step"] == 9  # from the checkpoint at step 8
+    assert 3.0 <= second["recovery_s"] < 3.0 + 120  # at least the 3 s hang timeout, never forever
+    hangs = events(crashed_and_hung, "hang")
+    assert hangs and all(h["silent_s"] >= 3.0 for h in hangs)
+
+
+def test_four_rank_checkpoint_resumes_on_two(tmp_path: Path) -> None:
+    overrides = {"parallelism.fsdp": "full", "training.global_batch_size": 8}
+    out = tmp_path / "reshard"
+    lost = train(
+        out,
+        "kill@step=7",
+        overrides=overrides,
+        nproc_per_node=4,
+        max_restarts=0,
+        verify_resume=True,
+        steps=12,
+    )
+    assert lost.exit_code == 1 and lost.result["status"] == "failed"
+    assert lost.result["checkpoints"] == [4]
+    saved = json.loads((out / "checkpoints" / "step-00000004" / "mfukit-checkpoint.json").read_text())
+    assert saved["world_size"] == 4 and saved["params_sha256"]
+    resumed = train(out, overrides=overrides, nproc_per_node=2, verify_resume=True, steps=12)
+    assert resumed.exit_code == 0, resumed.warnings
+    assert (resumed.result["status"], resumed.result["steps"], resumed.result["world_size"]) == (
+        "complete",
+        12,
+        2,
+    )
+    (start,) = events(resumed, "attempt_start")[-1:]
+    assert (start["resumed_step"], start["resumed_world_size"], start["world_size"]) == (4, 4, 2)
+    (verified,) = events(resumed, "resume_verified")
+    assert verified["match"] and verified["sha256"] == saved["params_sha256"]
