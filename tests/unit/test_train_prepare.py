@@ -78,7 +78,7 @@ def test_bad_requests_name_the_field(request_: TrainRequest, field: str, text: s
 def test_steps_need_tokens_or_a_flag(tmp_path: Path) -> None:
     scenario = tmp_path / "s.toml"
     scenario.write_text(MICRO.read_text().replace('tokens = "768"', ""))
-    with pytest.raises(InputError, match="needs training.tokens or --steps"):
+    with pytest.raises(InputError, match=r"needs training\.tokens or --steps"):
         prepare(TrainRequest(scenario_path=scenario), cuda=False)
     assert prepare(TrainRequest(scenario_path=scenario, steps=3), cuda=False).config.steps == 3
 

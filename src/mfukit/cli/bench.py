@@ -316,7 +316,8 @@ def checkpoint(size: str, directory: Path, fmt: Format) -> int:
         "environment": _env("cpu"),
     }
     assumptions = [
-        "async blocking is the steady state (second save through one stager)",
+        "best of two disk probes and two synchronous saves, interleaved; async blocking: the best steady-state "
+        "save (after the first, which allocates the staging buffers)",
         "single process (no_dist)",
     ]
     return emit(

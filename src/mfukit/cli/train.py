@@ -121,9 +121,12 @@ def _output(request: Any, outcome: Any) -> Output:
     summary.add("final loss", shown(result["final_loss"], lambda v: f"{v:.4f}"))
     summary.add("MFU (median step)", shown(result["mfu"], units.format_percent))
     summary.add("tokens/s (median step)", shown(result["tokens_per_s"], units.format_count))
-    summary.add("straggler (max slowest/median)", shown(result["straggler_ratio_max"], lambda v: f"{v:.2f}x"))
+    summary.add(
+        "straggler (slowest / others, max)", shown(result["straggler_ratio_max"], lambda v: f"{v:.2f}x")
+    )
     summary.add("checkpoints kept", ", ".join(str(step) for step in result["checkpoints"]) or "—")
-    summary.add("ETTR measured", shown(result["ettr_measured"], lambda v: f"{v:.3f}"))
+    summary.add("ETTR measured (whole run)", shown(result["ettr_measured"], lambda v: f"{v:.3f}"))
+    summary.add("ETTR measured (training phase)", shown(result["ettr_steady_state"], lambda v: f"{v:.3f}"))
     summary.add("ETTR predicted (Kokolis et al.)", shown(result["ettr_predicted"], lambda v: f"{v:.3f}"))
     ledger = Table(
         "Goodput ledger (latest launch)",

@@ -212,6 +212,7 @@ def summarize(config: TrainConfig, prepared: Prepared, finished: launch.Finished
         "checkpoints": [c.meta.step for c in committed],
         "checkpoints_committed": goodput.checkpoints_committed,
         "ettr_measured": goodput.ettr,
+        "ettr_steady_state": goodput.ettr_steady_state,
         "ettr_predicted": predicted,
         "goodput": goodput.buckets() | {"wall_s": goodput.wall_s},
         "mfu": _median(mfus),
@@ -237,7 +238,8 @@ def summarize(config: TrainConfig, prepared: Prepared, finished: launch.Finished
     assumptions = [*prepared.assumptions, f"MFU peak: {config.peak_source}"]
     assumptions.append(
         "ettr_predicted: Kokolis et al. (HPCA'25) E[ETTR] with this run's measured failure rate, recovery, "
-        "interval and blocking (train/interval.py, until `mfukit ft` provides it)"
+        "interval and blocking (train/interval.py, until `mfukit ft` provides it); it models the training "
+        "phase, so compare it with ettr_steady_state (ettr_measured also counts start-up and shutdown)"
     )
     exit_code = 0
     if finished.timed_out:
