@@ -1,4 +1,4 @@
-"""Real multi-process runs on CPU (gloo, torchrun): kill, crash during save, hang, straggler, resharding.
+"""Real multi-process runs on CPU (gloo, torchrun): kill, crash during save, hang, straggler, preemption, resharding.
 
 Each fixture is one `mfukit train` launch of the micro model (12 steps, checkpoints every 4); the tests
 read what the run left: result, metrics.jsonl, ledger.jsonl, checkpoints.
@@ -7,7 +7,11 @@ read what the run left: result, metrics.jsonl, ledger.jsonl, checkpoints.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import statistics
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -135,30 +139,54 @@ def test_hang_is_caught_by_the_timeout(crashed_and_hung: TrainOutcome) -> None:
     assert hangs and all(h["silent_s"] >= 3.0 for h in hangs)
 
 
-def test_four_rank_checkpoint_resumes_on_two(tmp_path: Path) -> None:
+def _signal_agent(out: Path, sig: signal.Signals) -> int:
+    """Send ``sig`` to the torchrun agent of the run in ``out``, as srun forwards Slurm's ``--signal`` to its
+    tasks (one agent per node); the agent passes it on to its workers."""
+    config = str(out / "config.json").encode()
+    sent = 0
+    for proc in Path("/proc").iterdir():
+        try:
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"torch.distributed.run" in command and config in command:
+            os.kill(int(proc.name), sig)
+            sent += 1
+    return sent
+
+
+def test_preempted_four_rank_run_resumes_on_two(tmp_path: Path) -> None:
+    """USR1 (Slurm's warning before a time limit or preemption): the 4 ranks agree on a step, save, stop;
+    the job comes back on 2 ranks and DCP reshards the FSDP checkpoint, verified by hash."""
     overrides = {"parallelism.fsdp": "full", "training.global_batch_size": 8}
     out = tmp_path / "reshard"
-    lost = train(
-        out,
-        "kill@step=7",
-        overrides=overrides,
-        nproc_per_node=4,
-        max_restarts=0,
-        verify_resume=True,
-        steps=12,
+    options: dict[str, Any] = {"overrides": overrides, "verify_resume": True, "steps": 16}
+    preempted: list[TrainOutcome] = []
+    # slow-rank keeps the 16 steps long enough to be interrupted (it changes no numbers)
+    runner = threading.Thread(
+        target=lambda: preempted.append(train(out, "slow-rank@rank=0:factor=20", nproc_per_node=4, **options))
     )
-    assert lost.exit_code == 1 and lost.result["status"] == "failed"
-    assert lost.result["checkpoints"] == [4]
-    saved = json.loads((out / "checkpoints" / "step-00000004" / "mfukit-checkpoint.json").read_text())
+    runner.start()
+    deadline = time.monotonic() + RUN_LIMIT_S
+    while len(read_records(out / "metrics.jsonl")[0]) < 3:
+        assert time.monotonic() < deadline and runner.is_alive(), "the 4-rank run never reached step 3"
+        time.sleep(0.1)
+    assert _signal_agent(out, signal.SIGUSR1) == 1
+    runner.join(timeout=RUN_LIMIT_S)
+    (first,) = preempted
+    stopped_at = first.result["steps"]
+    assert first.result["status"] == "stopped" and first.exit_code == 1
+    assert 3 <= stopped_at < 16
+    assert first.result["checkpoints"][-1] == stopped_at  # the stop saved at the agreed step
+    meta = out / "checkpoints" / f"step-{stopped_at:08d}" / "mfukit-checkpoint.json"
+    saved = json.loads(meta.read_text())
     assert saved["world_size"] == 4 and saved["params_sha256"]
-    resumed = train(out, overrides=overrides, nproc_per_node=2, verify_resume=True, steps=12)
+
+    resumed = train(out, nproc_per_node=2, **options)
     assert resumed.exit_code == 0, resumed.warnings
-    assert (resumed.result["status"], resumed.result["steps"], resumed.result["world_size"]) == (
-        "complete",
-        12,
-        2,
-    )
+    result = resumed.result
+    assert (result["status"], result["steps"], result["world_size"]) == ("complete", 16, 2)
     (start,) = events(resumed, "attempt_start")[-1:]
-    assert (start["resumed_step"], start["resumed_world_size"], start["world_size"]) == (4, 4, 2)
+    assert (start["resumed_step"], start["resumed_world_size"], start["world_size"]) == (stopped_at, 4, 2)
     (verified,) = events(resumed, "resume_verified")
     assert verified["match"] and verified["sha256"] == saved["params_sha256"]

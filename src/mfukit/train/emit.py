@@ -100,8 +100,8 @@ def _cluster_config(prepared: Prepared, out_dir: str, warnings: list[str]) -> Tr
         update={
             "out_dir": out_dir,
             "device": "auto",
-            "data_path": str(data),
-            "synthetic_tokens": tokens if not config.data_path else None,
+            "data_path": config.data_path or str(data),  # a --data file must be where the nodes see it
+            "synthetic_tokens": None if config.data_path else tokens,
             "peak_flops_per_s": peak,
             "peak_source": source,
         }
@@ -249,7 +249,7 @@ def sbatch_script(
         "# the first node of the allocation hosts the c10d rendezvous; NodeAddr works where names do not resolve",
         "# (the whole list is read: `| head -n1` could end scontrol with SIGPIPE, fatal under pipefail)",
         'mapfile -t job_nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
-        'head_node=${job_nodes[0]}',
+        "head_node=${job_nodes[0]}",
         "MASTER_ADDR=$(scontrol show node \"$head_node\" | grep -oP 'NodeAddr=\\K\\S+')",
         "export MASTER_ADDR",
         "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))",

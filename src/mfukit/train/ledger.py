@@ -188,9 +188,11 @@ def _recoveries(
             failure_t = _time(first)
             failure = str(first.get("fault") or first.get("kind"))
         else:
+            # the last sign of life of the failed attempt: its last step, or a save logged after it
             last = [float(s["t_end"]) for s in steps if int(s["attempt"]) == previous]
+            last += [_time(e) for e in events if int(e.get("attempt", -1)) == previous]
             failure_t = max(last)
-            failure = "unknown (last step of the failed attempt)"
+            failure = "unknown (last event of the failed attempt)"
         resumed = min((s for s in steps if int(s["attempt"]) == attempt), key=lambda s: float(s["t_start"]))
         recoveries.append(
             Recovery(

@@ -185,19 +185,24 @@ def summarize(config: TrainConfig, prepared: Prepared, finished: launch.Finished
     committed, _ = CheckpointStore(out / "checkpoints", config.checkpoint.keep).scan()
     launch_t = max((float(e["t"]) for e in events if e.get("kind") == "launch"), default=0.0)
     session = [s for s in steps if float(s["t_start"]) >= launch_t]
-    steady = [
-        s for s in session if s["step"] != min(x["step"] for x in session if x["attempt"] == s["attempt"])
-    ]
+    first_of_attempt: dict[int, int] = {}
+    for record in session:
+        first_of_attempt[record["attempt"]] = min(
+            record["step"], first_of_attempt.get(record["attempt"], record["step"])
+        )
+    steady = [s for s in session if s["step"] != first_of_attempt[s["attempt"]]]  # warm-up steps left out
     saves = [e for e in events if e.get("kind") == "checkpoint" and float(e["t"]) >= launch_t]
     chosen = [e for e in events if e.get("kind") == "interval" and float(e["t"]) >= launch_t]
-    predicted = expected_ettr(
-        EttrInputs(
-            failures_per_s=goodput.restarts / goodput.wall_s if goodput.wall_s > 0 else 0.0,
-            restart_s=(goodput.recovery_s / goodput.restarts) if goodput.restarts else 0.0,
-            interval_s=goodput.productive_s / max(1, len(saves)),
-            blocking_s=goodput.checkpoint_blocking_s / max(1, len(saves)),
+    predicted = None
+    if goodput.productive_s > 0:  # the estimate needs a measured interval: productive time between saves
+        predicted = expected_ettr(
+            EttrInputs(
+                failures_per_s=goodput.restarts / goodput.wall_s,
+                restart_s=(goodput.recovery_s / goodput.restarts) if goodput.restarts else 0.0,
+                interval_s=goodput.productive_s / max(1, len(saves)),
+                blocking_s=goodput.checkpoint_blocking_s / max(1, len(saves)),
+            )
         )
-    )
     mfus = [float(s["mfu"]) for s in steady if s.get("mfu") is not None]
     ratios = [float(s["straggler_ratio"]) for s in steady]
     slowest = [int(s["slowest_rank"]) for s in steady]

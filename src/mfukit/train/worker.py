@@ -115,6 +115,7 @@ class _StopRequest:
 
 class Trainer:
     def __init__(self, config: TrainConfig, env: Env) -> None:
+        self.stop = _StopRequest()  # first: SIGUSR1's default action would end the process
         self.config = config
         self.env = env
         self.out = config.out
@@ -137,7 +138,6 @@ class Trainer:
             env.rank,
             self.events.record,
         )
-        self.stop = _StopRequest()
         self.model = _build(config, self.device)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay
@@ -218,6 +218,7 @@ class Trainer:
             init_s=time.time() - started,
             device=str(self.device),
         )
+        self.watchdog.beat(self.long_phase_s)  # the first step may compile or allocate for a while
         if resumed_from is not None and self.env.rank == 0:
             say(
                 f"[train] attempt {self.env.attempt}: resumed from step {self.step} "
