@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from mfukit.train.commit import CheckpointStore
+from mfukit.train.interval import daly_interval_s
 from mfukit.train.ledger import read_records
 from mfukit.train.prepare import TrainRequest
 from mfukit.train.run import TrainOutcome, run_training
@@ -28,9 +29,11 @@ MICRO = Path(__file__).parents[1] / "data" / "train" / "micro.toml"
 RUN_LIMIT_S = 300.0
 
 
-def train(out: Path, *inject: str, overrides: dict[str, Any] | None = None, **options: Any) -> TrainOutcome:
+def train(
+    out: Path, *inject: str, overrides: dict[str, Any] | None = None, scenario: Path = MICRO, **options: Any
+) -> TrainOutcome:
     request = TrainRequest(
-        scenario_path=MICRO,
+        scenario_path=scenario,
         overrides=overrides or {},
         out=out,
         inject=inject,
@@ -157,10 +160,13 @@ def _signal_agent(out: Path, sig: signal.Signals) -> int:
 
 def test_preempted_four_rank_run_resumes_on_two(tmp_path: Path) -> None:
     """USR1 (Slurm's warning before a time limit or preemption): the 4 ranks agree on a step, save, stop;
-    the job comes back on 2 ranks and DCP reshards the FSDP checkpoint, verified by hash."""
+    the job comes back on 2 ranks and DCP reshards the FSDP checkpoint, verified by hash. No interval is
+    set, so the Daly default applies: a first save at step 1 measures the blocking time."""
     overrides = {"parallelism.fsdp": "full", "training.global_batch_size": 8}
     out = tmp_path / "reshard"
-    options: dict[str, Any] = {"overrides": overrides, "verify_resume": True, "steps": 16}
+    daly = tmp_path / "micro-daly.toml"
+    daly.write_text(MICRO.read_text().replace('checkpoint_interval = "4steps"\n', ""))
+    options: dict[str, Any] = {"overrides": overrides, "verify_resume": True, "steps": 16, "scenario": daly}
     preempted: list[TrainOutcome] = []
     # slow-rank keeps the 16 steps long enough to be interrupted (it changes no numbers)
     runner = threading.Thread(
@@ -177,7 +183,13 @@ def test_preempted_four_rank_run_resumes_on_two(tmp_path: Path) -> None:
     stopped_at = first.result["steps"]
     assert first.result["status"] == "stopped" and first.exit_code == 1
     assert 3 <= stopped_at < 16
-    assert first.result["checkpoints"][-1] == stopped_at  # the stop saved at the agreed step
+    assert first.result["checkpoints"] == [1, stopped_at]  # Daly's measuring save, then the stop's
+    (interval,) = events(first, "interval")
+    assert interval["mtbf_s"] == pytest.approx(1000 / 6.5 * 86400)  # 1 node at the default rate
+    assert interval["interval_s"] == pytest.approx(
+        daly_interval_s(interval["checkpoint_s"], interval["mtbf_s"])
+    )
+    assert interval["interval_s"] > 60  # far longer than this run: no save but the measuring one and the stop
     meta = out / "checkpoints" / f"step-{stopped_at:08d}" / "mfukit-checkpoint.json"
     saved = json.loads(meta.read_text())
     assert saved["world_size"] == 4 and saved["params_sha256"]

@@ -80,3 +80,22 @@ def test_an_out_dir_of_another_config_or_a_finished_run_is_refused(tmp_path: Pat
     with pytest.raises(InputError, match="another configuration") as caught:
         _check_existing(config)
     assert caught.value.field == "--out"
+
+
+def test_peak_from_a_bench_matmul_result(tmp_path: Path) -> None:
+    import pytest
+
+    from mfukit.errors import InputError
+    from mfukit.train.run import resolve_peak
+
+    prepared = prepare(TrainRequest(scenario_path=MICRO, out=tmp_path), cuda=False)
+    bench = tmp_path / "matmul.json"
+    bench.write_text(
+        json.dumps({"schema": "bench.matmul/1", "result": {"peak_flops_per_s": {"fp32": 6.5e10}}})
+    )
+    value, source = resolve_peak(str(bench), prepared, cuda=False)
+    assert value == 6.5e10 and "bench matmul" in source
+    assert resolve_peak("1.5 TFLOPS", prepared, cuda=False)[0] == pytest.approx(1.5e12)
+    bench.write_text(json.dumps({"result": {"peak_flops_per_s": {"bf16": 1e12}}}))
+    with pytest.raises(InputError, match=r"no result\.peak_flops_per_s\.fp32"):
+        resolve_peak(str(bench), prepared, cuda=False)
