@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -11,6 +11,10 @@ from mfukit import units
 from mfukit.cli.common import emit, format_option, scenario_argument, scenario_options
 from mfukit.cli.render import Format
 from mfukit.core.results import Output, Table, shown
+
+if TYPE_CHECKING:  # the library modules are imported when the command runs, to keep --help fast
+    from mfukit.train.prepare import TrainRequest
+    from mfukit.train.run import TrainOutcome
 
 _INJECT_HELP = (
     "Inject a fault (repeatable): kill@step=N[:rank=R], hang@step=N[:rank=R], crash-during-save@step=N, "
@@ -113,7 +117,7 @@ def train(
     return emit(_output(request, outcome), fmt)
 
 
-def _output(request: Any, outcome: Any) -> Output:
+def _output(request: TrainRequest, outcome: TrainOutcome) -> Output:
     result = outcome.result
     summary = Table("Training run", ["quantity", "value"])
     summary.add("steps", f"{result['steps']} of {result['steps_planned']} ({result['status']})")
