@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "comm": "mfukit.cli.comm:comm",
     "fabric": "mfukit.cli.fabric:fabric",
     "ft": "mfukit.cli.ft:ft",
+    "train": "mfukit.cli.train:train",
+    "bench": "mfukit.cli.bench:bench",
     "diagnose": "mfukit.cli.diagnose:diagnose",
     "catalog": "mfukit.cli.catalog:catalog",
 }

@@ -81,6 +81,15 @@ class Accelerator(Strict):
         return self.peak_flops_per_s[dtype]
 
 
+class SourcedEnv(Strict):
+    """Environment variables a node's jobs need (NCCL's HCA list, ...), with where they come from."""
+
+    variables: dict[str, str] = Field(min_length=1)
+    url: str = Field(min_length=8)
+    what: str = Field(min_length=3)
+    retrieved: date
+
+
 class System(Strict):
     """A node (or a rack-scale scale-up domain such as GB200 NVL72) as bought and cabled."""
 
@@ -95,6 +104,9 @@ class System(Strict):
     scale_out_fabric: str
     host_memory_bytes: Bytes = Field(alias="host_memory")
     node_power_w: Watts | None = Field(default=None, alias="node_power")
+    nccl_env: SourcedEnv | None = Field(
+        default=None, description="NCCL variables a job on this node needs (emitted into sbatch/k8s jobs)"
+    )
     notes: str = ""
     source: Source
 

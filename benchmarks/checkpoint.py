@@ -1,0 +1,73 @@
+"""Checkpoint benchmark: async blocking vs synchronous save, save throughput vs this disk, kill-to-resume.
+
+Targets (issue 6), each measured against a peer or a physical limit taken in the same run:
+
+* async blocking time <= 10 % of a synchronous save, for a state of at least 500 MB;
+* synchronous save throughput >= 70 % of the disk's own fsynced write bandwidth;
+* kill-to-first-resumed-step < 30 s for the CPU preset (examples/tiny-cpu.toml, 2 ranks, gloo).
+
+Writes benchmarks/results/checkpoint.json. Run with `make bench` or `python benchmarks/checkpoint.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from mfukit.train.bench_checkpoint import run_checkpoint_bench
+from mfukit.train.prepare import TrainRequest
+from mfukit.train.run import run_training
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE_BYTES = 512 * 2**20
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory(prefix="mfukit-ckpt-bench-", dir=ROOT) as scratch:
+        io = run_checkpoint_bench(Path(scratch), STATE_BYTES)
+        request = TrainRequest(
+            scenario_path=ROOT / "examples" / "tiny-cpu.toml",
+            out=Path(scratch) / "run",
+            inject=("kill@step=20",),
+            device="cpu",
+            peak_flops="measure",
+        )
+        drill = run_training(request, echo=lambda line: None, timeout_s=600)
+    (recovery_s,) = drill.result["recovery_s"] or [float("nan")]
+    rows = [
+        ("async blocking / sync save", io.blocking_vs_sync, "<= 0.10", io.blocking_vs_sync <= 0.10),
+        ("sync save / disk write bandwidth", io.save_vs_disk, ">= 0.70", io.save_vs_disk >= 0.70),
+        ("kill to first resumed step (s)", recovery_s, "< 30", recovery_s < 30),
+    ]
+    print(f"state {io.state_bytes / 1e6:.0f} MB; disk {io.disk_write_bytes_per_s / 1e9:.3f} GB/s (fsync);"
+          f" sync save {io.sync_save_s:.2f} s ({io.save_bytes_per_s / 1e9:.3f} GB/s);"
+          f" async blocking {io.async_blocking_s:.3f} s, durable after {io.async_total_s:.2f} s;"
+          f" load {io.load_bytes_per_s / 1e9:.3f} GB/s")  # fmt: skip
+    print(f"{'quantity':36} {'measured':>10} {'target':>9}  ok")
+    for name, value, target, ok in rows:
+        print(f"{name:36} {value:10.3f} {target:>9}  {'yes' if ok else 'NO'}")
+    results = ROOT / "benchmarks" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    record = {
+        "state_bytes": io.state_bytes,
+        "disk_write_bytes_per_s": io.disk_write_bytes_per_s,
+        "sync_save_s": io.sync_save_s,
+        "save_bytes_per_s": io.save_bytes_per_s,
+        "async_blocking_s": io.async_blocking_s,
+        "async_total_s": io.async_total_s,
+        "load_bytes_per_s": io.load_bytes_per_s,
+        "async_blocking_vs_sync": io.blocking_vs_sync,
+        "save_vs_disk": io.save_vs_disk,
+        "kill_to_resumed_step_s": recovery_s,
+        "drill_restarts": drill.result["restarts"],
+        "drill_ettr_measured": drill.result["ettr_measured"],
+        "targets_met": all(ok for *_, ok in rows),
+    }
+    (results / "checkpoint.json").write_text(json.dumps(record, indent=2), encoding="utf-8")
+    return 0 if record["targets_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

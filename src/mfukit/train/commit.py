@@ -1,0 +1,176 @@
+"""The checkpoint commit protocol: a checkpoint exists only once it is complete.
+
+1. Every rank writes its shards into ``<root>/.staging-step-NNNNNNNN/`` (DCP, files fsynced).
+2. Rank 0, after all shards and DCP's ``.metadata`` are on disk, writes ``mfukit-checkpoint.json`` (step,
+   world size, torch version, config hash, sampler position, every file with its size) last, through a
+   temporary file, fsync and rename.
+3. Rank 0 renames the staging directory to ``<root>/step-NNNNNNNN`` (atomic on POSIX) and fsyncs the root.
+4. Older committed checkpoints beyond the newest ``keep`` are deleted.
+
+On start, only ``step-*`` directories whose metadata parses, names the same step and lists files that are
+all present with their recorded sizes count; staging directories (a crash mid-save) and anything else
+are torn and are ignored, then removed. Torn checkpoints can never be loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+META_NAME = "mfukit-checkpoint.json"
+DCP_METADATA = ".metadata"
+STAGING_PREFIX = ".staging-"
+_STEP_DIR = re.compile(r"^step-(\d{8})$")
+
+
+@dataclass(frozen=True)
+class CheckpointMeta:
+    step: int
+    world_size: int
+    torch_version: str
+    config_hash: str
+    sampler_position: int
+    mode: str
+    saved_unix_s: float
+    files: dict[str, int] = field(default_factory=dict)
+    params_sha256: str | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.files.values())
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CheckpointMeta:
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class Committed:
+    path: Path
+    meta: CheckpointMeta
+
+
+@dataclass(frozen=True)
+class Torn:
+    path: Path
+    reason: str
+
+
+def _fsync_directory(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _write_durably(path: Path, text: str) -> None:
+    temporary = path.with_name(path.name + ".tmp")
+    with temporary.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    temporary.replace(path)
+
+
+class CheckpointStore:
+    def __init__(self, root: Path, keep: int) -> None:
+        self.root = root
+        self.keep = keep
+
+    def final_path(self, step: int) -> Path:
+        return self.root / f"step-{step:08d}"
+
+    def staging_path(self, step: int) -> Path:
+        return self.root / f"{STAGING_PREFIX}step-{step:08d}"
+
+    def begin(self, step: int) -> Path:
+        """The (empty) staging directory for ``step``; every rank calls this before writing its shards."""
+        path = self.staging_path(step)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def commit(self, staging: Path, meta: CheckpointMeta) -> Committed:
+        """Rank 0, after every shard is written: metadata last, then the atomic rename."""
+        files = {
+            entry.name: entry.stat().st_size for entry in sorted(staging.iterdir()) if entry.name != META_NAME
+        }
+        meta = CheckpointMeta(**{**asdict(meta), "files": files})
+        _write_durably(staging / META_NAME, json.dumps(asdict(meta), indent=2))
+        _fsync_directory(staging)
+        final = self.final_path(meta.step)
+        if final.exists():  # the same step was committed before a restart: same config, same bytes
+            shutil.rmtree(staging)
+        else:
+            staging.rename(final)
+        _fsync_directory(self.root)
+        return Committed(final, meta)
+
+    def scan(self) -> tuple[list[Committed], list[Torn]]:
+        """Complete checkpoints (oldest first) and torn ones, without changing anything."""
+        if not self.root.is_dir():
+            return [], []
+        committed: list[Committed] = []
+        torn: list[Torn] = []
+        for entry in sorted(self.root.iterdir()):
+            if entry.name.startswith(STAGING_PREFIX):
+                torn.append(Torn(entry, "staging directory: the save never committed"))
+                continue
+            match = _STEP_DIR.match(entry.name)
+            if not match or not entry.is_dir():
+                continue
+            problem = self._problem(entry, int(match.group(1)))
+            if problem is None:
+                committed.append(Committed(entry, self._meta(entry)))
+            else:
+                torn.append(Torn(entry, problem))
+        committed.sort(key=lambda c: c.meta.step)
+        return committed, torn
+
+    @staticmethod
+    def _meta(path: Path) -> CheckpointMeta:
+        return CheckpointMeta.from_json(json.loads((path / META_NAME).read_text(encoding="utf-8")))
+
+    def _problem(self, path: Path, step: int) -> str | None:
+        try:
+            meta = self._meta(path)
+        except FileNotFoundError:
+            return f"no {META_NAME}: the save never committed"
+        except (OSError, ValueError, TypeError) as error:
+            return f"unreadable {META_NAME}: {error}"
+        if meta.step != step:
+            return f"{META_NAME} says step {meta.step}"
+        if DCP_METADATA not in meta.files:
+            return f"no DCP {DCP_METADATA} among the committed files"
+        for name, size in meta.files.items():
+            file = path / name
+            if not file.is_file():
+                return f"{name} is missing"
+            if file.stat().st_size != size:
+                return f"{name} has {file.stat().st_size} B, {size} B were committed"
+        return None
+
+    def latest(self) -> Committed | None:
+        committed, _ = self.scan()
+        return committed[-1] if committed else None
+
+    def discard_torn(self) -> list[Torn]:
+        """Delete torn checkpoints (call only while no save is in flight: at the start of an attempt)."""
+        _, torn = self.scan()
+        for item in torn:
+            shutil.rmtree(item.path, ignore_errors=True)
+        return torn
+
+    def prune(self) -> list[Path]:
+        """Delete committed checkpoints older than the newest ``keep``."""
+        committed, _ = self.scan()
+        removed = [c.path for c in committed[: max(0, len(committed) - self.keep)]]
+        for path in removed:
+            shutil.rmtree(path, ignore_errors=True)
+        return removed

@@ -1,0 +1,354 @@
+"""``mfukit train --emit slurm|k8s``: the job that runs the same worker on a cluster.
+
+Both run ``torchrun -m mfukit.train.worker config.json`` on every node with c10d rendezvous, the
+scenario's config written next to the job, and the NCCL variables the catalog holds for the node type.
+
+* Slurm (sbatch): one torchrun agent per node through ``srun``; MASTER_ADDR is the first node of the
+  allocation (its NodeAddr, which also works where node names do not resolve); ``--requeue`` and
+  ``--signal=B:USR1@300``: the batch shell forwards USR1 to the step, the workers checkpoint at the next
+  step and stop, and the job requeues itself to resume from that checkpoint.
+* Kubernetes (JobSet, jobset.x-k8s.io/v1alpha2): one indexed pod per node; the rendezvous endpoint is
+  the first pod's DNS name (JobSet's headless service); the config comes from a ConfigMap and the run
+  directory from a ReadWriteMany PVC mounted at /runs; ``failurePolicy.maxRestarts`` recreates the whole
+  set when torchrun itself gives up (a lost node).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import yaml
+
+from mfukit import catalog
+from mfukit.core.hardware import System
+from mfukit.core.results import Output, Table
+from mfukit.errors import InputError
+from mfukit.train.config import TrainConfig
+from mfukit.train.data import ensure_synthetic, synthetic_path
+from mfukit.train.launch import RESTART_SAFE_ENV, SIGNALS_TO_FORWARD
+from mfukit.train.prepare import Prepared, TrainRequest, catalog_peak, prepare, synthetic_token_count
+
+RDZV_PORT = 29400
+"""torchrun's default c10d rendezvous port."""
+SIGNAL_LEAD_S = 300
+K8S_RUNS = "/runs"
+K8S_CONFIG_DIR = "/etc/mfukit"
+PVC_NAME = "mfukit-runs"
+ALWAYS_ENV = {
+    "PYTHONUNBUFFERED": "1",
+    "NCCL_DEBUG": "WARN",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",  # abort a failed NCCL collective instead of hanging
+    **RESTART_SAFE_ENV,
+}
+
+
+def _node_gpus(prepared: Prepared) -> int:
+    system = _system(prepared)
+    return system.gpus_per_node if system is not None else prepared.world_size // prepared.nnodes_min
+
+
+def _system(prepared: Prepared) -> System | None:
+    section = prepared.scenario.cluster
+    if section.system is not None:
+        return catalog.system(section.system)
+    if prepared.accelerator is not None:
+        default = catalog.accelerator(prepared.accelerator).default_system
+        return catalog.system(default) if default else None
+    return None
+
+
+def _nccl_env(prepared: Prepared, warnings: list[str], assumptions: list[str]) -> dict[str, str]:
+    system = _system(prepared)
+    if system is None or system.nccl_env is None:
+        name = system.name if system is not None else "no system"
+        warnings.append(
+            f"the catalog has no NCCL variables for {name}: set NCCL_IB_HCA (and NCCL_SOCKET_IFNAME) for your "
+            "nodes in the job, or add [nccl_env] to the system's catalog entry"
+        )
+        return {}
+    assumptions.append(f"NCCL variables of {system.name}: {system.nccl_env.what} ({system.nccl_env.url})")
+    return dict(system.nccl_env.variables)
+
+
+def _job_name(config: TrainConfig) -> str:
+    """A DNS-1123 label (Kubernetes) that Slurm accepts too."""
+    cleaned = re.sub(r"[^a-z0-9-]+", "-", f"mfukit-{config.name}".lower()).strip("-")
+    return cleaned[:40].rstrip("-")
+
+
+def _cluster_config(prepared: Prepared, out_dir: str, warnings: list[str]) -> TrainConfig:
+    """The config as the cluster's workers read it: the device chosen there, the catalog peak for MFU."""
+    config = prepared.config
+    tokens = synthetic_token_count(config)
+    data = synthetic_path(
+        Path(out_dir) / "data", vocab_size=config.model.vocab_size, num_tokens=tokens, seed=config.seed
+    )
+    peak: float | None = None
+    source = ""
+    if prepared.accelerator is not None:
+        peak = catalog_peak(prepared.accelerator, prepared.peak_dtype)
+        source = f"catalog {prepared.accelerator} dense {prepared.peak_dtype} peak"
+    else:
+        warnings.append(
+            "no MFU in the job's metrics: name cluster.system or cluster.gpu for the catalog peak"
+        )
+    return config.model_copy(
+        update={
+            "out_dir": out_dir,
+            "device": "auto",
+            "data_path": config.data_path or str(data),  # a --data file must be where the nodes see it
+            "synthetic_tokens": None if config.data_path else tokens,
+            "peak_flops_per_s": peak,
+            "peak_source": source,
+        }
+    )
+
+
+def emit_job(
+    kind: str, request: TrainRequest, *, image: str | None, time_limit: str, partition: str | None
+) -> Output:
+    prepared = prepare(request, cuda=True)
+    warnings = list(prepared.warnings)
+    assumptions = [a for a in prepared.assumptions if not a.startswith("fp32 on CPU")]
+    nccl = _nccl_env(prepared, warnings, assumptions)
+    gpus = request.nproc_per_node or _node_gpus(prepared)
+    if kind == "k8s":
+        if not image:
+            raise InputError(
+                "--emit k8s needs a container image",
+                source="command line",
+                field="--image",
+                hint="an image with mfukit and torch installed, e.g. --image registry.example/mfukit:0.1",
+            )
+        config = _cluster_config(prepared, f"{K8S_RUNS}/{prepared.config.name}", warnings)
+        text = kubernetes_manifest(config, request, gpus=gpus, env=nccl, image=image)
+        path = prepared.config.out / "train-jobset.yaml"
+        assumptions.append(
+            f"a ReadWriteMany PVC named {PVC_NAME} holds the run directories, mounted at {K8S_RUNS}"
+        )
+    else:
+        config = _cluster_config(prepared, prepared.config.out_dir, warnings)
+        if config.synthetic_tokens is not None:
+            ensure_synthetic(
+                Path(config.data_path).parent,
+                vocab_size=config.model.vocab_size,
+                num_tokens=config.synthetic_tokens,
+                seed=config.seed,
+            )
+        text = sbatch_script(config, request, gpus=gpus, env=nccl, time_limit=time_limit, partition=partition)
+        path = prepared.config.out / "train.sbatch"
+        assumptions.append(f"{prepared.config.out} is on storage every node sees (checkpoints, data, logs)")
+    prepared.config.out.mkdir(parents=True, exist_ok=True)
+    config.write(prepared.config.out / "config.json")
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(text, encoding="utf-8")
+    temporary.replace(path)
+    nodes = request.nnodes
+    table = Table(
+        f"{'sbatch script' if kind == 'slurm' else 'Kubernetes JobSet'} for {config.name}", ["item", "value"]
+    )
+    table.add("job file", str(path))
+    table.add("config", str(prepared.config.out / "config.json"))
+    table.add("nodes x ranks per node", f"{nodes} x {gpus}")
+    table.add("max restarts (torchrun)", request.max_restarts)
+    table.add("NCCL variables", ", ".join(f"{k}={v}" for k, v in nccl.items()) or "—")
+    submit = f"sbatch {path}" if kind == "slurm" else f"kubectl apply -f {path}"
+    return Output(
+        schema="train.emit/1",
+        inputs={
+            "scenario": str(request.scenario_path),
+            "emit": kind,
+            "nnodes": nodes,
+            "nproc_per_node": gpus,
+        },
+        result={
+            "kind": kind,
+            "path": str(path),
+            "config_path": str(prepared.config.out / "config.json"),
+            "text": text,
+            "nnodes": nodes,
+            "nproc_per_node": gpus,
+            "nccl_env": nccl,
+            "submit": submit,
+        },
+        assumptions=assumptions,
+        warnings=warnings,
+        tables=[table],
+        notes=[f"submit with: {submit}"],
+    )
+
+
+def _torchrun_args(
+    config_path: str, request: TrainRequest, *, gpus: int, endpoint: str, run_id: str
+) -> list[str]:
+    return [
+        f"--nnodes={request.nnodes}",
+        f"--nproc-per-node={gpus}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={run_id}",
+        f"--max-restarts={request.max_restarts}",
+        f"--signals-to-handle={SIGNALS_TO_FORWARD}",
+        "-m",
+        "mfukit.train.worker",
+        config_path,
+    ]
+
+
+def sbatch_script(
+    config: TrainConfig,
+    request: TrainRequest,
+    *,
+    gpus: int,
+    env: dict[str, str],
+    time_limit: str,
+    partition: str | None,
+) -> str:
+    """The sbatch script (reference/slurm-and-scheduling.md 1.8, with NodeAddr for MASTER_ADDR)."""
+    low, _, high = request.nnodes.partition(":")
+    nodes = f"{low}-{high}" if high and high != low else low
+    out = Path(config.out_dir)
+    header = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={_job_name(config)}",
+        f"#SBATCH --nodes={nodes}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={gpus}",
+        "#SBATCH --exclusive",
+        f"#SBATCH --time={time_limit}",
+        "#SBATCH --requeue",
+        f"#SBATCH --signal=B:USR1@{SIGNAL_LEAD_S}",
+        "#SBATCH --open-mode=append",
+        f"#SBATCH --output={out}/logs/slurm-%j.out",
+    ]
+    if partition:
+        header.append(f"#SBATCH --partition={partition}")
+    activate = []
+    if sys.prefix != sys.base_prefix:
+        activate = [
+            "# the environment that has mfukit and torch (as on the submitting host)",
+            f"source {shlex.quote(sys.prefix)}/bin/activate",
+        ]
+    exports = [f"export {key}={shlex.quote(value)}" for key, value in {**ALWAYS_ENV, **env}.items()]
+    torchrun = _torchrun_args(
+        str(out / "config.json"),
+        request,
+        gpus=gpus,
+        endpoint='"$MASTER_ADDR:$MASTER_PORT"',
+        run_id='"$SLURM_JOB_ID"',
+    )
+    body = [
+        "set -euo pipefail",
+        *activate,
+        f"mkdir -p {shlex.quote(str(out / 'logs'))}",
+        *exports,
+        "# the first node of the allocation hosts the c10d rendezvous; NodeAddr works where names do not resolve",
+        "# (the whole list is read: `| head -n1` could end scontrol with SIGPIPE, fatal under pipefail)",
+        'mapfile -t job_nodes < <(scontrol show hostnames "$SLURM_JOB_NODELIST")',
+        "head_node=${job_nodes[0]}",
+        "MASTER_ADDR=$(scontrol show node \"$head_node\" | grep -oP 'NodeAddr=\\K\\S+')",
+        "export MASTER_ADDR",
+        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))",
+        "",
+        f"# {SIGNAL_LEAD_S} s before the time limit (or on preemption) Slurm sends USR1 to this shell: forward it",
+        "# to the workers, which checkpoint at the next step and stop, then requeue to resume from that checkpoint",
+        "requeue_on_usr1() {",
+        '  echo "mfukit: USR1: checkpoint and requeue" >&2',
+        '  kill -USR1 "$srun_pid" 2>/dev/null || true',
+        '  wait "$srun_pid" || true',
+        '  scontrol requeue "$SLURM_JOB_ID"',
+        "  exit 0",
+        "}",
+        "trap requeue_on_usr1 USR1",
+        "",
+        "srun --kill-on-bad-exit=1 --cpu-bind=none torchrun \\",
+        *[f"  {arg} \\" for arg in torchrun[:-3]],
+        f"  -m {torchrun[-2]} {shlex.quote(torchrun[-1])} &",
+        "srun_pid=$!",
+        'wait "$srun_pid"',
+    ]
+    return "\n".join([*header, "", *body]) + "\n"
+
+
+def kubernetes_manifest(
+    config: TrainConfig, request: TrainRequest, *, gpus: int, env: dict[str, str], image: str
+) -> str:
+    """A ConfigMap with config.json and a JobSet with one indexed pod per node."""
+    name = _job_name(config)
+    low, _, high = request.nnodes.partition(":")
+    pods = int(high or low)
+    endpoint = f"{name}-workers-0-0.{name}:{RDZV_PORT}"
+    command = [
+        "torchrun",
+        *_torchrun_args(f"{K8S_CONFIG_DIR}/config.json", request, gpus=gpus, endpoint=endpoint, run_id=name),
+    ]
+    config_map = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": f"{name}-config"},
+        "data": {"config.json": json.dumps(json.loads(config.model_dump_json()), indent=2)},
+    }
+    container = {
+        "name": "trainer",
+        "image": image,
+        "command": command,
+        "env": [{"name": key, "value": value} for key, value in {**ALWAYS_ENV, **env}.items()],
+        "ports": [{"containerPort": RDZV_PORT, "name": "rendezvous"}],
+        "resources": {"limits": {"nvidia.com/gpu": gpus}},
+        "volumeMounts": [
+            {"name": "config", "mountPath": K8S_CONFIG_DIR, "readOnly": True},
+            {"name": "runs", "mountPath": K8S_RUNS},
+            {"name": "shm", "mountPath": "/dev/shm"},
+        ],
+    }
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": {"maxRestarts": request.max_restarts},
+            "network": {"enableDNSHostnames": True},
+            "replicatedJobs": [
+                {
+                    "name": "workers",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": pods,
+                            "completions": pods,
+                            "completionMode": "Indexed",
+                            "backoffLimit": 0,
+                            "template": {
+                                "spec": {
+                                    "restartPolicy": "Never",
+                                    "containers": [container],
+                                    "volumes": [
+                                        {"name": "config", "configMap": {"name": f"{name}-config"}},
+                                        {"name": "runs", "persistentVolumeClaim": {"claimName": PVC_NAME}},
+                                        {"name": "shm", "emptyDir": {"medium": "Memory"}},
+                                    ],
+                                }
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    return yaml.dump_all([config_map, jobset], Dumper=_BlockDumper, sort_keys=False)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (the embedded config.json) as literal blocks, readable in the manifest."""
+
+
+def _represent_text(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _represent_text)

@@ -1,0 +1,206 @@
+"""The goodput ledger: where the wall-clock time of a run went, from its own event log.
+
+Workers and the launcher append events (one JSON object per line, written with a single ``write`` on a
+file opened in append mode, so concurrent ranks never interleave inside a line) to ``ledger.jsonl``;
+rank 0 appends one line per step to ``metrics.jsonl``. :func:`account` splits the wall time of the latest
+launch into the buckets of Google's goodput taxonomy (ml-goodput-measurement: productive step time,
+wasted progress from disruption, infrastructure recovery, checkpoint save time) and gives the measured
+ETTR = productive time / wall time (Kokolis et al., HPCA'25: "the ratio of productive runtime to
+available wallclock time of a job run").
+
+* productive: the duration of the last execution of every step (the one whose result survived);
+* rework: every earlier execution of a step, redone after a restart from an older checkpoint;
+* checkpoint blocking: time the training loop waited on saves (the snapshot, or the previous upload);
+* recovery: per restart, from the failure (the injected fault or detected hang, else the last event of
+  the failed attempt) to the start of the first resumed step: detection, restart, init, load;
+* startup: launch to the first step of the first attempt; other: the rest (logging, shutdown).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class EventLog:
+    """Append-only JSON-lines file shared by every rank and restart of a run."""
+
+    def __init__(self, path: Path, *, attempt: int = 0) -> None:
+        self.path = path
+        self.attempt = attempt
+
+    def record(self, kind: str, **fields: Any) -> None:
+        line = json.dumps({"t": time.time(), "kind": kind, "attempt": self.attempt, **fields}) + "\n"
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(descriptor, line.encode())
+        finally:
+            os.close(descriptor)
+
+
+def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The JSON objects of a JSON-lines file and how many lines were unreadable (a torn last write)."""
+    if not path.exists():
+        return [], 0
+    records: list[dict[str, Any]] = []
+    bad = 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            bad += 1
+            continue
+        if isinstance(value, dict):
+            records.append(value)
+        else:
+            bad += 1
+    return records, bad
+
+
+@dataclass(frozen=True)
+class Recovery:
+    attempt: int
+    failure: str
+    failure_t: float
+    resumed_step: int
+    recovery_s: float
+
+
+@dataclass
+class Goodput:
+    wall_s: float
+    productive_s: float
+    rework_s: float
+    checkpoint_blocking_s: float
+    recovery_s: float
+    startup_s: float
+    other_s: float
+    restarts: int
+    recoveries: list[Recovery] = field(default_factory=list)
+    steps_executed: int = 0
+    steps_reworked: int = 0
+    checkpoints_committed: int = 0
+
+    @property
+    def ettr(self) -> float:
+        return self.productive_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def ettr_steady_state(self) -> float:
+        """ETTR of the training phase (start-up and shutdown left out): what Kokolis et al.'s estimate models."""
+        busy = self.productive_s + self.rework_s + self.checkpoint_blocking_s + self.recovery_s
+        return self.productive_s / busy if busy > 0 else 0.0
+
+    def buckets(self) -> dict[str, float]:
+        return {
+            "productive_s": self.productive_s,
+            "rework_s": self.rework_s,
+            "checkpoint_blocking_s": self.checkpoint_blocking_s,
+            "recovery_s": self.recovery_s,
+            "startup_s": self.startup_s,
+            "other_s": self.other_s,
+        }
+
+
+def _session(records: Iterable[dict[str, Any]], since_t: float) -> list[dict[str, Any]]:
+    return sorted((r for r in records if float(r.get("t", r.get("t_start", 0.0))) >= since_t), key=_time)
+
+
+def _time(record: dict[str, Any]) -> float:
+    return float(record.get("t", record.get("t_start", 0.0)))
+
+
+def account(events: list[dict[str, Any]], steps: list[dict[str, Any]]) -> Goodput:
+    """Split the wall time of the latest launch in ``events`` (with ``steps`` from metrics.jsonl)."""
+    launches = [e for e in events if e.get("kind") == "launch"]
+    launch_t = max(
+        (float(e["t"]) for e in launches), default=min((_time(r) for r in events + steps), default=0.0)
+    )
+    events = _session(events, launch_t)
+    steps = sorted(_session(steps, launch_t), key=lambda s: float(s["t_start"]))
+    ends = [float(e["t"]) for e in events if e.get("kind") == "run_end"]
+    end_t = (
+        max(ends)
+        if ends
+        else max([_time(e) for e in events] + [float(s["t_end"]) for s in steps] + [launch_t])
+    )
+    wall = max(0.0, end_t - launch_t)
+
+    final: dict[int, float] = {}
+    rework = 0.0
+    reworked = 0
+    for record in steps:  # in time order: a later execution of a step replaces the earlier one
+        number = int(record["step"])
+        duration = float(record["step_time_s"])
+        if number in final:
+            rework += final[number]
+            reworked += 1
+        final[number] = duration
+    productive = sum(final.values())
+    blocking = sum(float(e.get("blocking_s", 0.0)) for e in events if e.get("kind") == "checkpoint")
+    committed = sum(1 for e in events if e.get("kind") == "commit")
+
+    # the launcher logs with attempt -1; workers with torchrun's TORCHELASTIC_RESTART_COUNT
+    attempts = sorted({int(s["attempt"]) for s in steps} | {int(e.get("attempt", -1)) for e in events} - {-1})
+    recoveries = _recoveries(attempts, events, steps)
+    first_step_t = float(steps[0]["t_start"]) if steps else end_t
+    startup = max(0.0, first_step_t - launch_t)
+    recovery_total = sum(r.recovery_s for r in recoveries)
+    other = wall - productive - rework - blocking - recovery_total - startup
+    return Goodput(
+        wall_s=wall,
+        productive_s=productive,
+        rework_s=rework,
+        checkpoint_blocking_s=blocking,
+        recovery_s=recovery_total,
+        startup_s=startup,
+        other_s=max(0.0, other),
+        restarts=max(0, len(attempts) - 1),
+        recoveries=recoveries,
+        steps_executed=len(steps),
+        steps_reworked=reworked,
+        checkpoints_committed=committed,
+    )
+
+
+def _recoveries(
+    attempts: list[int], events: list[dict[str, Any]], steps: list[dict[str, Any]]
+) -> list[Recovery]:
+    """One entry per attempt that ran steps after an earlier attempt: failure time to first resumed step."""
+    recoveries: list[Recovery] = []
+    ran = [a for a in attempts if any(int(s["attempt"]) == a for s in steps)]
+    for previous, attempt in itertools.pairwise(ran):
+        failure_events = [
+            e
+            for e in events
+            if int(e.get("attempt", -1)) in range(previous, attempt) and e.get("kind") in ("fault", "hang")
+        ]
+        if failure_events:
+            first = min(failure_events, key=_time)
+            failure_t = _time(first)
+            failure = str(first.get("fault") or first.get("kind"))
+        else:
+            # the last sign of life of the failed attempt: its last step, or a save logged after it
+            last = [float(s["t_end"]) for s in steps if int(s["attempt"]) == previous]
+            last += [_time(e) for e in events if int(e.get("attempt", -1)) == previous]
+            failure_t = max(last)
+            failure = "unknown (last event of the failed attempt)"
+        resumed = min((s for s in steps if int(s["attempt"]) == attempt), key=lambda s: float(s["t_start"]))
+        recoveries.append(
+            Recovery(
+                attempt=attempt,
+                failure=failure,
+                failure_t=failure_t,
+                resumed_step=int(resumed["step"]),
+                recovery_s=max(0.0, float(resumed["t_start"]) - failure_t),
+            )
+        )
+    return recoveries

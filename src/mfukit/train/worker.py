@@ -1,0 +1,438 @@
+"""The torchrun entry point: ``torchrun ... -m mfukit.train.worker <out>/config.json``.
+
+Shape recommended by TorchElastic (torch/distributed/run.py): on every (re)start, load the newest
+complete checkpoint, then train with periodic saves. RANK and WORLD_SIZE may change between restarts;
+TORCHELASTIC_RESTART_COUNT numbers the attempt in the ledger.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import resource
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+from mfukit.perf.flops import model_flops_per_token
+from mfukit.train.checkpoint import Checkpointer, TrainState, params_sha256
+from mfukit.train.commit import CheckpointStore
+from mfukit.train.config import TrainConfig
+from mfukit.train.data import Sampler, TokenFile, ensure_synthetic, windows
+from mfukit.train.faults import FaultInjector, parse_all
+from mfukit.train.interval import daly_interval_s
+from mfukit.train.ledger import EventLog
+from mfukit.train.metrics import MetricsLog, StepMetrics, progress_line, say, step_mfu, straggler
+from mfukit.train.model import Transformer
+from mfukit.train.watchdog import Watchdog
+
+LONG_PHASE_FACTOR = 4.0
+"""Start-up, loading and synchronous saves may take this many hang timeouts (at least 120 s)."""
+GRAD_CLIP_NORM = 1.0
+MIN_LR_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class Env:
+    rank: int
+    world_size: int
+    local_rank: int
+    attempt: int
+
+    @classmethod
+    def read(cls) -> Env:
+        return cls(
+            rank=int(os.environ["RANK"]),
+            world_size=int(os.environ["WORLD_SIZE"]),
+            local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+            attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        )
+
+
+def learning_rate(config: TrainConfig, step: int) -> float:
+    """Linear warm-up, then cosine decay to 10 % of the peak at the last step."""
+    if config.warmup_steps and step <= config.warmup_steps:
+        return config.lr * step / config.warmup_steps
+    span = max(1, config.steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    return config.lr * (MIN_LR_FRACTION + (1 - MIN_LR_FRACTION) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _device(config: TrainConfig, env: Env) -> torch.device:
+    use_cuda = config.device == "cuda" or (config.device == "auto" and torch.cuda.is_available())
+    if use_cuda:
+        torch.cuda.set_device(env.local_rank)
+        return torch.device("cuda", env.local_rank)
+    return torch.device("cpu")
+
+
+def _build(config: TrainConfig, device: torch.device) -> nn.Module:
+    torch.manual_seed(config.seed)
+    with device:
+        model = Transformer(config.model, config.seq_len)
+    if config.compile:
+        for layer in model.layers:
+            layer.compile()
+    if config.parallel == "fsdp":
+        for layer in model.layers:
+            fully_shard(layer)
+        fully_shard(model)
+        return model
+    return DistributedDataParallel(model, forward_sync_buffers=False)
+
+
+def _memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+
+
+class _StopRequest:
+    """SIGUSR1 (Slurm's --signal before the time limit or a preemption): checkpoint and stop."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        signal.signal(signal.SIGUSR1, self._handle)
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.requested = True
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, env: Env) -> None:
+        self.stop = _StopRequest()  # first: SIGUSR1's default action would end the process
+        self.config = config
+        self.env = env
+        self.out = config.out
+        self.events = EventLog(self.out / "ledger.jsonl", attempt=env.attempt)
+        self.metrics = MetricsLog(self.out / "metrics.jsonl")
+        self.device = _device(config, env)
+        long_phase_s = max(120.0, LONG_PHASE_FACTOR * config.hang_timeout_s)
+        self.long_phase_s = long_phase_s
+        self.watchdog = Watchdog(config.hang_timeout_s, self._on_hang)
+        self.watchdog.start(long_phase_s)
+        backend = "cpu:gloo,cuda:nccl" if self.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=long_phase_s))
+        # checkpoint collectives on their own gloo group (never interleaved with training collectives)
+        self.checkpoint_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=long_phase_s))
+        self.step = 0
+        self.resumed_step = 0
+        self.faults = FaultInjector(
+            parse_all(config.faults, steps=config.steps, world_size=env.world_size),
+            self.out / "faults",
+            env.rank,
+            self.events.record,
+        )
+        self.model = _build(config, self.device)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay
+        )
+        tokens = self._tokens()
+        self.tokens = tokens.open()
+        self.sampler = Sampler(tokens.num_sequences(config.seq_len), config.seed)
+        self.train_state = TrainState()
+        self.store = CheckpointStore(self.out / "checkpoints", config.checkpoint.keep)
+        self.checkpointer = Checkpointer(
+            self.store,
+            self.model,
+            self.optimizer,
+            self.train_state,
+            group=self.checkpoint_group,
+            mode=config.checkpoint.mode,
+            config_hash=config.config_hash(),
+            faults=self.faults,
+            record=self.events.record,
+            verify=config.verify_resume,
+        )
+        self.flops_per_token = model_flops_per_token(config.model, config.seq_len, config.attention_flops)
+        self.interval_s = config.checkpoint.interval_s or math.inf
+        self.last_save_t = time.perf_counter()
+
+    def _tokens(self) -> TokenFile:
+        """The token file; a synthetic one missing on this cluster's storage is made by rank 0 first."""
+        config = self.config
+        path = Path(config.data_path)
+        if config.synthetic_tokens is not None and self.env.rank == 0 and not path.exists():
+            ensure_synthetic(
+                path.parent,
+                vocab_size=config.model.vocab_size,
+                num_tokens=config.synthetic_tokens,
+                seed=config.seed,
+            )
+        dist.barrier(group=self.checkpoint_group)
+        return TokenFile.at(path, config.model.vocab_size)
+
+    # ------------------------------------------------------------------ events
+
+    def _on_hang(self, silent_s: float) -> None:
+        self.events.record("hang", rank=self.env.rank, step=self.step + 1, silent_s=silent_s)
+
+    def _record0(self, kind: str, **fields: Any) -> None:
+        if self.env.rank == 0:
+            self.events.record(kind, **fields)
+
+    # ------------------------------------------------------------------ resume
+
+    def resume(self) -> None:
+        started = time.time()
+        choice: list[Any] = [None]
+        if self.env.rank == 0:
+            latest = self.store.latest()
+            choice = [latest.path.name if latest else None]
+        dist.broadcast_object_list(choice, src=0, group=self.checkpoint_group)
+        resumed_from = None
+        load_s = 0.0
+        if choice[0] is not None:
+            committed = next(c for c in self.store.scan()[0] if c.path.name == choice[0])
+            load_s = self.checkpointer.load(committed)
+            self.step = self.resumed_step = self.train_state.step
+            self.sampler.position = self.train_state.sampler_position
+            resumed_from = committed.meta
+            if self.config.verify_resume:
+                self._verify(committed.meta.params_sha256)
+        dist.barrier(group=self.checkpoint_group)
+        if self.env.rank == 0:
+            for torn in self.store.discard_torn():
+                self.events.record("torn_checkpoint", path=torn.path.name, reason=torn.reason)
+        self._record0(
+            "attempt_start",
+            world_size=self.env.world_size,
+            resumed_step=self.step,
+            resumed_world_size=resumed_from.world_size if resumed_from else None,
+            load_s=load_s,
+            init_s=time.time() - started,
+            device=str(self.device),
+        )
+        self.watchdog.beat(self.long_phase_s)  # the first step may compile or allocate for a while
+        if resumed_from is not None and self.env.rank == 0:
+            say(
+                f"[train] attempt {self.env.attempt}: resumed from step {self.step} "
+                f"(saved by {resumed_from.world_size} ranks, now {self.env.world_size}) in {load_s:.2f} s"
+            )
+
+    def _verify(self, saved: str | None) -> None:
+        loaded = params_sha256(self.model)
+        if self.env.rank == 0:
+            same = saved is not None and loaded == saved
+            self.events.record("resume_verified", step=self.step, match=same, sha256=loaded)
+            if not same:
+                raise RuntimeError(f"resumed parameters {loaded} differ from the saved {saved}")
+
+    # ------------------------------------------------------------------ one step
+
+    def _micro_batches(self) -> list[torch.Tensor]:
+        config, env = self.config, self.env
+        indices = self.sampler.take(config.global_batch_size)
+        per_rank = config.global_batch_size // env.world_size
+        mine = indices[env.rank * per_rank : (env.rank + 1) * per_rank]
+        rows = torch.from_numpy(windows(self.tokens, mine, config.seq_len))
+        return [
+            chunk.to(self.device, non_blocking=True) for chunk in torch.split(rows, config.micro_batch_size)
+        ]
+
+    @contextlib.contextmanager
+    def _sync_gradients(self, last: bool) -> Iterator[None]:
+        if isinstance(self.model, DistributedDataParallel) and not last:
+            with self.model.no_sync():
+                yield
+            return
+        if isinstance(self.model, FSDPModule):
+            self.model.set_requires_gradient_sync(last)
+        yield
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.device.type == "cuda" and self.config.precision in ("bf16", "fp16"):
+            dtype = torch.bfloat16 if self.config.precision == "bf16" else torch.float16
+            return torch.autocast("cuda", dtype=dtype)
+        return contextlib.nullcontext()
+
+    def _timed(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+    def train_step(self, step: int) -> tuple[float, float]:
+        """One optimizer step; returns (this rank's mean loss, its forward compute seconds)."""
+        micro_batches = self._micro_batches()
+        slow = self.faults.slow_factor()
+        loss_sum = 0.0
+        compute_s = 0.0
+        for index, batch in enumerate(micro_batches):
+            with self._sync_gradients(index == len(micro_batches) - 1):
+                started = self._timed()
+                with self._autocast():
+                    loss = self.model(batch[:, :-1], batch[:, 1:]) / len(micro_batches)
+                forward_s = self._timed() - started
+                if slow > 1:
+                    time.sleep((slow - 1) * forward_s)
+                compute_s += slow * forward_s
+                loss.backward()
+            loss_sum += float(loss.detach())
+        nn.utils.clip_grad_norm_(self.model.parameters(), GRAD_CLIP_NORM)
+        for group in self.optimizer.param_groups:
+            group["lr"] = learning_rate(self.config, step)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss_sum, compute_s
+
+    # ------------------------------------------------------------------ the loop
+
+    def _save_due(self, step: int) -> bool:
+        """Rank 0's view; every rank follows it (it travels in the per-step gather)."""
+        policy = self.config.checkpoint
+        if step == self.config.steps or self.faults.forces_save(step):
+            return True
+        if policy.interval_steps is not None:
+            return step % policy.interval_steps == 0
+        if (
+            policy.daly_mtbf_s is not None
+            and not self.checkpointer.committed
+            and not self.checkpointer.pending
+        ):
+            return True  # the first save measures the blocking time that the Daly interval needs
+        return time.perf_counter() - self.last_save_t >= self.interval_s
+
+    def run(self) -> None:
+        config, env = self.config, self.env
+        self.resume()
+        world = env.world_size
+        loss = math.nan
+        stopped = False
+        while self.step < config.steps:
+            step = self.step + 1
+            self.faults.before_step(step)
+            started_t = time.time()
+            started = time.perf_counter()
+            loss_local, compute_s = self.train_step(step)
+            local = torch.tensor(
+                [
+                    loss_local,
+                    compute_s,
+                    float(self.stop.requested),
+                    float(self._save_due(step)),
+                    self.interval_s,
+                ],
+                dtype=torch.float64,
+            )
+            gathered = torch.empty(world * local.numel(), dtype=torch.float64)
+            dist.all_gather_single(gathered, local)
+            table = gathered.view(world, -1)
+            step_time_s = time.perf_counter() - started
+            self.step = step
+            self.train_state.sampler_position = self.sampler.position
+            self.watchdog.beat()
+            loss = float(table[:, 0].mean())
+            stop = bool(table[:, 2].max() > 0)
+            save = bool(table[0, 3] > 0) or stop
+            self.interval_s = float(table[0, 4])
+            self._log(step, started_t, step_time_s, loss, [float(v) for v in table[:, 1]])
+            self.checkpointer.poll()
+            if save:
+                self.watchdog.beat(self.long_phase_s)
+                blocking_s = self.checkpointer.save(step)
+                self.last_save_t = time.perf_counter()
+                self._maybe_choose_interval(blocking_s)
+                self.watchdog.beat()
+            if stop and step < config.steps:
+                stopped = True
+                break
+        self.watchdog.beat(self.long_phase_s)
+        self.checkpointer.close()
+        digest = params_sha256(self.model)
+        if env.rank == 0:
+            self._write_result(loss, digest, stopped)
+            self.events.record("attempt_end", step=self.step, status="stopped" if stopped else "complete")
+        self.watchdog.stop()
+
+    def _maybe_choose_interval(self, blocking_s: float) -> None:
+        """Daly mode: after the first save, set the time interval from its measured blocking time."""
+        policy = self.config.checkpoint
+        if policy.daly_mtbf_s is None or not math.isinf(self.interval_s) or self.env.rank != 0:
+            return
+        delta_s = policy.blocking_s or blocking_s
+        self.interval_s = daly_interval_s(max(delta_s, 1e-6), policy.daly_mtbf_s)
+        self.events.record(
+            "interval", interval_s=self.interval_s, checkpoint_s=delta_s, mtbf_s=policy.daly_mtbf_s
+        )
+
+    def _log(
+        self, step: int, started_t: float, step_time_s: float, loss: float, compute: list[float]
+    ) -> None:
+        if self.env.rank != 0:
+            return
+        config = self.config
+        tokens = config.global_batch_size * config.seq_len
+        tokens_per_s = tokens / step_time_s
+        slowest, ratio = straggler(compute)
+        metrics = StepMetrics(
+            step=step,
+            attempt=self.env.attempt,
+            t_start=started_t,
+            t_end=started_t + step_time_s,
+            step_time_s=step_time_s,
+            loss=loss,
+            lr=learning_rate(config, step),
+            tokens=tokens,
+            tokens_per_s=tokens_per_s,
+            mfu=step_mfu(self.flops_per_token, tokens_per_s, self.env.world_size, config.peak_flops_per_s),
+            memory_bytes=_memory_bytes(self.device),
+            rank_compute_s=compute,
+            slowest_rank=slowest,
+            straggler_ratio=ratio,
+        )
+        self.metrics.write(metrics)
+        if step % config.log_every == 0 or step == config.steps or step == self.resumed_step + 1:
+            say(progress_line(metrics, config.steps))
+
+    def _write_result(self, loss: float, digest: str | None, stopped: bool) -> None:
+        committed, _ = self.store.scan()
+        result = {
+            "status": "stopped" if stopped else "complete",
+            "step": self.step,
+            "final_loss": loss,
+            "params_sha256": digest,
+            "world_size": self.env.world_size,
+            "attempt": self.env.attempt,
+            "checkpoints": [c.meta.step for c in committed],
+        }
+        path = self.out / "result.json"
+        temporary = path.with_suffix(".json.tmp")
+        temporary.write_text(json.dumps(result, indent=2), encoding="utf-8")
+        temporary.replace(path)
+
+
+@record
+def main() -> None:
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: torchrun ... -m mfukit.train.worker CONFIG.json")
+    config = TrainConfig.read(Path(sys.argv[1]))
+    trainer = Trainer(config, Env.read())
+    try:
+        trainer.run()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+    # Everything is on disk and every collective has finished: skip the interpreter teardown, which
+    # takes seconds with torch loaded and delays torchrun's view of a finished worker.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
