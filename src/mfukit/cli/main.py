@@ -21,6 +21,7 @@ from mfukit.errors import ExitCode, MfukitError
 # name -> "module:attribute" of the click command; the order is the order of `mfukit --help`.
 COMMANDS: dict[str, str] = {
     "catalog": "mfukit.cli.catalog:catalog",
+    "sched": "mfukit.cli.sched:sched",
 }
 
 
