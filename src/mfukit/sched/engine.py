@@ -210,7 +210,7 @@ class Simulation:
         job.state = TIMEOUT if job.run_s > job.limit_s else job.exit_state
         self.log("end", job.job_id, job.state)
 
-    def _enqueue(self, job: Job) -> None:
+    def enqueue(self, job: Job) -> None:
         job.state = PENDING
         job.eligible_s = self.now
         self.pending_per_gpus[job.gpus_per_node] += 1
@@ -236,7 +236,7 @@ class Simulation:
         if delay > 0:
             self._push(self.now + delay, ELIGIBLE, job)
         else:
-            self._enqueue(job)
+            self.enqueue(job)
 
     def preempt(self, victim: Job) -> None:
         self.result.preemptions += 1
@@ -354,7 +354,7 @@ class Simulation:
                     freed = True
                 elif kind == ELIGIBLE:
                     assert isinstance(payload, Job)
-                    self._enqueue(payload)
+                    self.enqueue(payload)
                     freed = True
                 else:
                     tick = True
@@ -366,10 +366,11 @@ class Simulation:
                 arrived += 1
                 if self.events is not None:
                     self.events.append((now, "submit", job.job_id, ""))
-                self._enqueue(job)
+                self.enqueue(job)
             if self.pending_count:
                 policy.schedule(now, freed=freed, arrived=arrived, tick=tick)
                 if tick_s and not tick_pending and self.pending_count:
+                    # the next grid point strictly after now
                     tick_pending = True
                     self._push((now // tick_s + 1) * tick_s, TICK, None)
             if self._allocated != allocated_before:

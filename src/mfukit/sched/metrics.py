@@ -69,21 +69,19 @@ class Timeline:
     def sampled(self, start_s: float, end_s: float, points: int = 400) -> tuple[list[float], list[float]]:
         """Mean allocated GPUs in ``points`` equal bins of the window (for plots)."""
         edges = np.linspace(start_s, end_s, points + 1)
-        values = [
-            self.gpu_seconds(a, b) / (b - a) if b > a else 0.0
-            for a, b in itertools.pairwise(edges)
-        ]
+        values = [self.gpu_seconds(a, b) / (b - a) if b > a else 0.0 for a, b in itertools.pairwise(edges)]
         return [float(x) for x in edges[:-1]], values
 
 
 def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
-    if not values:
-        return {f"p{p}": None for p in PERCENTILES} | {"mean": None}
-    array = np.asarray(values, dtype=np.float64)
-    found = np.percentile(array, PERCENTILES)
-    return {f"p{p}": float(v) for p, v in zip(PERCENTILES, found, strict=True)} | {
-        "mean": float(array.mean())
-    }
+    stats: dict[str, float | None] = {f"p{p}": None for p in PERCENTILES}
+    stats["mean"] = None
+    if values:
+        array = np.asarray(values, dtype=np.float64)
+        for p, v in zip(PERCENTILES, np.percentile(array, PERCENTILES), strict=True):
+            stats[f"p{p}"] = float(v)
+        stats["mean"] = float(array.mean())
+    return stats
 
 
 def idle_gaps_s(attempts: Sequence[Job]) -> list[float]:

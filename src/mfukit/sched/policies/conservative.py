@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from mfukit.sched.job import Job
 from mfukit.sched.policies.base import INFINITE_S, Policy, PriorityWeights
-from mfukit.sched.policies.plan import Plan
+from mfukit.sched.policies.plan import Plan, consecutive_best_fit, eligible_mask
 
 
 class ConservativeBackfill(Policy):
@@ -17,6 +17,19 @@ class ConservativeBackfill(Policy):
     def __init__(self, weights: PriorityWeights | None = None, max_job_test: int = 0) -> None:
         super().__init__(weights)
         self.max_job_test = max_job_test
+
+    def start(self, job: Job, *, backfilled: bool = False) -> bool:
+        """Start ``job`` now on the nodes Slurm would pick (consecutive best fit), if it fits."""
+        switches = self.switches_now(job)
+        if switches and self.nodes.num_leaves > 1:
+            return super().start(job, backfilled=backfilled)
+        if not self.nodes.can_fit(job.num_nodes, job.gpus_per_node):
+            return False
+        picked = consecutive_best_fit(eligible_mask(self.nodes, job.gpus_per_node), job.num_nodes)
+        if picked is None:
+            return False
+        self.start_on(job, picked, backfilled=backfilled)
+        return True
 
     def switches_now(self, job: Job) -> int:
         if job.max_switches and self.sim.now - job.eligible_s >= job.switch_wait_s > 0:

@@ -25,6 +25,39 @@ def _bits(mask: int) -> list[int]:
     return nodes
 
 
+def consecutive_best_fit(candidates: int, need: int) -> tuple[int, ...] | None:
+    """Slurm's node choice (select/cons_tres ``_eval_nodes``, from select/linear): split the eligible
+    nodes into runs of consecutive indices; take the lowest nodes of the smallest run that holds the
+    whole request, or else the largest runs first. None when there are too few nodes."""
+    nodes = _bits(candidates)
+    if len(nodes) < need:
+        return None
+    runs: list[list[int]] = []
+    for node in nodes:
+        if runs and runs[-1][-1] == node - 1:
+            runs[-1].append(node)
+        else:
+            runs.append([node])
+    fitting = [run for run in runs if len(run) >= need]
+    if fitting:
+        return tuple(min(fitting, key=len)[:need])
+    picked: list[int] = []
+    for run in sorted(runs, key=len, reverse=True):
+        picked.extend(run[: need - len(picked)])
+        if len(picked) == need:
+            break
+    return tuple(sorted(picked))
+
+
+def eligible_mask(nodes: Nodes, gpus: int) -> int:
+    """Bitmask of nodes that take work and have at least ``gpus`` free GPUs now."""
+    mask = 0
+    for bucket in nodes.bucket[gpus:]:
+        for node in bucket:
+            mask |= 1 << node
+    return mask
+
+
 class Plan:
     def __init__(self, now: float, nodes: Nodes, releases: Iterable[tuple[float, Job]]) -> None:
         top = nodes.gpus_per_node
@@ -88,7 +121,7 @@ class Plan:
 
     def _pick(self, candidates: int, need: int, max_switches: int) -> tuple[int, ...] | None:
         if max_switches <= 0 or self.nodes.num_leaves <= 1:
-            return tuple(_bits(candidates)[:need])
+            return consecutive_best_fit(candidates, need)
         if self._leaf_masks is None:
             leaf_masks = [0] * self.nodes.num_leaves
             for node, leaf in enumerate(self.nodes.leaf):

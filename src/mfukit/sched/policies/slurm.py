@@ -1,8 +1,9 @@
 """``slurm``: Slurm's own two schedulers (sched/backfill with select/cons_tres), as documented in
 slurm.conf(5) SchedulerParameters and implemented in job_scheduler.c and backfill.c.
 
-* The main scheduler runs on every event (submission, completion, node change) and walks pending
-  jobs in priority order, starting each that fits now; the first that does not fit ends the pass,
+* The main scheduler runs on submission and, after a completion or node change, at the controller's
+  next background pass (``_slurmctld_background`` wakes once a second; modelled as the next backfill
+  tick, which is how the dev cluster behaves with bf_interval=1); it walks pending jobs in priority order, starting each that fits now; the first that does not fit ends the pass,
   since its partition's nodes are withheld from every later job (all partitions span all nodes here).
   A blocked job whose QOS may preempt requeues lower-QOS jobs (PreemptType=preempt/qos,
   PreemptMode=REQUEUE).
@@ -46,9 +47,14 @@ class SlurmPolicy(ConservativeBackfill):
         self.bf_resolution_s = bf_resolution_s
         self.bf_window_s = bf_window_s
         self.bf_max_job_test = bf_max_job_test
+        self._queued = False
 
     def schedule(self, now: float, *, freed: bool, arrived: int, tick: bool) -> None:
-        if freed or arrived:
+        # A submission is tested at once; a completion only queues a pass for the controller's
+        # background loop, which runs once a second (so does backfill here): the next tick.
+        self._queued = self._queued or freed
+        if arrived or (tick and self._queued):
+            self._queued = False
             self.start_in_order(now)
         if tick and self.pending:
             self.plan_and_start(
