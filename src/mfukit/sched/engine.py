@@ -22,15 +22,13 @@ from array import array
 from bisect import bisect_left, insort
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from mfukit.core.results import ProgressCallback
 from mfukit.sched.job import NODE_FAIL, PENDING, PREEMPTED, RUNNING, TIMEOUT, Job
 from mfukit.sched.nodes import Nodes
+from mfukit.sched.policies.base import Policy
 from mfukit.units import SECONDS_PER_DAY
-
-if TYPE_CHECKING:
-    from mfukit.sched.policies.base import Policy
 
 # Event kinds; at one instant they apply in this order (then submissions, then the policy).
 END, FAIL, REPAIR, DRAIN, UNDRAIN, ELIGIBLE, TICK = range(7)
@@ -132,7 +130,8 @@ class Simulation:
         self.nodes = Nodes(spec.num_nodes, spec.gpus_per_node, spec.nodes_per_leaf or spec.num_nodes)
         self.rng = random.Random(seed)
         self.now = 0.0
-        self.heap: list[tuple[float, int, int, Job | int | Drain | None, int]] = []
+        # (time, kind, sequence, payload, attempt): the payload's type follows the kind
+        self.heap: list[tuple[float, int, int, Any, int]] = []
         self._seq = 0
         self.running: dict[int, Job] = {}
         # running jobs by expected end (start + time limit): what planners see, as Slurm's will-run does
@@ -293,13 +292,17 @@ class Simulation:
         self._next_failure()
         for drain in self.spec.drains:
             self._push(drain.start_s, DRAIN, drain)
-        tick_s = policy.tick_s
-        tick_pending = False
+        tick_at: float | None = None  # the one TICK the policy asked for (earlier ones are stale)
         last_t = trace[0].submit_s if trace else 0.0
         self.now = last_t
         timeline_t, timeline_gpus = result.timeline_t, result.timeline_gpus
         progress_every = max(1, total // 200)
         reported = 0
+        events = self.events
+        at_least = nodes.at_least
+        pending_per_gpus = self.pending_per_gpus
+        heappop = heapq.heappop
+        ticking = type(policy).next_tick is not Policy.next_tick
         while True:
             has_event = bool(heap)
             if next_submit < total:
@@ -313,25 +316,25 @@ class Simulation:
             dt = now - last_t
             if dt > 0:
                 if self.pending_count:
-                    free = nodes.free_gpus()
-                    result.idle_with_queue_gpu_s += free * dt
-                    smallest = next(g for g, n in enumerate(self.pending_per_gpus) if n)
-                    result.stranded_gpu_s += nodes.stranded_gpus(smallest) * dt
+                    result.idle_with_queue_gpu_s += (sum(at_least) - at_least[0]) * dt
+                    if not pending_per_gpus[1]:  # with 1-GPU jobs waiting, no free GPU is stranded
+                        smallest = next(g for g, n in enumerate(pending_per_gpus) if n)
+                        result.stranded_gpu_s += nodes.stranded_gpus(smallest) * dt
                 last_t = now
             self.now = now
             allocated_before = self._allocated
             freed = False
             tick = False
             while heap and heap[0][0] == now:
-                _, kind, _, payload, tag = heapq.heappop(heap)
-                if kind in (REPAIR, DRAIN, UNDRAIN, ELIGIBLE):
-                    self._structural -= 1
+                _, kind, _, payload, tag = heappop(heap)
                 if kind == END:
-                    assert isinstance(payload, Job)
                     if payload.attempt == tag and payload.state == RUNNING:
                         self._finish(payload)
                         freed = True
-                elif kind == FAIL:
+                    continue
+                if kind in (REPAIR, DRAIN, UNDRAIN, ELIGIBLE):
+                    self._structural -= 1
+                if kind == FAIL:
                     self._fail_node(self.rng.randrange(self.spec.num_nodes))
                     self._next_failure()
                     freed = True
@@ -356,32 +359,27 @@ class Simulation:
                     assert isinstance(payload, Job)
                     self.enqueue(payload)
                     freed = True
-                else:
+                elif tick_at is not None and tick_at == now:
                     tick = True
-                    tick_pending = False
+                    tick_at = None
             arrived = 0
             while next_submit < total and trace[next_submit].submit_s == now:
                 job = trace[next_submit]
                 next_submit += 1
                 arrived += 1
-                if self.events is not None:
-                    self.events.append((now, "submit", job.job_id, ""))
+                if events is not None:
+                    events.append((now, "submit", job.job_id, ""))
                 self.enqueue(job)
             if self.pending_count:
                 policy.schedule(now, freed=freed, arrived=arrived, tick=tick)
-                if tick_s and not tick_pending and self.pending_count:
-                    # the next grid point strictly after now
-                    tick_pending = True
-                    self._push((now // tick_s + 1) * tick_s, TICK, None)
+                wanted = policy.next_tick(now) if ticking and self.pending_count else None
+                if wanted is not None and (tick_at is None or wanted < tick_at):
+                    tick_at = wanted
+                    self._push(wanted, TICK, None)
             if self._allocated != allocated_before:
                 timeline_t.append(now)
                 timeline_gpus.append(self._allocated)
-            if (
-                not self.running
-                and next_submit >= total
-                and not self._structural
-                and (tick or not tick_s or not self.pending_count)
-            ):
+            if not self.running and next_submit >= total and not self._structural and tick_at is None:
                 break  # nothing left that could change: what still waits can never start
             if progress is not None and next_submit >= reported + progress_every:
                 reported = next_submit

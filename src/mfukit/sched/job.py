@@ -78,6 +78,7 @@ class Job:
         "qos",
         "restarts",
         "run_s",
+        "shape",
         "start_s",
         "state",
         "submit_s",
@@ -117,6 +118,7 @@ class Job:
         self.max_switches = max_switches
         self.switch_wait_s = switch_wait_s
         self.exit_state = exit_state  # how the job ends when it runs to completion (COMPLETED or FAILED)
+        self.shape = num_nodes * 1024 + gpus_per_node  # one int per request shape, for fast grouping
         self.reset()
 
     def reset(self) -> None:

@@ -51,7 +51,12 @@ class Nodes:
 
     def stranded_gpus(self, smallest_request: int) -> int:
         """Free GPUs on nodes whose free count is below ``smallest_request``: no queued job can use them."""
-        return sum(count * len(b) for count, b in enumerate(self.bucket[:smallest_request]))
+        if smallest_request <= 1:
+            return 0
+        at_least = self.at_least
+        # free GPUs on nodes with fewer than s free: sum over levels 1..s-1 of the nodes that have
+        # that level but not s
+        return sum(at_least[level] - at_least[smallest_request] for level in range(1, smallest_request))
 
     def eligible_by_leaf(self, gpus: int) -> list[list[int]]:
         """Nodes with at least ``gpus`` free, per leaf switch, fullest nodes first."""

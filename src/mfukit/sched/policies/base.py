@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import TYPE_CHECKING, ClassVar
 
 from mfukit.sched.job import Job
@@ -81,13 +82,13 @@ class Policy(ABC):
     """A scheduling policy: it keeps the pending queue and starts jobs through the simulation."""
 
     name: ClassVar[str]
-    tick_s: float | None = None  # the engine calls schedule(tick=True) this often while jobs wait
 
     def __init__(self, weights: PriorityWeights | None = None) -> None:
         self.weights = weights or PriorityWeights()
         self.pending: dict[int, Job] = {}
         self._submit_order = True  # the dict is in (submit, id) order until a job is requeued
         self.fairshare = FairShare(self.weights.decay_half_life_s)
+        self.blocked: Job | None = None  # the job that ended the last head-of-line pass
 
     def attach(self, sim: Simulation) -> None:
         self.sim = sim
@@ -95,6 +96,7 @@ class Policy(ABC):
         spec = sim.spec
         self._part_max = max([p.job_factor for p in spec.partitions] + [1])
         self._qos_max = max([q.priority for q in spec.qos] + [1])
+        self._tiers = {p.name: p.tier for p in spec.partitions}
 
     def submit(self, job: Job) -> None:
         if job.restarts:
@@ -104,6 +106,10 @@ class Policy(ABC):
     def released(self, job: Job, gpu_s: float) -> None:
         if self.weights.fairshare:
             self.fairshare.charge(job.user, gpu_s, self.sim.now)
+
+    def next_tick(self, now: float) -> float | None:
+        """When the policy wants ``schedule(tick=True)`` next (periodic work), or None."""
+        return None
 
     @abstractmethod
     def schedule(self, now: float, *, freed: bool, arrived: int, tick: bool) -> None:
@@ -132,14 +138,12 @@ class Policy(ABC):
     def ordered(self, now: float) -> list[Job]:
         """Pending jobs in Slurm's order: PriorityTier, priority, submit time, job id."""
         jobs = list(self.pending.values())
-        spec = self.sim.spec
-        tiers = {p.name: p.tier for p in spec.partitions}
-        if not self.weights.any and self._submit_order and len(set(tiers.values())) <= 1:
+        if not self.weights.any and self._submit_order and len(set(self._tiers.values())) <= 1:
             return jobs
-        return sorted(
-            jobs,
-            key=lambda j: (-tiers.get(j.partition, 1), -self.priority(j, now), j.submit_s, j.job_id),
-        )
+        return sorted(jobs, key=lambda j: self.sort_key(j, now))
+
+    def sort_key(self, job: Job, now: float) -> tuple[int, int, float, int]:
+        return (-self._tiers.get(job.partition, 1), -self.priority(job, now), job.submit_s, job.job_id)
 
     def start_in_order(self, now: float) -> None:
         """Start jobs in queue order until one neither fits nor can preempt its way in.
@@ -148,9 +152,23 @@ class Policy(ABC):
         of the pass (job_scheduler.c: "Do not schedule more jobs in this partition or on nodes in this
         partition"), and every partition here spans every node, so the pass ends there.
         """
+        self.blocked = None
         for job in self.ordered(now):
             if not self.start(job) and not self.preempt_for(job):
+                self.blocked = job
                 break
+
+    def arrivals_wait(self, now: float, arrived: int) -> bool:
+        """After only submissions: do all of the last ``arrived`` jobs queue behind the blocked job?
+
+        Then a head-of-line pass would start nothing, and it is skipped. Priorities are compared at
+        ``now``; the age factor grows alike for every job until it saturates.
+        """
+        if self.blocked is None or self.blocked.job_id not in self.pending:
+            return False
+        bar = self.sort_key(self.blocked, now)
+        newest = islice(reversed(self.pending.values()), arrived)
+        return all(self.sort_key(job, now) > bar for job in newest)
 
     # ----------------------------------------------------------------------------------- placement
     def start(self, job: Job, *, backfilled: bool = False) -> bool:

@@ -13,10 +13,10 @@ Topology (``--switches``) is honoured when a job starts; the shadow counts nodes
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left, bisect_right, insort
 from itertools import islice
 from typing import TYPE_CHECKING
-
-import numpy as np
 
 from mfukit.sched.job import Job
 from mfukit.sched.policies.base import Policy, PriorityWeights, ReleaseWalk
@@ -37,17 +37,29 @@ class EasyBackfill(Policy):
         self._walk: ReleaseWalk | None = None
         self._releases: list[tuple[float, int, Job]] = []
         self._position = 0
-        self._shapes: dict[tuple[int, int], int] = {}
+        self._shapes: dict[int, int] = {}
 
     def attach(self, sim: Simulation) -> None:
         super().attach(sim)
         count = sim.spec.num_nodes
-        # For whole-node reservations: when each node will be entirely free (max expected end of its
-        # jobs, -inf when idle). The shadow is then the need-th smallest of these: one partition.
+        # For whole-node reservations: when each node will be entirely free (the latest expected end
+        # of its jobs, -inf when idle), and those times sorted over the nodes that take work. The
+        # shadow of a k-node request is then the k-th smallest: one index, kept up to date with
+        # O(log nodes) per job start and end.
         self._node_ends: list[list[float]] = [[] for _ in range(count)]
-        self._free_at = np.full(count, -np.inf)
-        self._mask_version = -1
-        self._mask = np.ones(count, dtype=bool)
+        self._free_at: list[float] = [-math.inf] * count
+        self._sorted_free_at: list[float] = [-math.inf] * count
+        self._sorted_version = sim.nodes.state_changes
+
+    def _move(self, node: int, value: float) -> None:
+        before = self._free_at[node]
+        if before == value:
+            return
+        self._free_at[node] = value
+        if self.nodes.accepting[node]:
+            ordered = self._sorted_free_at
+            del ordered[bisect_left(ordered, before)]
+            insort(ordered, value)
 
     def released(self, job: Job, gpu_s: float) -> None:
         super().released(job, gpu_s)
@@ -56,35 +68,35 @@ class EasyBackfill(Policy):
         for node in job.nodes:
             ends = self._node_ends[node]
             ends.remove(end)
-            self._free_at[node] = max(ends) if ends else -np.inf
+            self._move(node, max(ends) if ends else -math.inf)
 
     def _whole_node_shadow(self, head: Job, now: float) -> None:
         nodes = self.nodes
-        if self._mask_version != nodes.state_changes:
-            self._mask = np.asarray(nodes.accepting, dtype=bool)
-            self._mask_version = nodes.state_changes
-        free_at = self._free_at[self._mask]
+        if self._sorted_version != nodes.state_changes:  # a node went down or came back: rebuild
+            self._sorted_free_at = sorted(
+                f for f, ok in zip(self._free_at, nodes.accepting, strict=True) if ok
+            )
+            self._sorted_version = nodes.state_changes
+        ordered = self._sorted_free_at
         need = head.num_nodes
         self._shadow_known = True
-        if free_at.size < need:
-            self._shadow_s, self._extra_nodes = float("inf"), 0
+        if len(ordered) < need:
+            self._shadow_s, self._extra_nodes = math.inf, 0
             return
-        shadow = max(float(np.partition(free_at, need - 1)[need - 1]), now)
+        shadow = max(ordered[need - 1], now)
         self._shadow_s = shadow
-        self._extra_nodes = int(np.count_nonzero(free_at <= shadow)) - need
+        self._extra_nodes = bisect_right(ordered, shadow) - need
 
     def submit(self, job: Job) -> None:
         super().submit(job)
-        shape = (job.num_nodes, job.gpus_per_node)
-        self._shapes[shape] = self._shapes.get(shape, 0) + 1
+        self._shapes[job.shape] = self._shapes.get(job.shape, 0) + 1
 
     def _started(self, job: Job) -> None:
-        shape = (job.num_nodes, job.gpus_per_node)
-        left = self._shapes[shape] - 1
+        left = self._shapes[job.shape] - 1
         if left:
-            self._shapes[shape] = left
+            self._shapes[job.shape] = left
         else:
-            del self._shapes[shape]
+            del self._shapes[job.shape]
 
     def _try(self, job: Job, backfilled: bool) -> bool:
         switches = job.max_switches
@@ -100,7 +112,7 @@ class EasyBackfill(Policy):
         for node in picked:
             self._node_ends[node].append(end)
             if end > free_at[node]:
-                free_at[node] = end
+                self._move(node, end)
         return True
 
     def _backfill_one(self, job: Job, now: float) -> int:
@@ -145,7 +157,7 @@ class EasyBackfill(Policy):
             self._extra_nodes = walk.spare
         elif self._position >= len(releases):
             self._shadow_known = True  # it never fits: nothing it could be delayed by
-            self._shadow_s = float("inf")
+            self._shadow_s = math.inf
             self._extra_nodes = 0
         return self._shadow_s >= at if self._shadow_known else True
 
@@ -162,41 +174,51 @@ class EasyBackfill(Policy):
         self._head = None
         self._shadow_known = False
         self._walk = None
-        blocked: set[int] = set()  # shapes (nodes * 1024 + GPUs per node) that do not fit now
+        blocked: set[int] = set()  # shapes that do not fit now
         at_least = self.nodes.at_least
         shapes = len(self._shapes)
+        # Once the shadow is known and no spare nodes are left, only jobs whose limit ends by the
+        # shadow can start: a single comparison rejects the rest without further work.
+        limit_ok = -1.0
+        head: Job | None = None
+        try_start = self._try
+        shadow_beyond = self._shadow_beyond
         for job in queue:
-            need, gpus = job.num_nodes, job.gpus_per_node
-            shape = need * 1024 + gpus
+            if limit_ok >= 0.0 and job.limit_s > limit_ok:
+                continue
+            shape = job.shape
             if shape in blocked:
                 continue
+            need, gpus = job.num_nodes, job.gpus_per_node
             if at_least[gpus] < need:
-                if self._head is None:
-                    self._head = job
+                if head is None:
+                    head = self._head = job
                 blocked.add(shape)
                 if len(blocked) >= shapes:
                     break
                 continue
-            if self._head is None:
-                if self._try(job, False):
+            if head is None:
+                if try_start(job, False):
                     done.append(job.job_id)
                 else:
-                    self._head = job  # fits by count but not by topology: it holds the reservation
+                    head = self._head = job  # fits by count but not by topology: it holds the reservation
                 continue
             # inline of _backfill_one (this loop runs millions of times)
-            if self._shadow_beyond(now + job.limit_s):
-                started = self._try(job, True)
+            if shadow_beyond(now + job.limit_s):
+                started = try_start(job, True)
             elif need <= self._extra_nodes:
-                started = self._try(job, True)
+                started = try_start(job, True)
                 if started:
                     self._extra_nodes -= need
             else:
-                continue
+                started = False
+            if self._shadow_known and self._extra_nodes <= 0:
+                limit_ok = self._shadow_s - now
             if started:
                 done.append(job.job_id)
                 if at_least[1] == 0:
                     break
-            else:
+            elif at_least[gpus] < need:
                 blocked.add(shape)
         for job_id in done:
             del pending[job_id]

@@ -18,8 +18,8 @@ class Fifo(Policy):
         super().__init__(weights)
 
     def schedule(self, now: float, *, freed: bool, arrived: int, tick: bool) -> None:
-        if not freed and len(self.pending) > arrived and not self.weights.any:
-            return  # the head was blocked before these arrivals and nothing was freed
+        if not freed and self.arrivals_wait(now, arrived):
+            return  # nothing was freed and no new job outranks the blocked head
         self.start_in_order(now)
 
 

@@ -2,12 +2,12 @@
 slurm.conf(5) SchedulerParameters and implemented in job_scheduler.c and backfill.c.
 
 * The main scheduler runs on submission and, after a completion or node change, at the controller's
-  next background pass (``_slurmctld_background`` wakes once a second; modelled as the next backfill
-  tick, which is how the dev cluster behaves with bf_interval=1); it walks pending jobs in priority order, starting each that fits now; the first that does not fit ends the pass,
+  next background pass (``_slurmctld_background`` wakes once a second: a job that ends frees its
+  nodes for the next whole second); it walks pending jobs in priority order, starting each that fits now; the first that does not fit ends the pass,
   since its partition's nodes are withheld from every later job (all partitions span all nodes here).
   A blocked job whose QOS may preempt requeues lower-QOS jobs (PreemptType=preempt/qos,
   PreemptMode=REQUEUE).
-* Backfill runs every ``bf_interval`` while jobs wait: it rebuilds a map of future free nodes from
+* Backfill runs every ``bf_interval`` while jobs wait (on a grid from time 0): it rebuilds a map of future free nodes from
   running jobs' *time limits*, then walks up to ``bf_max_job_test`` jobs in priority order; a job that
   fits now without delaying any reservation starts (flag SchedBackfill), every other job gets a
   reservation if it can start within ``bf_window``, with bounds rounded down to ``bf_resolution``.
@@ -15,10 +15,12 @@ slurm.conf(5) SchedulerParameters and implemented in job_scheduler.c and backfil
 
 Not modelled: ``default_queue_depth`` (every event pass tests the whole queue), the periodic
 ``sched_interval`` pass (it would find nothing the event passes did not), ``bf_continue`` and yields,
-node weights, and licences. The periodic backfill runs on a ``bf_interval`` grid from time 0.
+node weights, and licences.
 """
 
 from __future__ import annotations
+
+import math
 
 from mfukit.sched.policies.base import PriorityWeights
 from mfukit.sched.policies.conservative import ConservativeBackfill
@@ -28,6 +30,7 @@ BF_INTERVAL_S = 30.0
 BF_RESOLUTION_S = 60.0
 BF_WINDOW_S = 1440 * 60.0
 BF_MAX_JOB_TEST = 500
+BACKGROUND_LOOP_S = 1.0  # _slurmctld_background() wakes once a second
 
 
 class SlurmPolicy(ConservativeBackfill):
@@ -43,20 +46,30 @@ class SlurmPolicy(ConservativeBackfill):
         bf_max_job_test: int = BF_MAX_JOB_TEST,
     ) -> None:
         super().__init__(weights)
-        self.tick_s = bf_interval_s
+        self.bf_interval_s = bf_interval_s
         self.bf_resolution_s = bf_resolution_s
         self.bf_window_s = bf_window_s
         self.bf_max_job_test = bf_max_job_test
         self._queued = False
+        self._next_backfill = 0.0
+
+    def next_tick(self, now: float) -> float | None:
+        """The controller's background loop (once a second) when a main pass is queued; else the
+        next backfill cycle, on a ``bf_interval`` grid."""
+        backfill = (now // self.bf_interval_s + 1) * self.bf_interval_s
+        if self._queued:
+            return min(backfill, math.floor(now) + BACKGROUND_LOOP_S)
+        return backfill
 
     def schedule(self, now: float, *, freed: bool, arrived: int, tick: bool) -> None:
         # A submission is tested at once; a completion only queues a pass for the controller's
-        # background loop, which runs once a second (so does backfill here): the next tick.
+        # background loop, which wakes once a second.
         self._queued = self._queued or freed
-        if arrived or (tick and self._queued):
+        if (arrived and not self.arrivals_wait(now, arrived)) or (tick and self._queued):
             self._queued = False
             self.start_in_order(now)
-        if tick and self.pending:
+        if tick and self.pending and now >= self._next_backfill:
+            self._next_backfill = (now // self.bf_interval_s + 1) * self.bf_interval_s
             self.plan_and_start(
                 now,
                 window_s=self.bf_window_s,

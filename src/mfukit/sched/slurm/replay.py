@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 from mfukit.sched.job import Job
