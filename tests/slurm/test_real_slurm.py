@@ -114,7 +114,9 @@ def test_two_node_srun_and_a_venv_python(dev_slurm) -> None:  # type: ignore[no-
         'print(os.environ["SLURMD_NODENAME"], os.environ["CUDA_VISIBLE_DEVICES"], mfukit.__version__)\'\n',
         encoding="utf-8",
     )
-    job_id = dev_slurm.run("sbatch", "--parsable", f"--chdir={jobs_dir}", f"--output={jobs_dir}/%j.out", str(script))
+    job_id = dev_slurm.run(
+        "sbatch", "--parsable", f"--chdir={jobs_dir}", f"--output={jobs_dir}/%j.out", str(script)
+    )
     job_id = job_id.strip()
     replay.wait_done(dev_slurm, [job_id], timeout_s=60)
     lines = sorted((jobs_dir / f"{job_id}.out").read_text().split("\n"))

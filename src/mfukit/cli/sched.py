@@ -275,7 +275,7 @@ def simulate(
     assumptions += [
         "utilization is measured over the arrival window (first to last submission)",
         f"node failures: {failure_rate:g} per 1,000 node-days, Poisson; "
-        f"a failed node is out for {units.format_duration(spec.repair_s)}; its jobs are requeued (JobRequeue=1)"
+        f"a failed node is out for {units.format_duration(spec.repair_s)}; its jobs are requeued (JobRequeue=1), at most MaxBatchRequeue=5 times"
         if failure_rate
         else "no node failures (set --failure-rate or cluster.failure_rate_per_1000_node_days)",
     ]

@@ -33,6 +33,9 @@ from mfukit.units import SECONDS_PER_DAY
 # Event kinds; at one instant they apply in this order (then submissions, then the policy).
 END, FAIL, REPAIR, DRAIN, UNDRAIN, ELIGIBLE, TICK = range(7)
 Event = tuple[float, str, int, str]
+# After the last submission, with nothing running, give up on waiting jobs after this long without a
+# start (node failures can keep a large job from ever finding its nodes up at once).
+STALL_S = 30 * SECONDS_PER_DAY
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class ClusterSpec:
     qos: tuple[Qos, ...] = (Qos("normal"),)
     requeue_delay_s: float = 0.0
     requeue_on_node_fail: bool = True
+    max_batch_requeue: int = 5  # slurm.conf MaxBatchRequeue (default 5): then the job ends NODE_FAIL
 
     @property
     def num_gpus(self) -> int:
@@ -143,6 +147,7 @@ class Simulation:
         self._allocated = 0
         self._down_since: dict[int, float] = {}
         self._structural = 0  # repairs, drains and deferred requeues still to come
+        self._last_start_s = 0.0
         fits = []
         for job in sorted(jobs, key=lambda j: (j.submit_s, j.job_id)):
             job.reset()
@@ -173,6 +178,7 @@ class Simulation:
     def start(self, job: Job, nodes: tuple[int, ...], *, backfilled: bool = False) -> None:
         """Start ``job`` on ``nodes`` (already taken from :attr:`nodes` by the policy)."""
         now = self.now
+        self._last_start_s = now
         job.start_s = now
         if job.first_start_s is None:
             job.first_start_s = now
@@ -224,7 +230,10 @@ class Simulation:
         job.lost_gpu_s += lost
         self.result.lost_gpu_s += lost
         self.log("kill", job.job_id, state)
-        requeue = state == PREEMPTED or self.spec.requeue_on_node_fail
+        job.node_fail_requeues += state == NODE_FAIL
+        requeue = state == PREEMPTED or (
+            self.spec.requeue_on_node_fail and job.node_fail_requeues <= self.spec.max_batch_requeue
+        )
         if not requeue:
             job.end_s = self.now
             job.state = state
@@ -379,8 +388,11 @@ class Simulation:
             if self._allocated != allocated_before:
                 timeline_t.append(now)
                 timeline_gpus.append(self._allocated)
-            if not self.running and next_submit >= total and not self._structural and tick_at is None:
-                break  # nothing left that could change: what still waits can never start
+            if not self.running and next_submit >= total:
+                if not self._structural and tick_at is None:
+                    break  # nothing left that could change: what still waits can never start
+                if now - self._last_start_s > STALL_S:
+                    break  # failures keep too many nodes down for what still waits: give up on it
             if progress is not None and next_submit >= reported + progress_every:
                 reported = next_submit
                 progress(next_submit, total)

@@ -71,6 +71,7 @@ class Job:
         "max_switches",
         "name",
         "nice",
+        "node_fail_requeues",
         "node_names",
         "nodes",
         "num_nodes",
@@ -131,6 +132,7 @@ class Job:
         self.nodes: tuple[int, ...] = ()
         self.node_names: tuple[str, ...] = ()
         self.restarts = 0
+        self.node_fail_requeues = 0
         self.attempt = 0
         self.lost_gpu_s = 0.0
         self.backfilled = False

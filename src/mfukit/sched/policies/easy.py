@@ -56,7 +56,8 @@ class EasyBackfill(Policy):
         if before == value:
             return
         self._free_at[node] = value
-        if self.nodes.accepting[node]:
+        if self._sorted_version == self.nodes.state_changes and self.nodes.accepting[node]:
+            # (after a node state change the sorted list is rebuilt at its next use instead)
             ordered = self._sorted_free_at
             del ordered[bisect_left(ordered, before)]
             insort(ordered, value)

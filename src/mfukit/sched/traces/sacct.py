@@ -153,7 +153,8 @@ class _Attempts:
         job.end_s = end
         job.state = state if end is not None else RUNNING
         job.node_names = expand_hostlist(str(record.get("nodelist") or ""))
-        job.backfilled = "SchedBackfill" in str(record.get("flags") or "")
+        flags = str(record.get("flags") or "")
+        job.backfilled = "SchedBackfill" in flags or "STARTED_ON_BACKFILL" in flags  # -P / --json spelling
         self.attempts.append(job)
 
     def finish(self, fmt: str) -> TraceRead:
