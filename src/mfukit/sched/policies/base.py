@@ -97,6 +97,7 @@ class Policy(ABC):
         self._part_max = max([p.job_factor for p in spec.partitions] + [1])
         self._qos_max = max([q.priority for q in spec.qos] + [1])
         self._tiers = {p.name: p.tier for p in spec.partitions}
+        self._preempts = any(q.preempts for q in spec.qos)
 
     def submit(self, job: Job) -> None:
         if job.restarts:
@@ -153,10 +154,34 @@ class Policy(ABC):
         partition"), and every partition here spans every node, so the pass ends there.
         """
         self.blocked = None
-        for job in self.ordered(now):
-            if not self.start(job) and not self.preempt_for(job):
+        if self._preempts or self.weights.any or not self._submit_order or len(set(self._tiers.values())) > 1:
+            for job in self.ordered(now):
+                if not self.start(job) and not self.preempt_for(job):
+                    self.blocked = job
+                    break
+            return
+        # first come, first served without preemption: walk the queue itself (no copy of what may be
+        # a very long queue) and remove the started jobs afterwards
+        started = []
+        for job in self.pending.values():
+            picked = self.pick(job)
+            if picked is None:
                 self.blocked = job
                 break
+            self.sim.start(job, picked)
+            started.append(job.job_id)
+        for job_id in started:
+            del self.pending[job_id]
+
+    def pick(self, job: Job) -> tuple[int, ...] | None:
+        """Take nodes for ``job`` now (best fit), or None when it does not fit."""
+        return self.nodes.take(job.num_nodes, job.gpus_per_node, self.switches_now(job))
+
+    def switches_now(self, job: Job) -> int:
+        """The job's ``--switches`` limit, lifted once it has waited its ``switch_wait_s``."""
+        if job.max_switches and self.sim.now - job.eligible_s >= job.switch_wait_s > 0:
+            return 0
+        return job.max_switches
 
     def arrivals_wait(self, now: float, arrived: int) -> bool:
         """After only submissions: do all of the last ``arrived`` jobs queue behind the blocked job?
@@ -173,10 +198,7 @@ class Policy(ABC):
     # ----------------------------------------------------------------------------------- placement
     def start(self, job: Job, *, backfilled: bool = False) -> bool:
         """Start ``job`` now if it fits (honouring ``--switches`` until its wait runs out)."""
-        switches = job.max_switches
-        if switches and self.sim.now - job.eligible_s >= job.switch_wait_s > 0:
-            switches = 0
-        picked = self.nodes.take(job.num_nodes, job.gpus_per_node, switches)
+        picked = self.pick(job)
         if picked is None:
             return False
         del self.pending[job.job_id]

@@ -18,23 +18,16 @@ class ConservativeBackfill(Policy):
         super().__init__(weights)
         self.max_job_test = max_job_test
 
-    def start(self, job: Job, *, backfilled: bool = False) -> bool:
-        """Start ``job`` now on the nodes Slurm would pick (consecutive best fit), if it fits."""
-        switches = self.switches_now(job)
-        if switches and self.nodes.num_leaves > 1:
-            return super().start(job, backfilled=backfilled)
+    def pick(self, job: Job) -> tuple[int, ...] | None:
+        """The nodes Slurm would pick now (consecutive best fit); topology requests as the base."""
+        if self.switches_now(job) and self.nodes.num_leaves > 1:
+            return super().pick(job)
         if not self.nodes.can_fit(job.num_nodes, job.gpus_per_node):
-            return False
+            return None
         picked = consecutive_best_fit(eligible_mask(self.nodes, job.gpus_per_node), job.num_nodes)
-        if picked is None:
-            return False
-        self.start_on(job, picked, backfilled=backfilled)
-        return True
-
-    def switches_now(self, job: Job) -> int:
-        if job.max_switches and self.sim.now - job.eligible_s >= job.switch_wait_s > 0:
-            return 0
-        return job.max_switches
+        if picked is not None:
+            self.nodes.take_nodes(picked, job.gpus_per_node)
+        return picked
 
     def plan_and_start(
         self, now: float, *, window_s: float = INFINITE_S, resolution_s: float = 0.0, max_job_test: int = 0

@@ -100,10 +100,7 @@ class EasyBackfill(Policy):
             del self._shapes[job.shape]
 
     def _try(self, job: Job, backfilled: bool) -> bool:
-        switches = job.max_switches
-        if switches and self.sim.now - job.eligible_s >= job.switch_wait_s > 0:
-            switches = 0
-        picked = self.nodes.take(job.num_nodes, job.gpus_per_node, switches)
+        picked = self.nodes.take(job.num_nodes, job.gpus_per_node, self.switches_now(job))
         if picked is None:
             return False
         self.sim.start(job, picked, backfilled=backfilled)
