@@ -148,6 +148,7 @@ class Simulation:
         self._down_since: dict[int, float] = {}
         self._structural = 0  # repairs, drains and deferred requeues still to come
         self._last_start_s = 0.0
+        self.changes = 0  # bumped at every start, end and enqueue: policies skip work on an unchanged state
         fits = []
         for job in sorted(jobs, key=lambda j: (j.submit_s, j.job_id)):
             job.reset()
@@ -179,6 +180,7 @@ class Simulation:
         """Start ``job`` on ``nodes`` (already taken from :attr:`nodes` by the policy)."""
         now = self.now
         self._last_start_s = now
+        self.changes += 1
         job.start_s = now
         if job.first_start_s is None:
             job.first_start_s = now
@@ -198,6 +200,7 @@ class Simulation:
             self.events.append((now, "start", job.job_id, ",".join(map(str, nodes))))
 
     def _release(self, job: Job) -> None:
+        self.changes += 1
         del self.running[job.job_id]
         assert job.start_s is not None
         # (end, id) is unique, so the search never compares two Job objects
@@ -216,6 +219,7 @@ class Simulation:
         self.log("end", job.job_id, job.state)
 
     def enqueue(self, job: Job) -> None:
+        self.changes += 1
         job.state = PENDING
         job.eligible_s = self.now
         self.pending_per_gpus[job.gpus_per_node] += 1

@@ -83,13 +83,18 @@ def result_dict(metrics: Metrics) -> dict[str, Any]:
     }
 
 
+def _duration(value_s: float) -> str:
+    """A duration, with no wait shown as "0 s" (not a tiny unit)."""
+    return "0 s" if value_s == 0 else units.format_duration(value_s)
+
+
 def _fraction(value: float) -> str:
     return units.format_percent(value)
 
 
 def tables(metrics: Metrics, title: str) -> list[Table]:
     summary = Table(title, ["metric", "value"], csv_columns=["metric", "value"])
-    duration = units.format_duration
+    duration = _duration
     rows: list[tuple[str, Any]] = [
         ("GPU utilization (allocated / capacity)", shown(metrics.utilization, _fraction)),
         ("wait mean", shown(metrics.wait_s["mean"], duration)),
@@ -143,7 +148,7 @@ def tables(metrics: Metrics, title: str) -> list[Table]:
 
 
 def _opt(value: float | None) -> str:
-    return "—" if value is None else units.format_duration(value)
+    return "—" if value is None else _duration(value)
 
 
 def write(

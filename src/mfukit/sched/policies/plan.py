@@ -64,26 +64,36 @@ class Plan:
         self.top = top
         self.nodes = nodes
         free = [f if ok else 0 for f, ok in zip(nodes.free, nodes.accepting, strict=True)]
+        # nodes with at least g free = the union of the buckets of g..top free GPUs (suffix OR)
         masks = [0] * (top + 1)
-        for node, count in enumerate(free):
-            if nodes.accepting[node]:
-                for level in range(count + 1):
-                    masks[level] |= 1 << node
+        running_or = 0
+        for level in range(top, -1, -1):
+            for node in nodes.bucket[level]:
+                running_or |= 1 << node
+            masks[level] = running_or
         self.times: list[float] = [now]
         self.masks: list[list[int]] = [masks]
+        accepting = nodes.accepting
         for at, job in releases:
             if at > self.times[-1]:
                 self.times.append(at)
                 self.masks.append(list(self.masks[-1]))
             current = self.masks[-1]
             add = job.gpus_per_node
+            gained = 0  # nodes that become entirely free with this release
             for node in job.nodes:
-                if not nodes.accepting[node]:
+                if not accepting[node]:
                     continue
                 before = free[node]
                 free[node] = before + add
+                if before == 0 and add == top:
+                    gained |= 1 << node
+                    continue
                 for level in range(before + 1, before + add + 1):
                     current[level] |= 1 << node
+            if gained:
+                for level in range(1, top + 1):
+                    current[level] |= gained
         self._leaf_masks: list[int] | None = None
 
     # --------------------------------------------------------------------------------------- search
@@ -155,6 +165,12 @@ class Plan:
         first = self._boundary(start_s)
         last = self._boundary(end_s) if end_s != float("inf") else len(self.times)
         top = self.top
+        if gpus == top:  # whole nodes: clear them at every level, all nodes at once
+            keep = ~sum(1 << node for node in nodes)
+            for slot in self.masks[first:last]:
+                for level in range(1, top + 1):
+                    slot[level] &= keep
+            return
         for slot in self.masks[first:last]:
             for node in nodes:
                 bit = 1 << node

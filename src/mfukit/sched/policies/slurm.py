@@ -13,6 +13,9 @@ slurm.conf(5) SchedulerParameters and implemented in job_scheduler.c and backfil
   reservation if it can start within ``bf_window``, with bounds rounded down to ``bf_resolution``.
   That makes Slurm's backfill conservative, not EASY.
 
+A backfill cycle that would see exactly the state of the previous one (nothing started, ended or
+arrived; no age weight to reorder the queue) is skipped: it could only find the same answer.
+
 Not modelled: ``default_queue_depth`` (every event pass tests the whole queue), the periodic
 ``sched_interval`` pass (it would find nothing the event passes did not), ``bf_continue`` and yields,
 node weights, and licences.
@@ -52,6 +55,7 @@ class SlurmPolicy(ConservativeBackfill):
         self.bf_max_job_test = bf_max_job_test
         self._queued = False
         self._next_backfill = 0.0
+        self._last_backfill_state: tuple[int, int] | None = None
 
     def next_tick(self, now: float) -> float | None:
         """The controller's background loop (once a second) when a main pass is queued; else the
@@ -70,6 +74,10 @@ class SlurmPolicy(ConservativeBackfill):
             self.start_in_order(now)
         if tick and self.pending and now >= self._next_backfill:
             self._next_backfill = (now // self.bf_interval_s + 1) * self.bf_interval_s
+            state = (self.sim.changes, self.nodes.state_changes)
+            if state == self._last_backfill_state and not self.weights.age:
+                return  # nothing started, ended or arrived since the last cycle: it would start nothing
+            self._last_backfill_state = state
             self.plan_and_start(
                 now,
                 window_s=self.bf_window_s,
