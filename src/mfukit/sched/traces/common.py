@@ -9,8 +9,9 @@ counted in a note, not treated as errors.
 from __future__ import annotations
 
 import csv
+import functools
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -144,6 +145,35 @@ def column_index(header: list[str], aliases: dict[str, tuple[str, ...]]) -> dict
                 found[key] = lowered.index(name)
                 break
     return found
+
+
+def named_records(
+    path: Path,
+    aliases: dict[str, tuple[str, ...]],
+    required: Callable[[set[str]], list[str]],
+    expected: str,
+    delimiter: str = ",",
+) -> Iterator[tuple[int, Callable[[str], str]]]:
+    """(line number, column getter) for every row after a header line that names the columns.
+
+    ``required(found)`` lists what the header lacks; a header that lacks anything, or a file without
+    one, is an InputError that says what was ``expected``.
+    """
+    columns: dict[str, int] | None = None
+    for line_no, fields in csv_records(path, delimiter):
+        if columns is None:
+            columns = column_index(fields, aliases)
+            lacking = required(set(columns))
+            if lacking:
+                raise InputError(
+                    f"line {line_no}: the header lacks {', '.join(lacking)}",
+                    source=str(path),
+                    expected=expected,
+                )
+            continue
+        yield line_no, functools.partial(cell, columns, fields)
+    if columns is None:
+        raise InputError("the file is empty", source=str(path), expected=expected)
 
 
 def cell(columns: dict[str, int], fields: list[str], key: str) -> str:

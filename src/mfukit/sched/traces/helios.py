@@ -7,17 +7,13 @@ Columns are found by name; ``vc`` (virtual cluster) becomes the partition.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
-from mfukit.errors import InputError
 from mfukit.sched.job import COMPLETED, PENDING, RUNNING
 from mfukit.sched.traces.common import (
     Rows,
     TraceRead,
-    cell,
-    column_index,
-    csv_records,
+    named_records,
     normalize_state,
     parse_timestamp,
 )
@@ -38,23 +34,17 @@ ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
+def _lacking(found: set[str]) -> list[str]:
+    missing = [key for key in ("submit", "gpus") if key not in found]
+    if "duration" not in found and not {"start", "end"} <= found:
+        missing.append("duration (or start_time and end_time)")
+    return missing
+
+
 def read_helios(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
     jobs = []
-    columns: dict[str, int] | None = None
-    for line_no, fields in csv_records(path):
-        if columns is None:
-            columns = column_index(fields, ALIASES)
-            missing = [key for key in ("submit", "gpus") if key not in columns]
-            if missing or ("duration" not in columns and not {"start", "end"} <= set(columns)):
-                raise InputError(
-                    f"line {line_no}: the header lacks {missing or ['duration (or start_time and end_time)']}",
-                    source=str(path),
-                    expected="a Helios/Philly-style header: job_id, submit_time, gpu_num, start_time, end_time",
-                )
-            continue
-
-        get = functools.partial(cell, columns, fields)
-
+    expected = "a Helios/Philly-style header: job_id, submit_time, gpu_num, start_time, end_time"
+    for line_no, get in named_records(path, ALIASES, _lacking, expected):
         state = normalize_state(get("state")) or COMPLETED
         if state in (PENDING, RUNNING):
             rows.skip("not finished")

@@ -16,7 +16,6 @@ and keeps its time limit, partition, QOS and user.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from pathlib import Path
@@ -27,9 +26,7 @@ from mfukit.sched.job import COMPLETED, ENDED_STATES, PENDING, RUNNING, Job
 from mfukit.sched.traces.common import (
     Rows,
     TraceRead,
-    cell,
-    column_index,
-    csv_records,
+    named_records,
     normalize_state,
     parse_timestamp,
 )
@@ -173,21 +170,12 @@ class _Attempts:
 
 def read_sacct_parsable(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
     attempts = _Attempts(factory, rows)
-    columns: dict[str, int] | None = None
-    for line_no, fields in csv_records(path, delimiter="|"):
-        if columns is None:
-            columns = column_index(fields, ALIASES)
-            lacking = [k for k in ("id", "submit", "start", "tres") if k not in columns]
-            if lacking:
-                raise InputError(
-                    f"line {line_no}: the header lacks {', '.join(lacking)}",
-                    source=str(path),
-                    hint="run sacct -P with its header (no -n) and --format as in `mfukit sched analyze --help`",
-                )
-            continue
+    expected = "sacct -P output with its header (no -n) and --format as in `mfukit sched analyze --help`"
 
-        get = functools.partial(cell, columns, fields)
+    def lacking(found: set[str]) -> list[str]:
+        return [key for key in ("id", "submit", "start", "tres") if key not in found]
 
+    for line_no, get in named_records(path, ALIASES, lacking, expected, delimiter="|"):
         try:
             limit_min = get("limit_min")
             if limit_min.isdigit():
@@ -217,8 +205,6 @@ def read_sacct_parsable(path: Path, factory: JobFactory, rows: Rows) -> TraceRea
             rows.reject(line_no, str(error))
             continue
         attempts.add(line_no, record)
-    if columns is None:
-        raise InputError("the file is empty", source=str(path))
     return attempts.finish("sacct-p")
 
 
