@@ -15,7 +15,11 @@ import pytest
 
 REQUIREMENTS = {
     "torch": ("MFUKIT_REQUIRE_TORCH", lambda: importlib.util.find_spec("torch") is not None),
-    "slurm": ("MFUKIT_REQUIRE_SLURM", lambda: shutil.which("slurmctld") is not None),
+    # daemons live in /usr/sbin, which a non-login PATH may lack
+    "slurm": (
+        "MFUKIT_REQUIRE_SLURM",
+        lambda: shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin") is not None,
+    ),
 }
 
 

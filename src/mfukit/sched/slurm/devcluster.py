@@ -2,10 +2,11 @@
 
 Debian's slurm-wlm (22.05): one slurmctld and N slurmd (``slurmd -N gpuNN``) on 127.0.0.1, fake GPU
 device nodes (``mknod c 195 N``) so gres/gpu behaves as on real nodes (CUDA_VISIBLE_DEVICES set),
-and optionally slurmdbd + MariaDB so ``sacct`` works. Everything lives in one work directory: its own
-munged on a private socket, config, state, logs, and the PID of every process started, so ``down``
-stops exactly those processes and nothing else, and several clusters can run side by side (ports
-are probed free at start). Needs root (mknod, and Slurm runs as root here).
+and optionally slurmdbd + MariaDB so ``sacct`` works. Everything lives in one work directory: config,
+state, logs, MariaDB's data, and the PID of every process started, so ``down`` stops exactly those
+processes and nothing else, and several clusters can run side by side (ports are probed free at
+start). They share the machine's munged, which ``up`` starts (and ``down`` stops) only when it was not
+running. Needs root (mknod, and Slurm runs as root here).
 """
 
 from __future__ import annotations
@@ -226,7 +227,7 @@ def _start_munge(cluster: DevCluster) -> None:
     run_dir = Path("/run/munge")
     run_dir.mkdir(parents=True, exist_ok=True)
     shutil.chown(run_dir, "munge", "munge")
-    _spawn(cluster, "munged", ["runuser", "-u", "munge", "--", "/usr/sbin/munged", "-F"])
+    _spawn(cluster, "munged", ["/usr/sbin/runuser", "-u", "munge", "--", "/usr/sbin/munged", "-F"])
     _wait("munged", _munge_works, 10.0, cluster)
 
 
