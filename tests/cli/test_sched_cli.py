@@ -87,3 +87,29 @@ def test_analyze_sacct_from_the_dev_cluster(mfukit) -> None:  # type: ignore[no-
 def test_csv_is_the_summary_table(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit("sched", "analyze", str(DATA / "devslurm_sacct.txt"), "--format", "csv")
     assert run.stdout.splitlines()[0] == "metric,value"
+
+
+def test_switches_hold_multi_node_jobs_to_one_leaf(mfukit) -> None:  # type: ignore[no-untyped-def]
+    args = [
+        "sched",
+        "simulate",
+        str(DATA / "small.swf"),
+        "--nodes",
+        "16",
+        "--nodes-per-switch",
+        "4",
+        "--format",
+        "json",
+    ]
+    free = mfukit(*args).json()["result"]
+    held = mfukit(*args, "--switches", "1@1h").json()
+    # 5 jobs, one of them failed by itself in the trace
+    assert held["result"]["jobs_completed"] == free["jobs_completed"] == 4
+    # the 8-node job cannot fit one 4-node leaf: it waits the full hour before taking any nodes
+    assert (
+        held["result"]["wait_s_by_size"]["9-64 GPUs"]["p99"]
+        > free["wait_s_by_size"]["9-64 GPUs"]["p99"] + 3000
+    )
+    assert any("leaf switch" in a for a in held["assumptions"])
+    bad = mfukit(*args, "--switches", "x")
+    assert bad.exit_code == 2 and "--switches" in bad.stderr

@@ -69,6 +69,13 @@ def _drains(specs: tuple[str, ...], num_nodes: int) -> tuple[Drain, ...]:
     return tuple(drains)
 
 
+def _switches(spec: str) -> tuple[int, float]:
+    count, _, wait = spec.partition("@")
+    if not count.isdigit() or int(count) < 1:
+        raise InputError("is not N or N@WAIT", field="--switches", value=spec, expected='e.g. "1@10min"')
+    return int(count), units.parse_duration_s(wait, field="--switches") if wait else float("inf")
+
+
 def _policy(name: str, weights: PriorityWeights, bf: dict[str, Any]) -> Policy:
     if name not in POLICIES:
         raise UnknownNameError("policy", name, POLICIES, field="--policy")
@@ -92,6 +99,13 @@ def _policy(name: str, weights: PriorityWeights, bf: dict[str, Any]) -> Policy:
 @click.option("--gpus-per-node", type=click.IntRange(1, 64), default=8, show_default=True)
 @click.option(
     "--nodes-per-switch", type=click.IntRange(0), default=0, help="Nodes per leaf switch (for --switches)."
+)
+@click.option(
+    "--switches",
+    "switches_spec",
+    default=None,
+    help="Like sbatch --switches=N@WAIT for every multi-node job: at most N leaf switches, "
+    'waiting up to WAIT for them (e.g. "1@10min").',
 )
 @click.option("--trace-format", type=click.Choice(FORMATS), default="auto", show_default=True)
 @click.option(
@@ -169,6 +183,7 @@ def simulate(
     num_nodes: int,
     gpus_per_node: int,
     nodes_per_switch: int,
+    switches_spec: str | None,
     trace_format: str,
     skip_bad_rows: bool,
     limit_factor: float,
@@ -247,6 +262,15 @@ def simulate(
             assumptions.append(
                 "rows not scheduled: " + ", ".join(f"{n} {why}" for why, n in read.skipped.items())
             )
+    if switches_spec is not None:
+        count, wait_s = _switches(switches_spec)
+        for job in jobs:
+            if job.num_nodes > 1:
+                job.max_switches, job.switch_wait_s = count, wait_s
+        assumptions.append(
+            f"every multi-node job asks for at most {count} leaf switch(es), waiting up to "
+            f"{units.format_duration(wait_s)} before taking any nodes (--switches)"
+        )
     weights = PriorityWeights(weight_age, weight_fairshare, weight_job_size, weight_partition, weight_qos)
     bf = {
         "bf_interval": _duration(bf_interval, "--bf-interval"),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+import math
 import random
 import time
 from array import array
@@ -31,7 +32,7 @@ from mfukit.sched.policies.base import Policy
 from mfukit.units import SECONDS_PER_DAY
 
 # Event kinds; at one instant they apply in this order (then submissions, then the policy).
-END, FAIL, REPAIR, DRAIN, UNDRAIN, ELIGIBLE, TICK = range(7)
+END, FAIL, REPAIR, DRAIN, UNDRAIN, ELIGIBLE, TICK, WAKE = range(8)
 Event = tuple[float, str, int, str]
 # After the last submission, with nothing running, give up on waiting jobs after this long without a
 # start (node failures can keep a large job from ever finding its nodes up at once).
@@ -162,7 +163,7 @@ class Simulation:
 
     # ------------------------------------------------------------------------------------ bookkeeping
     def _push(self, at: float, kind: int, payload: Job | int | Drain | None, tag: int = 0) -> None:
-        if kind in (REPAIR, DRAIN, UNDRAIN, ELIGIBLE):
+        if kind in (REPAIR, DRAIN, UNDRAIN, ELIGIBLE, WAKE):
             self._structural += 1
         self._seq += 1
         heapq.heappush(self.heap, (at, kind, self._seq, payload, tag))
@@ -224,6 +225,8 @@ class Simulation:
         job.eligible_s = self.now
         self.pending_per_gpus[job.gpus_per_node] += 1
         self.pending_count += 1
+        if job.max_switches and 0 < job.switch_wait_s < math.inf:
+            self._push(self.now + job.switch_wait_s, WAKE, job)
         self.policy.submit(job)
 
     def kill(self, job: Job, state: str) -> None:
@@ -345,7 +348,7 @@ class Simulation:
                         self._finish(payload)
                         freed = True
                     continue
-                if kind in (REPAIR, DRAIN, UNDRAIN, ELIGIBLE):
+                if kind in (REPAIR, DRAIN, UNDRAIN, ELIGIBLE, WAKE):
                     self._structural -= 1
                 if kind == FAIL:
                     self._fail_node(self.rng.randrange(self.spec.num_nodes))
@@ -372,6 +375,8 @@ class Simulation:
                     assert isinstance(payload, Job)
                     self.enqueue(payload)
                     freed = True
+                elif kind == WAKE:
+                    freed = True  # a job's --switches wait ran out: it may now take any nodes
                 elif tick_at is not None and tick_at == now:
                     tick = True
                     tick_at = None
