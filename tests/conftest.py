@@ -15,7 +15,11 @@ import pytest
 
 REQUIREMENTS = {
     "torch": ("MFUKIT_REQUIRE_TORCH", lambda: importlib.util.find_spec("torch") is not None),
-    "slurm": ("MFUKIT_REQUIRE_SLURM", lambda: shutil.which("slurmctld") is not None),
+    # daemons live in /usr/sbin, which a non-login PATH may lack
+    "slurm": (
+        "MFUKIT_REQUIRE_SLURM",
+        lambda: shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin") is not None,
+    ),
 }
 
 
@@ -30,3 +34,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(
                 pytest.mark.skip(reason=f"{marker} is not available (set {variable}=1 to fail instead)")
             )
+
+
+# ------------------------------------------------------------------------------------------ dev Slurm
+@pytest.fixture(scope="session")
+def dev_slurm(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """A multi-node Slurm (8 nodes x 8 fake GPUs, slurmdbd + MariaDB for sacct) for the whole session.
+
+    Yields a :class:`mfukit.sched.slurm.devcluster.DevCluster`: ``.env`` (os.environ plus SLURM_CONF,
+    for sbatch/squeue/sacct/scontrol), ``.workdir`` (jobs can write under ``workdir / "jobs"``),
+    ``.nodes`` (gpu01..gpu08), ``.gpus_per_node``, ``.run(*cmd)``. Jobs run as root on this machine's
+    filesystem, so a venv in the work tree is usable from every node. With MFUKIT_DEV_SLURM=<workdir>
+    a cluster started by `mfukit sched dev-cluster up --with-db` is reused and left running;
+    otherwise the cluster is started here and stopped at the end (only the processes it started).
+    """
+    from pathlib import Path
+
+    from mfukit.sched.slurm import devcluster
+
+    reuse = os.environ.get("MFUKIT_DEV_SLURM")
+    if reuse:
+        yield devcluster.DevCluster.load(Path(reuse))
+        return
+    if os.geteuid() != 0:
+        message = "the dev Slurm needs root (fake GPU device nodes, daemons)"
+        if os.environ.get("MFUKIT_REQUIRE_SLURM") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    workdir = tmp_path_factory.mktemp("dev-slurm")
+    cluster = devcluster.up(workdir, num_nodes=8, gpus_per_node=8, with_db=True)
+    try:
+        yield cluster
+    finally:
+        devcluster.down(workdir)

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "ft": "mfukit.cli.ft:ft",
     "train": "mfukit.cli.train:train",
     "bench": "mfukit.cli.bench:bench",
+    "sched": "mfukit.cli.sched:sched",
     "diagnose": "mfukit.cli.diagnose:diagnose",
     "catalog": "mfukit.cli.catalog:catalog",
 }
