@@ -199,19 +199,19 @@ def test_stream_reads_header_after_events_and_top_level_arrays(tmp_path: Path) -
             b'{"traceEvents": [{"ph": "X", "name": "a"}, {"ph": "X"}], "distributedInfo": {"rank": 3}}'
         )
     )
-    stream = TraceEventStream(path, chunk_chars=8)
+    stream = TraceEventStream(path, dict, chunk_chars=8)
     assert len(list(stream.events())) == 2 and stream.header["distributedInfo"] == {"rank": 3}
     array = write(tmp_path, "a.json", '[{"ph": "X"}, {"ph": "M"}]')
-    assert len(list(TraceEventStream(array).events())) == 2
+    assert len(list(TraceEventStream(array, dict).events())) == 2
 
 
 def test_stream_survives_truncation_and_corruption(tmp_path: Path) -> None:
     events = ",".join(json.dumps({"ph": "X", "name": f"k{i}", "ts": i, "dur": 1}) for i in range(50))
     text = '{"traceEvents": [' + events + "]}"
     cut = write(tmp_path, "cut.json", text[: len(text) // 2])
-    stream = TraceEventStream(cut, chunk_chars=64)
+    stream = TraceEventStream(cut, dict, chunk_chars=64)
     read = list(stream.events())
     assert 0 < len(read) < 50 and stream.problems.truncated
     broken = write(tmp_path, "broken.json", text.replace('"name": "k10"', '"name": k10 !!'))
-    stream = TraceEventStream(broken, chunk_chars=64)
+    stream = TraceEventStream(broken, dict, chunk_chars=64)
     assert len(list(stream.events())) == 49 and stream.problems.corrupt_stretches == 1
