@@ -26,7 +26,7 @@ def test_nvidia_smi_csv_units_reasons_and_na(tmp_path: Path) -> None:
         "clocks_event_reasons.active, ecc.errors.uncorrected.volatile.total\n"
         "2025/09/28 21:48:26.006, 0, NVIDIA H100 80GB HBM3, 100 %, 1155 MHz, 1980 MHz, 699.12 W, 0x0000000000000048, [N/A]\n",
     )
-    assert detect(path) is not None and detect(path).kind == "nvidia_smi"  # type: ignore[union-attr]
+    assert [source.kind for source in detect(path)] == ["nvidia_smi"]
     (series,) = nvidia_smi.parse(path)
     sample = series.samples[0]
     assert series.host == "node03" and series.gpu == "0"

@@ -15,23 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mfukit.core.cluster import Cluster
+from mfukit.core.findings import SEVERITY_RANK
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.results import ProgressCallback
-from mfukit.core.scenario import TrainingSection
+from mfukit.core.scenario import FtSection, TrainingSection
 from mfukit.diagnose import mfu as mfu_module
 from mfukit.diagnose.breakdown import RankSummary, time_breakdown
 from mfukit.diagnose.context import Context
-from mfukit.diagnose.findings import SEVERITY_ORDER, Finding, Gate
+from mfukit.diagnose.findings import Finding, Gate
 from mfukit.diagnose.gates import gates as judge_gates
-from mfukit.diagnose.records import RankTrace, SlurmJob, TrainingLog, XidEvent
+from mfukit.diagnose.records import FAILED_STATES, RankTrace, SlurmJob, TrainingLog, XidEvent
 from mfukit.diagnose.rules import rules
 from mfukit.diagnose.rules.hardware import catalog
 from mfukit.diagnose.sources import detect
 from mfukit.errors import InputError
 
 MAX_WORKERS = 8
-FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"})
+# A worker process costs ~30-40 MiB of its own (interpreter, numpy, the pages its parent's heap it
+# touches) and ~0.3 s to start; it pays off once it has about a second of parsing to do. At the
+# ~100 MB/s one core parses traces (benchmarks/diagnose.py), each worker gets at least this much input.
+PARALLEL_MIN_BYTES = 256 * 2**20
 
 
 @dataclass
@@ -78,27 +82,37 @@ Parsed = tuple[Path, str, list[object], str | None]
 
 def parse_file(path: Path) -> Parsed:
     """(path, kind, records, error): a file no source recognises, or whose parser fails, is an error
-    string, never an exception."""
-    source = detect(path)
-    if source is None:
+    string, never an exception. A file several sources read (NCCL lines in a training log) has each
+    kind, joined by ``+``; what one parser could not read does not lose what another did."""
+    found = detect(path)
+    if not found:
         return path, "unrecognised", [], "not a recognised artifact kind"
-    try:
-        return path, source.kind, source.parse(path), None
-    except Exception as error:  # a parser bug or an input it cannot survive: say so, go on
-        return (
-            path,
-            f"{source.kind} (unreadable)",
-            [],
-            f"{source.kind} parser failed: {type(error).__name__}: {error}",
-        )
+    kinds: list[str] = []
+    records: list[object] = []
+    errors: list[str] = []
+    for source in found:
+        try:
+            records.extend(source.parse(path))
+            kinds.append(source.kind)
+        except Exception as error:  # a parser bug or an input it cannot survive: say so, go on
+            kinds.append(f"{source.kind} (unreadable)")
+            errors.append(f"{source.kind} parser failed: {type(error).__name__}: {error}")
+    return path, "+".join(kinds), records, "; ".join(errors) or None
+
+
+def default_workers(files: list[Path]) -> int:
+    """Worker processes for ``files``: one per ``PARALLEL_MIN_BYTES`` of input, at most one per core
+    (and ``MAX_WORKERS``); 1 means parse in this process."""
+    total = sum(path.stat().st_size for path in files)
+    return max(1, min(len(files), os.cpu_count() or 1, MAX_WORKERS, total // PARALLEL_MIN_BYTES))
 
 
 def parse_files(
     files: list[Path], *, workers: int | None = None, progress: ProgressCallback | None = None
 ) -> list[Parsed]:
-    """Parse every file, several at once on a multi-core machine (each worker streams one file at a
-    time, so memory stays bounded by the number of workers)."""
-    count = workers if workers is not None else min(len(files), os.cpu_count() or 1, MAX_WORKERS)
+    """Parse every file, several at once when the input is large enough to pay for worker processes
+    (each worker streams one file at a time, so memory stays bounded by the number of workers)."""
+    count = workers if workers is not None else default_workers(files)
     results: list[Parsed] = []
     if count <= 1 or len(files) <= 1:
         for index, path in enumerate(files):
@@ -121,7 +135,7 @@ def rank_findings(findings: list[Finding]) -> list[Finding]:
     """By cost (largest first), then severity; a finding explained by another follows its root cause."""
     roots = sorted(
         (f for f in findings if f.explained_by is None),
-        key=lambda f: (-f.cost, SEVERITY_ORDER[f.severity], f.id),
+        key=lambda f: (-f.cost, -SEVERITY_RANK[f.severity], f.id),
     )
     ordered: list[Finding] = []
     for root in roots:
@@ -138,6 +152,7 @@ def diagnose(
     training: TrainingSection | None = None,
     parallelism: Parallelism | None = None,
     cluster: Cluster | None = None,
+    ft: FtSection | None = None,
     progress: ProgressCallback | None = None,
 ) -> Diagnosis:
     files = collect(paths)
@@ -146,10 +161,9 @@ def diagnose(
     unrecognised: list[str] = []
     for path, kind, parsed, error in parse_files(files, progress=progress):
         inputs.append({"file": str(path), "kind": kind})
+        records.extend(parsed)
         if error is not None:
             unrecognised.append(f"{path} ({error})")
-        else:
-            records.extend(parsed)
     logs = [r for r in records if isinstance(r, TrainingLog)]
     estimate = mfu_module.measure(logs, model, training, cluster)
     ctx = Context(
@@ -160,6 +174,7 @@ def diagnose(
         training=training,
         parallelism=parallelism,
         cluster=cluster,
+        ft=ft,
         unrecognised=unrecognised,
     )
     for rule in rules():

@@ -33,11 +33,11 @@ from typing import IO, Any, Generic, TypeVar
 
 import msgspec
 
-CHUNK_CHARS = 1 << 22
+CHUNK_CHARS = 1 << 20
 MAX_VALUE_CHARS = 1 << 26  # one event (or header value) larger than 64 Mi characters is corrupt
 _EDGE = 64  # a decode error this close to the window's end means "the value continues"
 _BLOCK_MIN_CHARS = 1 << 16
-_BLOCK_MAX_CHARS = 1 << 20
+_BLOCK_MAX_CHARS = 1 << 18
 _BOUNDARY = re.compile(r"\}\s*,\s*\{")
 _WHITESPACE = re.compile(r"\s*")
 _SEPARATOR = re.compile(r"\s*(?:,\s*)?")

@@ -1,4 +1,9 @@
-"""A finding: something a judge noticed, with a stable id the diagnosis engine can key rules on."""
+"""A finding: something a judge noticed (the nccl-tests and NCCL-log judges of ``comm``, the fabric check,
+the diagnosis rules), with a stable id, a severity, what was seen and the fix.
+
+``mfukit diagnose`` turns these into its costed findings (impact, prevention, MFU after the fix) without
+rewriting their texts: see ``diagnose.findings.from_judge``.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import Literal
 from mfukit.core.results import Table
 
 Severity = Literal["info", "warning", "error"]
-SEVERITY_ORDER: dict[Severity, int] = {"info": 0, "warning": 1, "error": 2}
+SEVERITY_RANK: dict[Severity, int] = {"info": 0, "warning": 1, "error": 2}
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,7 @@ def worst(findings: list[Finding]) -> Severity | None:
     """The highest severity among ``findings`` (None when there are none)."""
     if not findings:
         return None
-    return max((f.severity for f in findings), key=lambda s: SEVERITY_ORDER[s])
+    return max((f.severity for f in findings), key=lambda s: SEVERITY_RANK[s])
 
 
 def findings_table(findings: list[Finding], *, evidence: int = 2) -> Table:
