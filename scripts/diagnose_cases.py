@@ -155,8 +155,12 @@ def healthy_busbw() -> float:
     from mfukit.comm.topology import from_system
 
     system = catalog.system("dgx-a100-80gb")
-    topology, _ = from_system(system, catalog.accelerator(system.accelerator), num_nodes=WORLD // GPUS_PER_NODE)
-    return HEALTHY_BUSBW_SHARE * float(predict("all_reduce", BUCKET_BYTES, topology, WORLD).busbw_bytes_per_s[0])
+    topology, _ = from_system(
+        system, catalog.accelerator(system.accelerator), num_nodes=WORLD // GPUS_PER_NODE
+    )
+    return HEALTHY_BUSBW_SHARE * float(
+        predict("all_reduce", BUCKET_BYTES, topology, WORLD).busbw_bytes_per_s[0]
+    )
 
 
 def healthy_comm_s() -> float:

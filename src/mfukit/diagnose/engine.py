@@ -25,6 +25,7 @@ from mfukit.diagnose.breakdown import RankSummary, time_breakdown
 from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import Finding, Gate
 from mfukit.diagnose.gates import gates as judge_gates
+from mfukit.diagnose.network import NcclCheck
 from mfukit.diagnose.records import FAILED_STATES, RankTrace, SlurmJob, TrainingLog, XidEvent
 from mfukit.diagnose.rules import rules
 from mfukit.diagnose.rules.hardware import catalog
@@ -48,12 +49,21 @@ class Diagnosis:
     ranks: list[RankSummary]
     time_breakdown: dict[str, object]
     records: list[object]
+    nccl_checks: list[NcclCheck] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
     @property
     def top(self) -> Finding | None:
-        """The costliest finding that is a cause (not a degraded-input note, not explained by another)."""
-        return next((f for f in self.findings if f.id != "degraded_input" and f.explained_by is None), None)
+        """The costliest finding that is a cause (not a degraded-input note, not explained by another, not
+        information only)."""
+        return next(
+            (
+                f
+                for f in self.findings
+                if f.id != "degraded_input" and f.explained_by is None and f.severity != "info"
+            ),
+            None,
+        )
 
     @property
     def has_errors(self) -> bool:
@@ -189,6 +199,7 @@ def diagnose(
         ranks=ctx.ranks,
         time_breakdown=time_breakdown(ctx.ranks),
         records=records,
+        nccl_checks=ctx.nccl_checks,
         assumptions=ctx.assumptions,
     )
 

@@ -102,8 +102,12 @@ def _network(ctx: Context) -> Gate:
             "proxy: exposed communication share of step time (give the model, batch and cluster to weigh the "
             "gradient traffic against the compute that hides it)",
         )  # fmt: skip
-    return Gate("network", name, "unknown", None, "—", "gradient traffic hidden by compute",
-                "no model of the job, no trace and no nccl-tests result",
+    why = (
+        f"{len(ctx.nccl_checks)} nccl-tests run(s), but the job's gradient traffic is unknown without its model and batch"
+        if ctx.nccl_checks
+        else "no model of the job, no trace and no nccl-tests result"
+    )
+    return Gate("network", name, "unknown", None, "—", "gradient traffic hidden by compute", why,
                 "--model, --gpu, --gpus and the batch (or a scenario), with nccl-tests all_reduce_perf across the "
                 "job's nodes or profiler traces")  # fmt: skip
 

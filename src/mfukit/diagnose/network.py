@@ -224,7 +224,7 @@ def expected_busbw(cluster: Cluster, load: GradientLoad) -> Bandwidth | None:
         return None
     return Bandwidth(
         float(prediction.busbw_bytes_per_s[0]),
-        f"collective model: all_reduce of {ranks} ranks on {nodes} node(s) of {cluster.system.name} "
+        f"all_reduce of {ranks} ranks on {nodes} node(s) of {cluster.system.name} "
         f"({prediction.algorithm[0]})",
         "",
     )

@@ -163,22 +163,24 @@ def analyze(ctx: Context) -> list[Finding]:
             finding.explained_by = cause
     if root is not None:
         _cost(ctx, root)
-    for check in ctx.nccl_checks:
-        if check.report is None:
+    unjudged = [check for check in ctx.nccl_checks if check.report is None]
+    if unjudged:
+        evidence = []
+        for check in unjudged:
             run = check.result.run
             seen = (
-                f"{run.collective or 'collective unknown'}, peak busbw "
-                f"{units.format_rate(run.peak_busbw_bytes_per_s)}: "
+                f"{run.collective or 'collective unknown'}, peak busbw {units.format_rate(run.peak_busbw_bytes_per_s)}: "
                 if run is not None
                 else ""
             )
-            findings.append(
-                degraded(
-                    "An nccl-tests result was not judged",
-                    f"{seen}{check.problem}",
-                    [Evidence(check.result.file, check.problem or "not judged")],
-                    "give the system and size of the cluster it ran on (--system or --gpu, --gpus), or judge it "
-                    "alone with `mfukit comm check FILE --system ... --nodes ...`",
-                )
+            evidence.append(Evidence(check.result.file, f"{seen}{check.problem}"))
+        findings.append(
+            degraded(
+                f"{len(unjudged)} nccl-tests result(s) not judged against the model",
+                "; ".join(sorted({check.problem or "" for check in unjudged})),
+                evidence,
+                "give the system and size of the cluster they ran on (--system or --gpu, --gpus), or judge one "
+                "alone with `mfukit comm check FILE --system ... --nodes ...`",
             )
+        )
     return findings
