@@ -2,7 +2,7 @@
 
 1. A multi-rank Kineto trace set (dense steps: CPU ops, launches, compute and NCCL kernels) is generated.
 2. HTA (PyPI ``holistictraceanalysis``, installed into benchmarks/.venv-hta, never the project venv) loads
-   it and computes its temporal breakdown; mfukit's streaming parser does the same (``engine.parse_files``
+   it and computes its temporal breakdown; mfukit's streaming parser does the same (``parsing.parse_files``
    with its own choice of worker processes). Each runs in its own process tree, ``--repeat`` times,
    alternating; the fastest run of each counts (the machine may be shared), with the largest peak memory
    of any run (PSS of the whole tree, or the main process's RSS high-water mark if larger).
@@ -133,7 +133,7 @@ import json, sys, time
 from pathlib import Path
 start = time.perf_counter()
 from mfukit.diagnose.breakdown import summaries, time_breakdown
-from mfukit.diagnose.engine import parse_files
+from mfukit.diagnose.parsing import parse_files
 parsed = parse_files(sorted(Path(sys.argv[1]).glob("*.json")))
 traces = [r for _, _, records, _ in parsed for r in records]
 breakdown = time_breakdown(summaries(traces))

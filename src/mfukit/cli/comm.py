@@ -29,8 +29,7 @@ from mfukit.comm.nccl_tests import parse_nccl_tests
 from mfukit.comm.topology import CommTopology, from_system
 from mfukit.comm.tuning import PROTOCOLS
 from mfukit.core.cluster import Cluster
-from mfukit.core.findings import findings_table
-from mfukit.core.results import Output, Table, shown
+from mfukit.core.results import Output, Table, findings_table, shown
 from mfukit.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])

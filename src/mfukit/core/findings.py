@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mfukit.core.results import Table
-
 Severity = Literal["info", "warning", "error"]
 SEVERITY_RANK: dict[Severity, int] = {"info": 0, "warning": 1, "error": 2}
 
@@ -33,13 +31,3 @@ def worst(findings: list[Finding]) -> Severity | None:
     if not findings:
         return None
     return max((f.severity for f in findings), key=lambda s: SEVERITY_RANK[s])
-
-
-def findings_table(findings: list[Finding], *, evidence: int = 2) -> Table:
-    """The findings as a table: id, severity, what, detail (with up to ``evidence`` pieces of it), fix."""
-    table = Table("findings", ["id", "severity", "what", "detail", "fix"])
-    for f in findings:
-        table.add(
-            f.id, f.severity, f.title, f.detail + "".join(f"; {e}" for e in f.evidence[:evidence]), f.fix
-        )
-    return table

@@ -7,10 +7,11 @@ Records are small summaries (per step, per GPU, per event), never raw event list
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from mfukit.comm.nccl_log import NcclLogReport
-from mfukit.comm.nccl_tests import NcclTestsRun
+if TYPE_CHECKING:  # the parsers of comm load only when a file of theirs is read
+    from mfukit.comm.nccl_log import NcclLogReport
+    from mfukit.comm.nccl_tests import NcclTestsRun
 
 TimelineCategory = Literal["compute", "comm", "memcpy"]
 

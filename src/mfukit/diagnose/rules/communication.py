@@ -113,7 +113,7 @@ def analyze(ctx: Context) -> list[Finding]:
                 "keep NCCL_DEBUG=INFO output of the first job on new nodes and check transport lines",
             ],
             recoverable_fraction=0.0 if root else fraction,
-            mfu_after_fix=ctx.mfu_after(0.0 if root else fraction),
+            mfu_after_fix=None if root else ctx.mfu_after(fraction),
             explained_by=root.id if root else None,
             details=details,
         )

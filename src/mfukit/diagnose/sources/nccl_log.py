@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mfukit.comm.nccl_log import analyse_nccl_lines
 from mfukit.diagnose.records import NcclLog
 from mfukit.diagnose.sources import Source
 from mfukit.diagnose.sources.jsonstream import open_text
@@ -17,11 +16,15 @@ def detect(path: Path, head: str) -> bool:
         return False
     if "NCCL" not in head:
         return False
+    from mfukit.comm.nccl_log import analyse_nccl_lines  # loaded only when a file may hold NCCL lines
+
     report = analyse_nccl_lines(head.splitlines())
     return report.nccl_lines > 0 or bool(report.timeouts)
 
 
 def parse(path: Path) -> list[NcclLog]:
+    from mfukit.comm.nccl_log import analyse_nccl_lines
+
     with open_text(path) as stream:
         report = analyse_nccl_lines(stream)
     if not report.nccl_lines and not report.timeouts:

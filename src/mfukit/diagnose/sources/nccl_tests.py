@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from mfukit.comm.nccl_tests import parse_nccl_tests
 from mfukit.diagnose.records import NcclTestsResult
 from mfukit.diagnose.sources import Source
 from mfukit.diagnose.sources.jsonstream import open_text
@@ -29,6 +28,8 @@ def detect(path: Path, head: str) -> bool:
 
 
 def parse(path: Path) -> list[NcclTestsResult]:
+    from mfukit.comm.nccl_tests import parse_nccl_tests  # loaded only when such a file is read
+
     with open_text(path) as stream:
         text = stream.read(MAX_CHARS)
     try:
