@@ -215,3 +215,21 @@ def test_stream_survives_truncation_and_corruption(tmp_path: Path) -> None:
     broken = write(tmp_path, "broken.json", text.replace('"name": "k10"', '"name": k10 !!'))
     stream = TraceEventStream(broken, dict, chunk_chars=64)
     assert len(list(stream.events())) == 49 and stream.problems.corrupt_stretches == 1
+
+
+def test_worker_processes_read_what_one_process_reads(tmp_path: Path) -> None:
+    """Large inputs are parsed in worker processes (parsing.default_workers): same records either way."""
+    from diagnose_support import load_cases
+
+    from mfukit.diagnose.parsing import default_workers, parse_files
+
+    cases = load_cases()
+    for rank in range(3):
+        plans = [cases.RankPlan(0.01, 0.9, 0.1, extra={"t0_s": 1.0}) for _ in range(2)]
+        cases.write_rank_trace(tmp_path / f"rank{rank}.json.gz", rank, 3, plans, 1.2)
+    files = sorted(tmp_path.glob("*.json.gz"))
+    assert default_workers(files) == 1  # a few hundred KB: not worth a worker process
+    alone = parse_files(files, workers=1)
+    pooled = parse_files(files, workers=2)
+    assert [(p, k, e) for p, k, _, e in alone] == [(p, k, e) for p, k, _, e in pooled]
+    assert [r[2][0].steps for r in alone] == [r[2][0].steps for r in pooled]  # type: ignore[attr-defined]

@@ -77,7 +77,7 @@ Exit 1 when a finding has error severity."""
 )
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--scenario", "scenario_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Scenario file with [model], [training], [parallelism], [cluster].")  # fmt: skip
+              help="Scenario file with [model], [training], [parallelism], [cluster] and [ft] (the failure model).")  # fmt: skip
 @scenario_options(
     "model", "gpu", "gpus", "system", "nodes", "seq_len", "global_batch_size", "global_batch_tokens",
     "micro_batch_size", "precision", "tp", "pp", "dp", "failure_rate",

@@ -58,7 +58,7 @@ def _mfu(ctx: Context) -> Gate:
 
 def _network(ctx: Context) -> Gate:
     spec = targets()["network"]
-    name = "Network (gradient traffic vs the compute that hides it)"
+    name = "Network (gradient traffic vs compute)"
     limit = float(spec["max_transfer_to_window"])
     target = f"<= {limit:.1f}x"
     load, cluster = ctx.gradient, ctx.cluster

@@ -22,7 +22,7 @@ from mfukit.comm.check import CheckReport, check_run
 from mfukit.comm.collectives import COLLECTIVES, Collective, busbw_factor
 from mfukit.comm.model import predict
 from mfukit.comm.topology import CommTopology, from_system
-from mfukit.comm.traffic import GradientTraffic, gradient_traffic
+from mfukit.comm.traffic import GradientTraffic, model_gradient_traffic
 from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
@@ -30,7 +30,7 @@ from mfukit.core.scenario import TrainingSection
 from mfukit.diagnose.records import CollectiveSample, NcclTestsResult, RankTrace
 from mfukit.errors import InputError
 from mfukit.perf.flops import model_flops_per_token
-from mfukit.perf.memory import StepShape, gradient_reduce_bytes, parameters_per_gpu, weight_bytes_per_param
+from mfukit.perf.memory import StepShape
 
 
 def topology(cluster: Cluster, num_nodes: int) -> CommTopology:
@@ -156,17 +156,7 @@ def gradient_load(
         precision=training.precision,
         gpus_per_node=cluster.gpus_per_node,
     )
-    dense, expert = parameters_per_gpu(model, chosen, shape)
-    traffic = gradient_traffic(
-        chosen,
-        dense_params_per_gpu=dense,
-        expert_params_per_gpu=expert,
-        grad_bytes=gradient_reduce_bytes(chosen, training.precision),
-        weight_bytes=weight_bytes_per_param(training.precision),
-        gpus_per_node=cluster.gpus_per_node,
-        num_microbatches=microbatches,
-        microbatch_compute_s=microbatch_s,
-    )
+    traffic = model_gradient_traffic(model, chosen, shape, microbatch_compute_s=microbatch_s)
     bus = traffic.inter_node_bytes_per_step if chosen.fsdp == "hybrid" else traffic.bytes_per_step
     return GradientLoad(traffic, chosen, bus, basis)
 

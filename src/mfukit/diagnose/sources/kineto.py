@@ -414,13 +414,16 @@ def _breakdown(
     m_host = iv.measure_in(host_s, host_e, ws, we)
     m_kern = iv.measure_in(kern_s, kern_e, ws, we)
     m_short = iv.measure_in(gap_s[short], gap_e[short], ws, we)
-    idle_sets = (gap_s, gap_e)
+    m_dataloader = measure(dl)
+    exposed = {
+        name: iv.intersect_in_windows(*spans, gap_s, gap_e, ws, we)
+        for name, spans in (("dataloader", dl), ("checkpoint", ck), ("gc", gc))
+    }
     sorted_start = np.sort(start)
     counts = np.searchsorted(sorted_start, we) - np.searchsorted(sorted_start, ws)
     result = []
     for index, (number, s, e) in enumerate(steps):
         duration = e - s
-        dl_in = _clip(dl, s, e)
         result.append(
             StepBreakdown(
                 step=number,
@@ -434,21 +437,14 @@ def _breakdown(
                 host_wait_s=float(m_host[index]),
                 kernel_wait_s=float(m_kern[index]),
                 launch_gap_s=float(m_short[index]),
-                dataloader_s=float(np.sum(dl_in[1] - dl_in[0])),
-                dataloader_exposed_s=iv.intersect_measure(*dl_in, *idle_sets),
-                checkpoint_exposed_s=iv.intersect_measure(*_clip(ck, s, e), *idle_sets),
-                gc_exposed_s=iv.intersect_measure(*_clip(gc, s, e), *idle_sets),
+                dataloader_s=float(m_dataloader[index]),
+                dataloader_exposed_s=float(exposed["dataloader"][index]),
+                checkpoint_exposed_s=float(exposed["checkpoint"][index]),
+                gc_exposed_s=float(exposed["gc"][index]),
                 num_kernels=int(counts[index]),
             )
         )
     return result
-
-
-def _clip(sets: tuple[iv.Array, iv.Array], lo: float, hi: float) -> tuple[iv.Array, iv.Array]:
-    s = np.clip(sets[0], lo, hi)
-    e = np.clip(sets[1], lo, hi)
-    keep = e > s
-    return s[keep], e[keep]
 
 
 def _split_gaps(
