@@ -61,10 +61,11 @@ class Diagnosis:
 
 
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """By cost (largest first), then severity; a finding explained by another follows its root cause."""
+    """By cost (largest first), then severity, causes before notes on degraded input; a finding explained
+    by another follows its root cause."""
     roots = sorted(
         (f for f in findings if f.explained_by is None),
-        key=lambda f: (-f.cost, -SEVERITY_RANK[f.severity], f.id),
+        key=lambda f: (-f.cost, -SEVERITY_RANK[f.severity], f.id == "degraded_input", f.id),
     )
     ordered: list[Finding] = []
     for root in roots:

@@ -163,6 +163,15 @@ def analyze(ctx: Context) -> list[Finding]:
             finding.explained_by = cause
     if root is not None:
         _cost(ctx, root)
+        root.evidence.extend(
+            Evidence(
+                check.result.file,
+                f"nccl-tests {check.result.run.collective or ''}: peak busbw "
+                f"{units.format_rate(check.result.run.peak_busbw_bytes_per_s)} over {check.result.run.num_ranks} ranks",
+            )
+            for check in ctx.nccl_checks
+            if check.result.run is not None and check.result.file in root.details.get("files", [])  # type: ignore[operator]
+        )
     unjudged = [check for check in ctx.nccl_checks if check.report is None]
     if unjudged:
         evidence = []
