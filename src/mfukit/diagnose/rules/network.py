@@ -153,43 +153,53 @@ def _cost(ctx: Context, root: Finding) -> None:
     root.severity = worse(root.severity, severity_for(recoverable))
 
 
+def _cite_runs(ctx: Context, root: Finding) -> None:
+    """The busbw the nccl-tests runs in the root fault's files reached (judged or not)."""
+    files = set(root.details.get("files", []))  # type: ignore[call-overload]
+    for check in ctx.nccl_checks:
+        run = check.result.run
+        if run is not None and check.result.file in files:
+            root.evidence.append(
+                Evidence(
+                    check.result.file,
+                    f"nccl-tests {run.collective or ''}: peak busbw {units.format_rate(run.peak_busbw_bytes_per_s)} "
+                    f"over {run.num_ranks} ranks",
+                )
+            )
+
+
+def _not_judged(ctx: Context) -> list[Finding]:
+    """nccl-tests output that could not be read, or not compared with the model: degraded input."""
+    unjudged = [check for check in ctx.nccl_checks if check.report is None]
+    if not unjudged:
+        return []
+    evidence = []
+    for check in unjudged:
+        run = check.result.run
+        seen = (
+            f"{run.collective or 'collective unknown'}, peak busbw {units.format_rate(run.peak_busbw_bytes_per_s)}: "
+            if run is not None
+            else ""
+        )
+        evidence.append(Evidence(check.result.file, f"{seen}{check.problem}"))
+    return [
+        degraded(
+            f"{len(unjudged)} nccl-tests result(s) not judged against the model",
+            "; ".join(sorted({check.problem or "" for check in unjudged})),
+            evidence,
+            "give the system and size of the cluster they ran on (--system or --gpu, --gpus), or judge one "
+            "alone with `mfukit comm check FILE --system ... --nodes ...`",
+        )
+    ]
+
+
 def analyze(ctx: Context) -> list[Finding]:
     findings = _merge(ctx, _judged(ctx))
     ids = {f.id for f in findings}
-    root = next((f for cause in BANDWIDTH_CAUSES for f in findings if f.id == cause), None)
     for finding in findings:
-        cause = next((c for c in EXPLAINED_BY.get(finding.id, ()) if c in ids), None)
-        if cause is not None:
-            finding.explained_by = cause
+        finding.explained_by = next((c for c in EXPLAINED_BY.get(finding.id, ()) if c in ids), None)
+    root = next((f for cause in BANDWIDTH_CAUSES for f in findings if f.id == cause), None)
     if root is not None:
         _cost(ctx, root)
-        root.evidence.extend(
-            Evidence(
-                check.result.file,
-                f"nccl-tests {check.result.run.collective or ''}: peak busbw "
-                f"{units.format_rate(check.result.run.peak_busbw_bytes_per_s)} over {check.result.run.num_ranks} ranks",
-            )
-            for check in ctx.nccl_checks
-            if check.result.run is not None and check.result.file in root.details.get("files", [])  # type: ignore[operator]
-        )
-    unjudged = [check for check in ctx.nccl_checks if check.report is None]
-    if unjudged:
-        evidence = []
-        for check in unjudged:
-            run = check.result.run
-            seen = (
-                f"{run.collective or 'collective unknown'}, peak busbw {units.format_rate(run.peak_busbw_bytes_per_s)}: "
-                if run is not None
-                else ""
-            )
-            evidence.append(Evidence(check.result.file, f"{seen}{check.problem}"))
-        findings.append(
-            degraded(
-                f"{len(unjudged)} nccl-tests result(s) not judged against the model",
-                "; ".join(sorted({check.problem or "" for check in unjudged})),
-                evidence,
-                "give the system and size of the cluster they ran on (--system or --gpu, --gpus), or judge one "
-                "alone with `mfukit comm check FILE --system ... --nodes ...`",
-            )
-        )
-    return findings
+        _cite_runs(ctx, root)
+    return findings + _not_judged(ctx)
