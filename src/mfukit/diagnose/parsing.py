@@ -5,10 +5,8 @@ reading a trace set costs what the parsers cost.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,6 +83,9 @@ def parse_files(
             if progress is not None:
                 progress(index + 1, len(files))
         return results
+    import multiprocessing  # only when there is a pool to run (they take a tenth of the import time)
+    from concurrent.futures import ProcessPoolExecutor
+
     context = multiprocessing.get_context(
         "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     )
