@@ -74,3 +74,86 @@ def test_union_measure_matches_brute_force(spans: list[tuple[float, float]], lo:
         covered |= (grid >= s) & (grid <= e)
     assert 0.0 <= measured <= width + 1e-9
     assert abs(measured - covered.mean() * width) <= width * 0.01 + 2 * width / 2000 * (len(spans) + 1)
+
+
+def _event(index: int) -> dict[str, object]:
+    kinds = ("kernel", "cuda_runtime", "cpu_op", "ac2g")
+    return {"ph": "X" if index % 4 != 3 else "f", "cat": kinds[index % 4], "name": f"op{index % 7}",
+            "pid": 1, "tid": 7, "ts": 1000.0 + index, "dur": 0.5 + index % 3,
+            "args": {"correlation": index, "External id": index, "grid": [1, 2, 3]}}  # fmt: skip
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    damage=st.lists(
+        st.tuples(st.integers(0, 1499), st.sampled_from(["name", "ts", "args", "nan"])), max_size=6
+    )
+)
+def test_typed_blocks_match_the_stdlib_reading(damage: list[tuple[int, str]]) -> None:
+    """Blocks decoded by msgspec (files past 64 KiB) give the events json.loads gives, converted to the
+    Kineto event type; a block with an event of the wrong shape falls back event by event and only that
+    event is dropped (counted as invalid)."""
+    import json
+
+    import msgspec
+
+    from mfukit.diagnose.sources.jsonstream import TraceEventStream
+    from mfukit.diagnose.sources.kineto import TraceEvent
+
+    events = [_event(i) for i in range(1500)]
+    for index, what in damage:
+        replacement = {"name": 5, "ts": "soon", "args": [1], "nan": float("nan")}[what]
+        events[index]["ts" if what == "nan" else what] = replacement
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events, "distributedInfo": {"rank": 0}})
+    expected, invalid = [], 0
+    for event in json.loads(text)["traceEvents"]:
+        try:
+            expected.append(msgspec.convert(event, TraceEvent))
+        except msgspec.ValidationError:
+            invalid += 1
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "rank0.json"
+        path.write_text(text)
+        stream = TraceEventStream(path, TraceEvent, chunk_chars=1 << 17)
+        read = list(stream.events())
+    assert len(text) > 3 * (1 << 16)
+    assert stream.invalid_events == invalid and stream.events_read == len(events)
+
+    def key(event: TraceEvent) -> tuple[object, ...]:
+        return event.ph, event.cat, event.name, repr(event.ts), event.dur, event.args  # repr: nan == nan
+
+    assert [key(e) for e in read] == [key(e) for e in expected]
+    assert stream.header["distributedInfo"] == {"rank": 0}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 1e3), st.floats(0, 80)), max_size=20),
+    st.lists(st.tuples(st.floats(0, 1e3), st.floats(0, 80)), max_size=20),
+    st.lists(st.tuples(st.floats(0, 1e3), st.floats(1e-3, 300)), min_size=1, max_size=6),
+)
+def test_intersection_in_windows_matches_brute_force(
+    a: list[tuple[float, float]], b: list[tuple[float, float]], windows: list[tuple[float, float]]
+) -> None:
+    """|A ∩ B ∩ window| for every window at once (the exposed data-loader, checkpoint and GC time of every
+    step) against a fine grid."""
+
+    def disjoint(spans: list[tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+        return iv.union(np.array([s for s, _ in spans]), np.array([s + d for s, d in spans]))
+
+    a_s, a_e = disjoint(a)
+    b_s, b_e = disjoint(b)
+    ws = np.array([s for s, _ in windows])
+    we = np.array([s + d for s, d in windows])
+    measured = iv.intersect_in_windows(a_s, a_e, b_s, b_e, ws, we)
+    grid = np.linspace(0.0, 1400.0, 56001)
+    step = grid[1] - grid[0]
+    inside_a = np.zeros(grid.size, dtype=bool)
+    inside_b = np.zeros(grid.size, dtype=bool)
+    for s, e in zip(a_s, a_e, strict=True):
+        inside_a |= (grid >= s) & (grid < e)
+    for s, e in zip(b_s, b_e, strict=True):
+        inside_b |= (grid >= s) & (grid < e)
+    for k, (s, e) in enumerate(zip(ws, we, strict=True)):
+        brute = np.sum(inside_a & inside_b & (grid >= s) & (grid < e)) * step
+        assert abs(measured[k] - brute) <= step * (2 * (a_s.size + b_s.size) + 2) + 1e-9

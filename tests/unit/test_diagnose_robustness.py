@@ -75,7 +75,7 @@ def test_empty_and_unknown_files(tmp_path: Path) -> None:
     (tmp_path / "zero.json.gz").write_bytes(gzip.compress(b""))
     result = diagnose([tmp_path])
     notes = " ".join(degraded(result))
-    assert "unknown kind" in notes and "No profiler trace" in notes
+    assert "no artifact kind" in notes and "No profiler trace" in notes
 
 
 def test_mixed_clocks(tmp_path: Path) -> None:

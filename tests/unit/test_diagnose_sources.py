@@ -26,7 +26,7 @@ def test_nvidia_smi_csv_units_reasons_and_na(tmp_path: Path) -> None:
         "clocks_event_reasons.active, ecc.errors.uncorrected.volatile.total\n"
         "2025/09/28 21:48:26.006, 0, NVIDIA H100 80GB HBM3, 100 %, 1155 MHz, 1980 MHz, 699.12 W, 0x0000000000000048, [N/A]\n",
     )
-    assert detect(path) is not None and detect(path).kind == "nvidia_smi"  # type: ignore[union-attr]
+    assert [source.kind for source in detect(path)] == ["nvidia_smi"]
     (series,) = nvidia_smi.parse(path)
     sample = series.samples[0]
     assert series.host == "node03" and series.gpu == "0"
@@ -199,19 +199,37 @@ def test_stream_reads_header_after_events_and_top_level_arrays(tmp_path: Path) -
             b'{"traceEvents": [{"ph": "X", "name": "a"}, {"ph": "X"}], "distributedInfo": {"rank": 3}}'
         )
     )
-    stream = TraceEventStream(path, chunk_chars=8)
+    stream = TraceEventStream(path, dict, chunk_chars=8)
     assert len(list(stream.events())) == 2 and stream.header["distributedInfo"] == {"rank": 3}
     array = write(tmp_path, "a.json", '[{"ph": "X"}, {"ph": "M"}]')
-    assert len(list(TraceEventStream(array).events())) == 2
+    assert len(list(TraceEventStream(array, dict).events())) == 2
 
 
 def test_stream_survives_truncation_and_corruption(tmp_path: Path) -> None:
     events = ",".join(json.dumps({"ph": "X", "name": f"k{i}", "ts": i, "dur": 1}) for i in range(50))
     text = '{"traceEvents": [' + events + "]}"
     cut = write(tmp_path, "cut.json", text[: len(text) // 2])
-    stream = TraceEventStream(cut, chunk_chars=64)
+    stream = TraceEventStream(cut, dict, chunk_chars=64)
     read = list(stream.events())
     assert 0 < len(read) < 50 and stream.problems.truncated
     broken = write(tmp_path, "broken.json", text.replace('"name": "k10"', '"name": k10 !!'))
-    stream = TraceEventStream(broken, chunk_chars=64)
+    stream = TraceEventStream(broken, dict, chunk_chars=64)
     assert len(list(stream.events())) == 49 and stream.problems.corrupt_stretches == 1
+
+
+def test_worker_processes_read_what_one_process_reads(tmp_path: Path) -> None:
+    """Large inputs are parsed in worker processes (parsing.default_workers): same records either way."""
+    from diagnose_support import load_cases
+
+    from mfukit.diagnose.parsing import default_workers, parse_files
+
+    cases = load_cases()
+    for rank in range(3):
+        plans = [cases.RankPlan(0.01, 0.9, 0.1, extra={"t0_s": 1.0}) for _ in range(2)]
+        cases.write_rank_trace(tmp_path / f"rank{rank}.json.gz", rank, 3, plans, 1.2)
+    files = sorted(tmp_path.glob("*.json.gz"))
+    assert default_workers(files) == 1  # a few hundred KB: not worth a worker process
+    alone = parse_files(files, workers=1)
+    pooled = parse_files(files, workers=2)
+    assert [(p, k, e) for p, k, _, e in alone] == [(p, k, e) for p, k, _, e in pooled]
+    assert [r[2][0].steps for r in alone] == [r[2][0].steps for r in pooled]  # type: ignore[attr-defined]

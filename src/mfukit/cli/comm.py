@@ -23,14 +23,13 @@ from mfukit.cli.common import (
 from mfukit.cli.render import Format
 from mfukit.comm.check import SLOW_BELOW, CheckReport, check_run
 from mfukit.comm.collectives import COLLECTIVES, collective_named
-from mfukit.comm.findings import findings_table
 from mfukit.comm.model import ALGORITHMS, Prediction, estimates, predict
 from mfukit.comm.nccl_log import analyse_nccl_log
 from mfukit.comm.nccl_tests import parse_nccl_tests
 from mfukit.comm.topology import CommTopology, from_system
 from mfukit.comm.tuning import PROTOCOLS
 from mfukit.core.cluster import Cluster
-from mfukit.core.results import Output, Table, shown
+from mfukit.core.results import Output, Table, findings_table, shown
 from mfukit.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 from rich.markup import escape
@@ -15,7 +15,7 @@ from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.results import Output
-from mfukit.core.scenario import ClusterSection, TrainingSection, load_scenario
+from mfukit.core.scenario import ClusterSection, FtSection, TrainingSection, load_scenario
 from mfukit.core.schema import validate_as
 from mfukit.diagnose import report as diagnosis_report
 from mfukit.diagnose.engine import diagnose as run_diagnosis
@@ -26,10 +26,18 @@ def _section(overrides: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {key.split(".", 1)[1]: value for key, value in overrides.items() if key.startswith(prefix + ".")}
 
 
-def job(
-    scenario_path: Path | None, overrides: dict[str, Any]
-) -> tuple[ModelSpec | None, TrainingSection | None, Parallelism | None, Cluster | None]:
-    """The model, training settings, layout and cluster from a scenario and/or flags (each may be absent)."""
+class Job(NamedTuple):
+    """What the diagnosis knows about the job besides its artifacts (each part may be absent)."""
+
+    model: ModelSpec | None
+    training: TrainingSection | None
+    parallelism: Parallelism | None
+    cluster: Cluster | None
+    ft: FtSection | None
+
+
+def job(scenario_path: Path | None, overrides: dict[str, Any]) -> Job:
+    """The model, training settings, layout, cluster and failure model from a scenario and/or flags."""
     if scenario_path is not None or "model.preset" in overrides:
         scenario = load_scenario(scenario_path, overrides)
         source = str(scenario_path) if scenario_path else "command line"
@@ -39,7 +47,7 @@ def job(
         cluster = None
         if (section.system or section.gpu) and (section.num_gpus or section.num_nodes):
             cluster = resolve.cluster(section, source=source)
-        return model, scenario.training, scenario.parallelism, cluster
+        return Job(model, scenario.training, scenario.parallelism, cluster, scenario.ft)
     training = validate_as(
         TrainingSection, _section(overrides, "training"), source="command line", prefix="training"
     )
@@ -55,7 +63,7 @@ def job(
     cluster = None
     if (section.system or section.gpu) and (section.num_gpus or section.num_nodes):
         cluster = resolve.cluster(section, source="command line")
-    return None, training, layout, cluster
+    return Job(None, training, layout, cluster, None)
 
 
 KINDS_HELP = "; ".join(source.description for source in sources())
@@ -69,7 +77,7 @@ Exit 1 when a finding has error severity."""
 )
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--scenario", "scenario_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Scenario file with [model], [training], [parallelism], [cluster].")  # fmt: skip
+              help="Scenario file with [model], [training], [parallelism], [cluster] and [ft] (the failure model).")  # fmt: skip
 @scenario_options(
     "model", "gpu", "gpus", "system", "nodes", "seq_len", "global_batch_size", "global_batch_tokens",
     "micro_batch_size", "precision", "tp", "pp", "dp", "failure_rate",
@@ -83,11 +91,10 @@ def diagnose(
     fmt: Format,
     report_dir: Path | None,
 ) -> int:
-    model, training, layout, cluster = job(scenario_path, overrides)
+    known = job(scenario_path, overrides)
+    model, cluster = known.model, known.cluster
     with progress("reading artifacts") as callback:
-        diagnosis = run_diagnosis(
-            paths, model=model, training=training, parallelism=layout, cluster=cluster, progress=callback
-        )
+        diagnosis = run_diagnosis(paths, **known._asdict(), progress=callback)
     tables = [diagnosis_report.findings_table(diagnosis), diagnosis_report.gates_table(diagnosis)]
     table = diagnosis_report.breakdown_table(diagnosis)
     if table is not None:

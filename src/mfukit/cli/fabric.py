@@ -10,8 +10,7 @@ import click
 from mfukit import catalog, units
 from mfukit.cli.common import cluster_from_flags, emit, format_option, scenario_options
 from mfukit.cli.render import Format
-from mfukit.comm.findings import findings_table
-from mfukit.core.results import Output, Table, shown
+from mfukit.core.results import Output, Table, findings_table, shown
 from mfukit.errors import InputError
 from mfukit.fabric.bom import Bom, Prices, bill_of_materials
 from mfukit.fabric.draw import draw

@@ -10,10 +10,10 @@ from typing import Literal
 import numpy as np
 
 from mfukit.comm.collectives import Collective, busbw_factor
-from mfukit.comm.findings import Finding
 from mfukit.comm.model import NCCL_CHOICES, Algorithm, predict
 from mfukit.comm.nccl_tests import NcclTestsRun, Row
 from mfukit.comm.topology import CommTopology
+from mfukit.core.findings import Finding
 from mfukit.errors import InputError
 
 Status = Literal["ok", "slow", "broken"]

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 
-from mfukit.comm.findings import Finding, worst
+from mfukit.core.findings import Finding, worst
 
 _PREFIX = re.compile(
     r"(?P<host>[A-Za-z0-9_.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:[\w./-]+:\d+\s+)?"
@@ -204,11 +205,30 @@ def analyse_nccl_log(
     the GPUs seen per host are the expectation on rail-per-GPU systems. ``num_nodes`` says the job spans
     nodes when the log itself shows only one host.
     """
+    return analyse_nccl_lines(
+        text.splitlines(), expected_nics_per_node=expected_nics_per_node, num_nodes=num_nodes
+    )
+
+
+def analyse_nccl_lines(
+    lines: Iterable[str], *, expected_nics_per_node: int | None = None, num_nodes: int | None = None
+) -> NcclLogReport:
+    """:func:`analyse_nccl_log` over lines as they stream past (a training log of any size, whose NCCL
+    INFO lines are interleaved with everything else): memory stays bounded by the report."""
     collector = _Collector(expected_nics_per_node)
     collector.report.nodes_hint = num_nodes
-    for raw in text.splitlines():
-        collector.line(raw)
+    for raw in lines:
+        collector.line(raw.rstrip("\r\n"))
     return collector.finish()
+
+
+def rejudge(
+    report: NcclLogReport, *, expected_nics_per_node: int | None = None, num_nodes: int | None = None
+) -> NcclLogReport:
+    """The same log judged again with what the caller knows about the job (its system's NICs per node,
+    its node count): a copy with ``nodes_hint`` and ``findings`` redone."""
+    hinted = replace(report, nodes_hint=num_nodes if num_nodes is not None else report.nodes_hint)
+    return replace(hinted, findings=_findings(hinted, expected_nics_per_node))
 
 
 def _findings(report: NcclLogReport, expected_nics: int | None = None) -> list[Finding]:

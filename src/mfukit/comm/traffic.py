@@ -30,7 +30,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
+from mfukit.perf.memory import StepShape, gradient_reduce_bytes, parameters_per_gpu, weight_bytes_per_param
 
 BACKWARD_SHARE = 2.0 / 3.0  # backward = 2 x forward (Narayanan et al. 2021, eq. 3)
 
@@ -137,6 +139,25 @@ def gradient_traffic(
         inter_node_bytes_per_step=dense_inter + expert_inter,
         window_s=window,
         windows_per_step=windows,
+    )
+
+
+def model_gradient_traffic(
+    model: ModelSpec, layout: Parallelism, shape: StepShape, *, microbatch_compute_s: float
+) -> GradientTraffic:
+    """:func:`gradient_traffic` of ``model`` under ``layout``: the parameters one GPU holds (the more loaded
+    pipeline stage), gradients reduced in the precision the framework reduces them in, ``shape``'s
+    micro-batches (1 when it leaves them open)."""
+    dense, expert = parameters_per_gpu(model, layout, shape)
+    return gradient_traffic(
+        layout,
+        dense_params_per_gpu=dense,
+        expert_params_per_gpu=expert,
+        grad_bytes=gradient_reduce_bytes(layout, shape.precision),
+        weight_bytes=weight_bytes_per_param(shape.precision),
+        gpus_per_node=shape.gpus_per_node,
+        num_microbatches=shape.num_microbatches or 1,
+        microbatch_compute_s=microbatch_compute_s,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from mfukit import __version__
+from mfukit.core.findings import Finding
 
 ProgressCallback = Callable[[int, int], None]
 """Library code reports long work as ``callback(done, total)``; the CLI turns it into a progress bar."""
@@ -119,3 +120,13 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, Sequence | set | frozenset):
         return [jsonable(item) for item in value]
     raise TypeError(f"cannot turn {type(value).__name__} into JSON")
+
+
+def findings_table(findings: list[Finding], *, evidence: int = 2) -> Table:
+    """The findings as a table: id, severity, what, detail (with up to ``evidence`` pieces of it), fix."""
+    table = Table("findings", ["id", "severity", "what", "detail", "fix"])
+    for f in findings:
+        table.add(
+            f.id, f.severity, f.title, f.detail + "".join(f"; {e}" for e in f.evidence[:evidence]), f.fix
+        )
+    return table

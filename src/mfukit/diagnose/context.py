@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TypeVar
@@ -9,11 +10,12 @@ from typing import TypeVar
 from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
-from mfukit.core.scenario import TrainingSection
-from mfukit.diagnose.breakdown import RankSummary, summaries
+from mfukit.core.scenario import FtSection, TrainingSection
+from mfukit.diagnose.breakdown import RankSummary, median, summaries
 from mfukit.diagnose.findings import Finding, Impact
 from mfukit.diagnose.mfu import Expected, MfuEstimate
-from mfukit.diagnose.records import RankTrace
+from mfukit.diagnose.network import GradientLoad, NcclCheck, gradient_load, judge_runs
+from mfukit.diagnose.records import NcclTestsResult, RankTrace
 from mfukit.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 T = TypeVar("T")
@@ -28,6 +30,7 @@ class Context:
     training: TrainingSection | None = None
     parallelism: Parallelism | None = None
     cluster: Cluster | None = None
+    ft: FtSection | None = None
     unrecognised: list[str] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
@@ -38,6 +41,24 @@ class Context:
     @cached_property
     def ranks(self) -> list[RankSummary]:
         return summaries(self.of(RankTrace))
+
+    @cached_property
+    def nccl_checks(self) -> list[NcclCheck]:
+        """Every nccl-tests run judged against comm's collective model on the cluster."""
+        return judge_runs(self.of(NcclTestsResult), self.cluster)
+
+    @cached_property
+    def gradient(self) -> GradientLoad | None:
+        """The job's gradient traffic per step and the compute that hides it (None without a model)."""
+        compute = median([r.medians_s["compute_s"] for r in self.ranks]) if self.ranks else None
+        return gradient_load(
+            self.model,
+            self.training,
+            self.parallelism,
+            self.cluster,
+            compute_s_per_step=compute,
+            healthy_mfu=self.expected.value,
+        )
 
     @cached_property
     def num_gpus(self) -> int | None:
@@ -63,3 +84,7 @@ class Context:
 
     def find(self, finding_id: str) -> Finding | None:
         return next((f for f in self.findings if f.id == finding_id), None)
+
+    def find_first(self, finding_ids: Sequence[str]) -> Finding | None:
+        """The first of ``finding_ids`` (in that order) that was found."""
+        return next((found for i in finding_ids if (found := self.find(i)) is not None), None)

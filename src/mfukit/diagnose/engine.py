@@ -6,32 +6,27 @@ that no source recognises, or whose parser fails, is reported as degraded input,
 
 from __future__ import annotations
 
-import multiprocessing
-import os
 from collections import defaultdict
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mfukit.core.cluster import Cluster
+from mfukit.core.findings import SEVERITY_RANK
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.results import ProgressCallback
-from mfukit.core.scenario import TrainingSection
+from mfukit.core.scenario import FtSection, TrainingSection
 from mfukit.diagnose import mfu as mfu_module
 from mfukit.diagnose.breakdown import RankSummary, time_breakdown
 from mfukit.diagnose.context import Context
-from mfukit.diagnose.findings import SEVERITY_ORDER, Finding, Gate
+from mfukit.diagnose.findings import Finding, Gate
 from mfukit.diagnose.gates import gates as judge_gates
-from mfukit.diagnose.records import RankTrace, SlurmJob, TrainingLog, XidEvent
+from mfukit.diagnose.network import NcclCheck
+from mfukit.diagnose.parsing import collect, parse_files
+from mfukit.diagnose.records import FAILED_STATES, RankTrace, SlurmJob, TrainingLog, XidEvent
 from mfukit.diagnose.rules import rules
 from mfukit.diagnose.rules.hardware import catalog
-from mfukit.diagnose.sources import detect
-from mfukit.errors import InputError
-
-MAX_WORKERS = 8
-FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"})
 
 
 @dataclass
@@ -44,84 +39,33 @@ class Diagnosis:
     ranks: list[RankSummary]
     time_breakdown: dict[str, object]
     records: list[object]
+    nccl_checks: list[NcclCheck] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
     @property
     def top(self) -> Finding | None:
-        """The costliest finding that is a cause (not a degraded-input note, not explained by another)."""
-        return next((f for f in self.findings if f.id != "degraded_input" and f.explained_by is None), None)
+        """The costliest finding that is a cause (not a degraded-input note, not explained by another, not
+        information only)."""
+        return next(
+            (
+                f
+                for f in self.findings
+                if f.id != "degraded_input" and f.explained_by is None and f.severity != "info"
+            ),
+            None,
+        )
 
     @property
     def has_errors(self) -> bool:
         return any(f.severity == "error" for f in self.findings)
 
 
-def collect(paths: Iterable[Path]) -> list[Path]:
-    """Files under ``paths`` (directories walked recursively, hidden entries skipped), sorted."""
-    files: list[Path] = []
-    for path in paths:
-        if not path.exists():
-            raise InputError("no such file or directory", value=str(path), hint="check the path")
-        if path.is_dir():
-            files.extend(
-                p
-                for p in sorted(path.rglob("*"))
-                if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
-        else:
-            files.append(path)
-    return files
-
-
-Parsed = tuple[Path, str, list[object], str | None]
-
-
-def parse_file(path: Path) -> Parsed:
-    """(path, kind, records, error): a file no source recognises, or whose parser fails, is an error
-    string, never an exception."""
-    source = detect(path)
-    if source is None:
-        return path, "unrecognised", [], "not a recognised artifact kind"
-    try:
-        return path, source.kind, source.parse(path), None
-    except Exception as error:  # a parser bug or an input it cannot survive: say so, go on
-        return (
-            path,
-            f"{source.kind} (unreadable)",
-            [],
-            f"{source.kind} parser failed: {type(error).__name__}: {error}",
-        )
-
-
-def parse_files(
-    files: list[Path], *, workers: int | None = None, progress: ProgressCallback | None = None
-) -> list[Parsed]:
-    """Parse every file, several at once on a multi-core machine (each worker streams one file at a
-    time, so memory stays bounded by the number of workers)."""
-    count = workers if workers is not None else min(len(files), os.cpu_count() or 1, MAX_WORKERS)
-    results: list[Parsed] = []
-    if count <= 1 or len(files) <= 1:
-        for index, path in enumerate(files):
-            results.append(parse_file(path))
-            if progress is not None:
-                progress(index + 1, len(files))
-        return results
-    context = multiprocessing.get_context(
-        "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    )
-    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
-        for index, parsed in enumerate(pool.map(parse_file, files, chunksize=1)):
-            results.append(parsed)
-            if progress is not None:
-                progress(index + 1, len(files))
-    return results
-
-
 def rank_findings(findings: list[Finding]) -> list[Finding]:
-    """By cost (largest first), then severity; a finding explained by another follows its root cause."""
+    """By cost (largest first), then severity, causes before notes on degraded input; a finding explained
+    by another follows its root cause."""
     roots = sorted(
         (f for f in findings if f.explained_by is None),
-        key=lambda f: (-f.cost, SEVERITY_ORDER[f.severity], f.id),
+        key=lambda f: (-f.cost, -SEVERITY_RANK[f.severity], f.id == "degraded_input", f.id),
     )
     ordered: list[Finding] = []
     for root in roots:
@@ -138,6 +82,7 @@ def diagnose(
     training: TrainingSection | None = None,
     parallelism: Parallelism | None = None,
     cluster: Cluster | None = None,
+    ft: FtSection | None = None,
     progress: ProgressCallback | None = None,
 ) -> Diagnosis:
     files = collect(paths)
@@ -146,10 +91,9 @@ def diagnose(
     unrecognised: list[str] = []
     for path, kind, parsed, error in parse_files(files, progress=progress):
         inputs.append({"file": str(path), "kind": kind})
+        records.extend(parsed)
         if error is not None:
             unrecognised.append(f"{path} ({error})")
-        else:
-            records.extend(parsed)
     logs = [r for r in records if isinstance(r, TrainingLog)]
     estimate = mfu_module.measure(logs, model, training, cluster)
     ctx = Context(
@@ -160,6 +104,7 @@ def diagnose(
         training=training,
         parallelism=parallelism,
         cluster=cluster,
+        ft=ft,
         unrecognised=unrecognised,
     )
     for rule in rules():
@@ -174,6 +119,7 @@ def diagnose(
         ranks=ctx.ranks,
         time_breakdown=time_breakdown(ctx.ranks),
         records=records,
+        nccl_checks=ctx.nccl_checks,
         assumptions=ctx.assumptions,
     )
 

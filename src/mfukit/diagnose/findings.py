@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Severity = Literal["error", "warning", "info"]
-SEVERITY_ORDER: dict[Severity, int] = {"error": 0, "warning": 1, "info": 2}
+from mfukit.core import findings as judged
+from mfukit.core.findings import SEVERITY_RANK, Severity
+
 GateStatus = Literal["pass", "fail", "unknown"]
 
 # A cause that costs this share of step time or more is an error (it alone keeps MFU far below
@@ -65,6 +66,33 @@ class Finding:
         if self.impact.step_fraction is not None:
             return self.impact.step_fraction
         return {"error": ERROR_STEP_FRACTION, "warning": WARNING_STEP_FRACTION, "info": 0.0}[self.severity]
+
+
+def from_judge(
+    note: judged.Finding,
+    *,
+    file: str,
+    impact: Impact,
+    prevention: list[str],
+    more_fix: tuple[str, ...] = (),
+) -> Finding:
+    """A judge's finding (``comm``'s nccl-tests and NCCL-log judges) as a diagnosis finding: its id, title,
+    detail and fix as the judge wrote them, its evidence tied to ``file``, plus what diagnosis adds."""
+    evidence = [Evidence(file, what) for what in note.evidence] or [Evidence(file, note.detail)]
+    return Finding(
+        id=note.id,
+        title=note.title[:1].upper() + note.title[1:],
+        severity=note.severity,
+        summary=note.detail,
+        evidence=evidence,
+        impact=impact,
+        fix=[note.fix, *more_fix] if note.fix else list(more_fix),
+        prevention=prevention,
+    )
+
+
+def worse(a: Severity, b: Severity) -> Severity:
+    return a if SEVERITY_RANK[a] >= SEVERITY_RANK[b] else b
 
 
 def severity_for(step_fraction: float) -> Severity:

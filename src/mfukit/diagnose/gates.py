@@ -1,10 +1,14 @@
 """The five gates of the MFU-first framework, each pass / fail / unknown with its value and target.
 
 1. MFU baseline: measured MFU against the framework's target (> 45 % on H100-class clusters).
-2. Network: the gradient all-reduce of one step, at the bus bandwidth the job reaches, must fit inside
-   the backward pass (2/3 of compute) to be hidden; without the model, exposed communication < 5 %.
-3. Failure rate: the checkpoint interval against Young's optimum sqrt(2 delta M) (Young, CACM 1974),
-   M the MTBF of the job (scenario failure rate, sacct failures or fatal XIDs over the logged window).
+2. Network: the data-parallel gradient traffic of one step (``comm.traffic``: sharding, micro-batches),
+   at the bus bandwidth the job reaches (an nccl-tests all_reduce run judged by comm's model, else the
+   traced collectives), must fit in the compute that can hide it (:mod:`.network`); with no measurement,
+   comm's collective model decides only a fail (the fabric cannot hide it even when healthy); without the
+   model, exposed communication < 5 %.
+3. Failure rate: the checkpoint interval against Young's optimum sqrt(2 delta M) (``ft.interval``), M the
+   MTBF of the job: the scenario's failure rate, else sacct failures or fatal XIDs over the logged window,
+   else ``ft``'s failure model (``[ft] failure_model``, llama3 by default) for the cluster's size.
 4. Scheduling: GPU allocation utilization > 85 % and idle between jobs < 5 min (sacct).
 5. Storage I/O: a checkpoint's blocking write < 2x a step's compute; the data loader not starving the GPU.
 Targets live in ``data/gates.toml``. An unknown gate names the artifact that would decide it.
@@ -13,25 +17,23 @@ Targets live in ``data/gates.toml``. An unknown gate names the artifact that wou
 from __future__ import annotations
 
 import itertools
-import math
 import tomllib
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from mfukit import units
+from mfukit.core.scenario import FtSection
 from mfukit.diagnose.breakdown import job_fraction, median
 from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import Gate
-from mfukit.diagnose.records import RankTrace, SlurmJob, XidEvent
-from mfukit.diagnose.rules.communication import best_busbw
+from mfukit.diagnose.network import expected_busbw, measured_busbw
+from mfukit.diagnose.records import FAILED_STATES, RankTrace, SlurmJob, XidEvent
 from mfukit.diagnose.rules.hardware import catalog
+from mfukit.ft.failures import job_failures, load_failure_model
+from mfukit.ft.interval import young_interval_s
 
 TARGETS = Path(__file__).parent / "data" / "gates.toml"
-FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"})
-GRADIENT_BYTES_PER_PARAM = (
-    2.0  # bf16 gradients (Megatron keeps fp32 main grads: 4 bytes, then twice the traffic)
-)
 
 
 @cache
@@ -56,47 +58,69 @@ def _mfu(ctx: Context) -> Gate:
 
 def _network(ctx: Context) -> Gate:
     spec = targets()["network"]
-    name = "Network (gradient all-reduce vs backward)"
-    layout, model, cluster = ctx.parallelism, ctx.model, ctx.cluster
-    traces = ctx.of(RankTrace)
-    if model is not None and cluster is not None and ctx.ranks:
-        best = best_busbw(traces, inter_node_from=cluster.gpus_per_node)
-        if best is not None:
-            busbw = best[0]
-            tp = layout.tp if layout else 1
-            pp = layout.pp if layout else 1
-            dp = layout.dp if layout else cluster.num_gpus // (tp * pp)
-            gradient_bytes = model.total_params() / (tp * pp) * GRADIENT_BYTES_PER_PARAM
-            allreduce_s = gradient_bytes * 2.0 * (dp - 1) / max(dp, 1) / busbw
-            backward_s = float(spec["backward_share_of_compute"]) * median(
-                [r.medians_s["compute_s"] for r in ctx.ranks]
-            )
-            ratio = allreduce_s / backward_s if backward_s > 0 else math.inf
-            limit = float(spec["max_allreduce_to_backward"])
-            return Gate(
-                "network", name, "pass" if ratio <= limit else "fail", ratio, f"{ratio:.2f}x",
-                f"<= {limit:.1f}x",
-                f"{units.format_bytes_si(gradient_bytes)} of gradients per DP rank at {units.format_rate(busbw)} busbw "
-                f"take {units.format_duration(allreduce_s)} vs {units.format_duration(backward_s)} of backward compute",
-            )  # fmt: skip
+    name = "Network (gradient traffic vs compute)"
+    limit = float(spec["max_transfer_to_window"])
+    target = f"<= {limit:.1f}x"
+    load, cluster = ctx.gradient, ctx.cluster
+    broken = [c.result.file for c in ctx.nccl_checks if c.report is not None and c.report.verdict == "broken"]
+    if load is not None and cluster is not None:
+        traffic = load.traffic
+        what = (
+            f"{units.format_bytes_si(load.bus_bytes_per_step)} of bus traffic per GPU per step "
+            f"({traffic.pattern}, {traffic.group_ranks} ranks) against "
+            f"{units.format_duration(load.window_s)} of compute that can hide it ({load.compute_basis})"
+        )
+        expected = expected_busbw(cluster, load)
+        measured = measured_busbw(ctx.nccl_checks, ctx.of(RankTrace), cluster, spans_nodes=load.spans_nodes)
+        model_text = (
+            f"; the model expects {units.format_rate(expected.busbw_bytes_per_s)} ({expected.source})"
+            if expected
+            else ""
+        )
+        if measured is not None:
+            ratio = load.transfer_s(measured.busbw_bytes_per_s) / load.window_s
+            ok = ratio <= limit and not broken
+            return Gate("network", name, "pass" if ok else "fail", ratio, f"{ratio:.2f}x", target,
+                        f"{what}: {units.format_duration(load.transfer_s(measured.busbw_bytes_per_s))} at "
+                        f"{units.format_rate(measured.busbw_bytes_per_s)} busbw ({measured.source}){model_text}"
+                        + (f"; nccl-tests reports wrong results in {', '.join(broken)}" if broken else ""))  # fmt: skip
+        if expected is not None:
+            ratio = load.transfer_s(expected.busbw_bytes_per_s) / load.window_s
+            return Gate("network", name, "fail" if ratio > limit else "unknown", ratio,
+                        f"{ratio:.2f}x (model)", target,
+                        f"{what}: {units.format_duration(load.transfer_s(expected.busbw_bytes_per_s))} at the "
+                        f"{units.format_rate(expected.busbw_bytes_per_s)} busbw the cluster should give "
+                        f"({expected.source}); "
+                        + ("even a healthy fabric cannot hide it" if ratio > limit else "not measured"),
+                        "nccl-tests all_reduce_perf across the job's nodes, or profiler traces of a few steps")  # fmt: skip
     if ctx.ranks:
         exposed = job_fraction(ctx.ranks, "comm_exposed")
         limit = float(spec["max_exposed_comm_fraction"])
         return Gate(
             "network", name, "pass" if exposed <= limit else "fail", exposed, units.format_percent(exposed),
             f"<= {units.format_percent(limit, 0)} exposed",
-            "proxy: exposed communication share of step time (give --model and --gpu to compare all-reduce time with backward)",
+            "proxy: exposed communication share of step time (give the model, batch and cluster to weigh the "
+            "gradient traffic against the compute that hides it)",
         )  # fmt: skip
-    return Gate("network", name, "unknown", None, "—", "all-reduce time <= backward time",
-                "no trace with collective sizes and no nccl-tests result",
-                "profiler traces of a few steps (collective sizes), or nccl-tests all_reduce_perf across the job's nodes")  # fmt: skip
+    why = (
+        f"{len(ctx.nccl_checks)} nccl-tests run(s), but the job's gradient traffic is unknown without its model and batch"
+        if ctx.nccl_checks
+        else "no model of the job, no trace and no nccl-tests result"
+    )
+    return Gate("network", name, "unknown", None, "—", "gradient traffic hidden by compute", why,
+                "--model, --gpu, --gpus and the batch (or a scenario), with nccl-tests all_reduce_perf across the "
+                "job's nodes or profiler traces")  # fmt: skip
 
 
 def _mtbf_s(ctx: Context) -> tuple[float | None, str]:
+    """The job's MTBF and where it comes from (see the module docstring for the order)."""
     cluster = ctx.cluster
+    ft = ctx.ft or FtSection()
     if cluster is not None and cluster.failure_rate_per_1000_node_days:
-        per_day = cluster.failure_rate_per_1000_node_days / 1000.0 * cluster.num_nodes
-        return units.SECONDS_PER_DAY / per_day, "scenario failure rate per 1,000 node-days"
+        failures = job_failures(load_failure_model(ft.failure_model, source="scenario"),
+                                num_gpus=cluster.num_gpus, num_nodes=cluster.num_nodes,
+                                node_rate_per_1000_node_days=cluster.failure_rate_per_1000_node_days)  # fmt: skip
+        return failures.mtbf_s, "scenario failure rate per 1,000 node-days"
     jobs = [j for j in ctx.of(SlurmJob) if j.start_s and j.end_s and j.end_s > j.start_s]
     failed = [j for j in jobs if j.state in FAILED_STATES]
     if jobs and failed:
@@ -110,6 +134,12 @@ def _mtbf_s(ctx: Context) -> tuple[float | None, str]:
     if len(fatal) >= 2:
         stamps = sorted(e.wall_s for e in fatal if e.wall_s is not None)
         return (stamps[-1] - stamps[0]) / (len(fatal) - 1), f"{len(fatal)} fatal XIDs in the kernel logs"
+    if cluster is not None:
+        spec = load_failure_model(ft.failure_model, source="scenario", field="ft.failure_model")
+        failures = job_failures(
+            spec, num_gpus=cluster.num_gpus, num_nodes=cluster.num_nodes, overrides=ft.rates
+        )
+        return failures.mtbf_s, f"failure model {spec.name} ({spec.display_name}) for {cluster.num_gpus} GPUs"
     return None, ""
 
 
@@ -141,7 +171,7 @@ def _failure_rate(ctx: Context) -> Gate:
         ]
         return Gate("failure_rate", name, "unknown", None, "—", band, f"missing {' and '.join(missing)}",
                     "checkpoint-save lines in a training log plus a failure rate (scenario, sacct or XIDs)")  # fmt: skip
-    optimum = math.sqrt(2.0 * blocking * mtbf)  # Young (1974)
+    optimum = young_interval_s(blocking, mtbf)
     ratio = interval / optimum
     ok = float(spec["min_interval_to_optimum"]) <= ratio <= float(spec["max_interval_to_optimum"])
     return Gate("failure_rate", name, "pass" if ok else "fail", ratio, f"{ratio:.2f}x optimum", band,

@@ -62,8 +62,21 @@ def gaps(starts: Array, ends: Array, lo: float, hi: float) -> tuple[Array, Array
     return gap_starts[keep], gap_ends[keep]
 
 
-def intersect_measure(a_starts: Array, a_ends: Array, b_starts: Array, b_ends: Array) -> float:
-    """|A ∩ B| for two disjoint sorted sets."""
-    if a_starts.size == 0 or b_starts.size == 0:
-        return 0.0
-    return float(np.sum(measure_in(b_starts, b_ends, a_starts, a_ends)))
+def intersect_in_windows(
+    a_starts: Array, a_ends: Array, b_starts: Array, b_ends: Array, window_starts: Array, window_ends: Array
+) -> Array:
+    """|A ∩ B ∩ [a, b]| for every window [a, b] (A and B disjoint and sorted), in one pass: the pieces of A
+    inside each window (found by binary search, A being sorted) are measured against B with one
+    cumulative-measure call, then summed per window."""
+    if a_starts.size == 0 or b_starts.size == 0 or window_starts.size == 0:
+        return np.zeros(window_starts.size, dtype=np.float64)
+    first = np.searchsorted(a_ends, window_starts, side="right")
+    last = np.searchsorted(a_starts, window_ends, side="left")
+    counts = np.maximum(0, last - first)
+    window = np.repeat(np.arange(window_starts.size), counts)
+    offset = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    index = np.repeat(first, counts) + offset
+    piece_starts = np.maximum(a_starts[index], window_starts[window])
+    piece_ends = np.maximum(piece_starts, np.minimum(a_ends[index], window_ends[window]))
+    measured = measure_in(b_starts, b_ends, piece_starts, piece_ends)
+    return np.bincount(window, weights=measured, minlength=window_starts.size).astype(np.float64)

@@ -7,7 +7,11 @@ Records are small summaries (per step, per GPU, per event), never raw event list
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # the parsers of comm load only when a file of theirs is read
+    from mfukit.comm.nccl_log import NcclLogReport
+    from mfukit.comm.nccl_tests import NcclTestsRun
 
 TimelineCategory = Literal["compute", "comm", "memcpy"]
 
@@ -210,6 +214,10 @@ class XidEvent:
     nvswitch: bool = False
 
 
+FAILED_STATES = frozenset({"FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"})
+"""sacct states of an allocation that ended by failure (not a user's cancel, not success)."""
+
+
 @dataclass(frozen=True)
 class SlurmJob:
     """One ``sacct`` allocation row. Times are seconds since the epoch."""
@@ -225,3 +233,22 @@ class SlurmJob:
     num_gpus: int | None
     num_nodes: int | None
     nodes: str
+
+
+@dataclass(frozen=True)
+class NcclTestsResult:
+    """One nccl-tests output (any era, or its ``-J`` JSON report), parsed by ``comm.nccl_tests``."""
+
+    file: str
+    run: NcclTestsRun | None
+    problem: str | None = None
+    """Why the output could not be read (``run`` is then None)."""
+
+
+@dataclass(frozen=True)
+class NcclLog:
+    """What the NCCL_DEBUG=INFO lines of one file say (a log of its own, or interleaved in a training log
+    or nccl-tests output), analysed by ``comm.nccl_log``."""
+
+    file: str
+    report: NcclLogReport

@@ -10,7 +10,7 @@ from mfukit.diagnose.breakdown import ranked_traces
 from mfukit.diagnose.charts import breakdown, step_series, timeline
 from mfukit.diagnose.engine import Diagnosis, post_mortem, traces_of
 from mfukit.diagnose.findings import Finding
-from mfukit.diagnose.records import KernelTotal, TrainingLog
+from mfukit.diagnose.records import KernelTotal, NcclLog, TrainingLog
 from mfukit.report.html import Chart, Report, Section
 
 MAX_RANK_ROWS = 16
@@ -64,6 +64,40 @@ def kernels(diagnosis: Diagnosis, limit: int = 15) -> list[dict[str, Any]]:
     ]  # fmt: skip
 
 
+def network(diagnosis: Diagnosis) -> dict[str, Any]:
+    """Each nccl-tests run against the model, and what each NCCL log says about the transport."""
+    runs = []
+    for check in diagnosis.nccl_checks:
+        run, report = check.result.run, check.report
+        runs.append(
+            {
+                "file": check.result.file,
+                "collective": report.collective if report else run.collective if run else None,
+                "num_ranks": report.num_ranks if report else run.num_ranks if run else None,
+                "num_nodes": report.num_nodes if report else None,
+                "peak_busbw_bytes_per_s": run.peak_busbw_bytes_per_s if run else None,
+                "expected_peak_busbw_bytes_per_s": report.expected_peak_busbw_bytes_per_s if report else None,
+                "peak_ratio": report.peak_ratio if report else None,
+                "verdict": report.verdict if report else None,
+                "not_judged": check.problem,
+            }
+        )
+    logs = [
+        {
+            "file": log.file,
+            "nccl_versions": log.report.versions,
+            "networks": log.report.networks,
+            "hosts": log.report.hosts,
+            "hcas": log.report.hcas,
+            "transports": log.report.transports,
+            "gpudirect_rdma": log.report.gdr,
+        }
+        for log in diagnosis.records
+        if isinstance(log, NcclLog)
+    ]
+    return {"nccl_tests": runs, "nccl_logs": logs}
+
+
 def result(diagnosis: Diagnosis) -> dict[str, Any]:
     mfu = diagnosis.mfu
     top = diagnosis.top
@@ -85,6 +119,7 @@ def result(diagnosis: Diagnosis) -> dict[str, Any]:
         "time_breakdown": diagnosis.time_breakdown,
         "post_mortem": post_mortem(diagnosis),
         "kernels": kernels(diagnosis),
+        "network": network(diagnosis),
         "tensor_core_share_of_compute": tensor / sum(k.total_s for k in compute) if compute else None,
         "inputs": diagnosis.inputs,
     }

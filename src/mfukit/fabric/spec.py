@@ -19,7 +19,7 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from mfukit import catalog
-from mfukit.comm.findings import Finding
+from mfukit.core.findings import Finding
 from mfukit.core.hardware import Switch
 from mfukit.core.scenario import read_document
 from mfukit.core.schema import BytesPerSecond, PositiveInt, Strict, validate_as

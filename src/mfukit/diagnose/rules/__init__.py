@@ -1,9 +1,9 @@
 """Rule families: each module's ``analyze(ctx)`` returns findings; later families see earlier findings.
 
 Order matters where one finding explains another: throttling before stragglers (a straggler on a
-throttled GPU is explained by the throttling), stragglers before exposed communication (waiting for a
-straggler inside NCCL is not a network cost). The network rule family of ``comm/`` (socket fallback,
-missing rails, low bus bandwidth) plugs in as one more module name here.
+throttled GPU is explained by the throttling), stragglers before the network and exposed communication
+(waiting for a straggler inside NCCL is not a network cost), the network (socket fallback, missing rails,
+low bus bandwidth: ``comm``'s judges) before exposed communication, which such a fault explains.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ RULE_MODULES: tuple[str, ...] = (
     "throttling",
     "straggler",
     "data",
+    "network",
     "communication",
     "pipeline",
     "launch",

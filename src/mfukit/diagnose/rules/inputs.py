@@ -11,7 +11,7 @@ from mfukit.diagnose.records import PipelineTimeline, RankTrace, TrainingLog
 MIXED_CLOCK_S = 3600.0
 
 
-def _finding(title: str, summary: str, evidence: list[Evidence], decide: str) -> Finding:
+def degraded(title: str, summary: str, evidence: list[Evidence], decide: str) -> Finding:
     return Finding(
         id="degraded_input",
         title=title,
@@ -35,7 +35,7 @@ def analyze(ctx: Context) -> list[Finding]:
             damaged.extend(Evidence(record.file, problem, rank=rank) for problem in record.problems)
     if damaged:
         findings.append(
-            _finding(
+            degraded(
                 "Some inputs were partial or damaged",
                 f"{len(damaged)} problem(s) in the inputs; what they hold was analysed, what they lack was not",
                 damaged,
@@ -45,11 +45,10 @@ def analyze(ctx: Context) -> list[Finding]:
     traces = ctx.of(RankTrace)
     if ctx.unrecognised:
         findings.append(
-            _finding(
-                "Files of an unknown kind were skipped",
-                f"{len(ctx.unrecognised)} file(s) matched no artifact kind (nccl-tests output and NCCL_DEBUG logs "
-                "are judged once the network parsers are wired in)",
-                [Evidence(path, "not a recognised artifact kind") for path in ctx.unrecognised],
+            degraded(
+                "Some files were skipped",
+                f"{len(ctx.unrecognised)} file(s) matched no artifact kind or could not be parsed",
+                [Evidence(path, "skipped") for path in ctx.unrecognised],
                 "check `mfukit diagnose --help` for the kinds read; rename or convert the file",
             )
         )
@@ -61,7 +60,7 @@ def analyze(ctx: Context) -> list[Finding]:
         if missing and len(ranks) > 1:
             shown = ", ".join(str(r) for r in missing[:12]) + (" ..." if len(missing) > 12 else "")
             findings.append(
-                _finding(
+                degraded(
                     f"{len(missing)} of {world} ranks have no trace",
                     f"ranks {shown} were not traced: a straggler among them cannot be named from traces",
                     [Evidence(traces[0].file, f"world size {world}, {len(ranks)} ranks traced")],
@@ -72,7 +71,7 @@ def analyze(ctx: Context) -> list[Finding]:
     duplicated = sorted({r for r in claimed if claimed.count(r) > 1})
     if duplicated or len(worlds) > 1:
         findings.append(
-            _finding(
+            degraded(
                 "The traces are not one job's ranks",
                 f"rank(s) {', '.join(map(str, duplicated[:8]))} appear in several traces"
                 if duplicated
@@ -87,7 +86,7 @@ def analyze(ctx: Context) -> list[Finding]:
     origins = [t.clock_origin_s for t in traces if t.steps]
     if len(origins) > 1 and max(origins) - min(origins) > MIXED_CLOCK_S:
         findings.append(
-            _finding(
+            degraded(
                 "Rank traces use different clocks",
                 "clock origins differ by more than an hour: cross-rank start times are not compared; "
                 "stragglers are judged from per-rank durations, which need no common clock",
@@ -103,7 +102,7 @@ def analyze(ctx: Context) -> list[Finding]:
             and trace.num_comm_annotations > 0
         ):
             findings.append(
-                _finding(
+                degraded(
                     "Collectives were issued but no communication kernel was recognised",
                     f"{trace.num_comm_annotations} collective calls on the CPU, no NCCL/RCCL kernel on the GPU: "
                     "their kernels have names this version does not know, so communication is counted as compute",
@@ -117,7 +116,7 @@ def analyze(ctx: Context) -> list[Finding]:
             )
     if ctx.mfu.measured is None:
         findings.append(
-            _finding(
+            degraded(
                 "MFU not measured",
                 ctx.mfu.method,
                 [],
@@ -126,7 +125,7 @@ def analyze(ctx: Context) -> list[Finding]:
         )
     if not traces:
         findings.append(
-            _finding(
+            degraded(
                 "No profiler trace: the time breakdown is unknown",
                 "compute, communication, idle and data-loader shares need a PyTorch profiler trace",
                 [],

@@ -69,7 +69,7 @@ def analyze(ctx: Context) -> list[Finding]:
                 "run dcgmi diag -r 2 and a node health check (clocks, ECC, PCIe link width, NIC errors) in the Slurm prolog",
             ],
             recoverable_fraction=0.0 if explained else fraction,
-            mfu_after_fix=ctx.mfu_after(0.0 if explained else fraction),
+            mfu_after_fix=None if explained else ctx.mfu_after(fraction),
             explained_by=explained,
             details={"ranks": [r.rank for r in suspects], "wait_s_per_step": wait},
         )

@@ -2,9 +2,11 @@
 
 A source is a :class:`Source`: a ``detect(path, head)`` that looks at the file name and its first
 64 KiB of text (decompressed), and a ``parse(path)`` that returns records (dataclasses from
-:mod:`mfukit.diagnose.records`, or the source's own). Adding a kind (the NCCL log and nccl-tests parsers
-of ``comm/``) is one module exposing ``SOURCE`` plus its name in ``SOURCE_MODULES``; the rule family
-that reads its records is one module in ``rules/``.
+:mod:`mfukit.diagnose.records`). Adding a kind is one module exposing ``SOURCE`` plus its name in
+``SOURCE_MODULES``; the rule family that reads its records is one module in ``rules/``.
+
+A file is read by the first source that detects it, plus every *embedded* source that detects it: NCCL
+INFO lines are interleaved with training logs and nccl-tests output, so such a file feeds both.
 """
 
 from __future__ import annotations
@@ -26,18 +28,22 @@ class Source:
     description: str
     detect: Callable[[Path, str], bool]
     parse: Callable[[Path], list[object]]
+    embedded: bool = False
+    """Reads lines that other outputs interleave: considered beside the file's first-matching source."""
 
 
-# Order is priority: the first source whose detect() accepts a file parses it.
+# Order is priority: the first source whose detect() accepts a file parses it (embedded ones as well).
 SOURCE_MODULES: tuple[str, ...] = (
     "pipeline_timeline",
     "kineto_source",
+    "nccl_tests",
     "nvidia_smi",
     "dcgm",
     "dcgmi_diag",
     "sacct",
     "kernel_log",
     "training_log",
+    "nccl_log",
 )
 
 
@@ -59,10 +65,12 @@ def head(path: Path) -> str:
         return ""
 
 
-def detect(path: Path) -> Source | None:
-    """The source that reads ``path``, or None when no kind matches."""
+def detect(path: Path) -> list[Source]:
+    """The sources that read ``path``: the first that matches, plus each embedded one that matches."""
     text = head(path)
+    found: list[Source] = []
     for source in sources():
-        if source.detect(path, text):
-            return source
-    return None
+        primary = any(not chosen.embedded for chosen in found)
+        if (source.embedded or not primary) and source.detect(path, text):
+            found.append(source)
+    return found

@@ -1,11 +1,19 @@
-"""Read a (possibly huge, possibly gzipped, possibly damaged) Chrome-trace JSON file one event at a time.
+"""Read a (possibly huge, possibly gzipped, possibly damaged) Chrome-trace JSON file in blocks of events.
 
 A Kineto trace is one JSON object whose ``traceEvents`` array holds every event; per-rank files reach
 hundreds of MB, so ``json.load`` of the whole file (what HTA does) costs several times the file size in
 memory. This reader keeps a window of about ``CHUNK_CHARS`` characters: it walks the top-level object,
 decodes small values (``distributedInfo``, ``deviceProperties``) whole and yields the events of
-``traceEvents`` (or of a top-level array, the plain Chrome-trace form) one by one with the C scanner
-of :mod:`json` (``raw_decode``), so memory stays bounded by the window plus one event.
+``traceEvents`` (or of a top-level array, the plain Chrome-trace form) in blocks, so memory stays bounded
+by the window plus one block.
+
+Each block (up to ``_BLOCK_MAX_CHARS`` of complete events) is decoded by one msgspec call straight into
+the caller's event type: a ``msgspec.Struct`` that declares only the fields the caller reads (the
+Kineto reader: ``ph``, ``cat``, ``name``, ``ts``, ``dur`` and a few ``args``), so every other key is
+skipped in C without building a Python object, and the structs are not tracked by the garbage
+collector. A block msgspec rejects (a cut inside a string, NaN, a field of an unexpected type) is read
+event by event with the stdlib scanner instead and each event converted to the event type; an event
+that does not convert is counted in ``invalid_events``, never raised.
 
 Damage is reported, never raised: a file that ends early stops the stream with a note of how many
 events were read; a corrupt stretch inside the array is skipped up to the next event with a note of
@@ -17,29 +25,26 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import types
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar
 
-orjson: types.ModuleType | None
-try:  # a faster decoder for whole blocks of events; the stdlib scanner handles everything it rejects
-    import orjson
-except ImportError:  # pragma: no cover - orjson is a dependency; this keeps the stdlib path working
-    orjson = None
+import msgspec
 
-CHUNK_CHARS = 1 << 22
+CHUNK_CHARS = 1 << 20
 MAX_VALUE_CHARS = 1 << 26  # one event (or header value) larger than 64 Mi characters is corrupt
 _EDGE = 64  # a decode error this close to the window's end means "the value continues"
 _BLOCK_MIN_CHARS = 1 << 16
-_BLOCK_MAX_CHARS = 1 << 19  # decoded events of one block cost ~10x its text: keep blocks small
+_BLOCK_MAX_CHARS = 1 << 18
 _BOUNDARY = re.compile(r"\}\s*,\s*\{")
 _WHITESPACE = re.compile(r"\s*")
 _SEPARATOR = re.compile(r"\s*(?:,\s*)?")
 _NEXT_ITEM = re.compile(r",\s*\{")
 _DECODER = json.JSONDecoder()
+
+E = TypeVar("E")
 
 
 def open_text(path: Path) -> IO[str]:
@@ -61,20 +66,26 @@ class StreamProblems:
     notes: list[str] = field(default_factory=list)
 
 
-class TraceEventStream:
-    """Iterate ``events()``; ``header`` fills with the top-level keys as they are met.
+class TraceEventStream(Generic[E]):
+    """Iterate ``blocks()`` (lists of events) or ``events()``; ``header`` fills with the top-level keys
+    as they are met. ``event_type`` is what each event becomes: ``dict`` for every key, or a
+    ``msgspec.Struct`` declaring the keys the caller reads.
 
     Keys that come after ``traceEvents`` (Kineto writes ``distributedInfo`` first, some writers
-    last) are in ``header`` once ``events()`` is exhausted.
+    last) are in ``header`` once the events are exhausted.
     """
 
-    def __init__(self, path: Path, chunk_chars: int = CHUNK_CHARS) -> None:
+    def __init__(self, path: Path, event_type: type[E], chunk_chars: int = CHUNK_CHARS) -> None:
         self.path = path
+        self.event_type = event_type
         self.chunk_chars = chunk_chars
         self.header: dict[str, Any] = {}
         self.problems = StreamProblems()
         self.events_read = 0
+        self.invalid_events = 0
+        """Events that are valid JSON objects but do not convert to ``event_type`` (skipped)."""
         self.top_level_array = False
+        self._block_decoder: msgspec.json.Decoder[list[E]] = msgspec.json.Decoder(list[event_type])  # type: ignore[valid-type]
         self._stream: IO[str] | None = None
         self._buffer = ""
         self._pos = 0
@@ -145,7 +156,11 @@ class TraceEventStream:
 
     # ------------------------------------------------------------------ structure
 
-    def events(self) -> Iterator[dict[str, Any]]:
+    def events(self) -> Iterator[E]:
+        for block in self.blocks():
+            yield from block
+
+    def blocks(self) -> Iterator[list[E]]:
         with open_text(self.path) as stream:
             self._stream = stream
             first = self._skip_ws()
@@ -163,7 +178,7 @@ class TraceEventStream:
                 self.problems.notes.append(f"not JSON: starts with {first!r}")
             self._stream = None
 
-    def _object_members(self) -> Iterator[dict[str, Any]]:
+    def _object_members(self) -> Iterator[list[E]]:
         while True:
             char = self._skip_ws()
             if char == "}":
@@ -192,37 +207,41 @@ class TraceEventStream:
                 return
             self.header[str(key)] = value
 
-    def _array_items(self) -> Iterator[dict[str, Any]]:
-        """The items of an array, the cursor just past its ``[``.
+    def _array_items(self) -> Iterator[list[E]]:
+        """The items of an array, in blocks, the cursor just past its ``[``.
 
-        The fast path calls the C scanner directly and steps over ``,`` with one regex match; anything
-        unusual (the window's edge, the closing ``]``, damage) drops to the careful path below.
+        The fast path decodes a block of complete events in one msgspec call; a block it rejects, and
+        the stretch at the window's edge, go event by event through the C scanner of :mod:`json`;
+        anything unusual (the closing ``]``, damage) drops to the careful path below.
         """
         scan = _DECODER.scan_once  # type: ignore[attr-defined]
         separator = _SEPARATOR.match
         while True:
             buffer = self._buffer
             pos = separator(buffer, self._pos).end()  # type: ignore[union-attr]
-            block = _block(buffer, pos)
-            if block is not None:
-                events, pos = block
-                self._pos = pos
+            events, limit = self._block(buffer, pos)
+            if events is not None:
+                self._pos = limit
                 self.events_read += len(events)
-                yield from events
-                if len(buffer) - pos < _BLOCK_MIN_CHARS:
+                yield events
+                if len(buffer) - limit < _BLOCK_MIN_CHARS:
                     self._fill()
                 continue
+            scanned: list[E] = []
             try:
-                while True:
+                while pos < limit:
                     value, end = scan(buffer, pos)
                     if type(value) is not dict:
                         break
-                    self.events_read += 1
-                    yield value
+                    self._convert(value, scanned)
                     pos = separator(buffer, end).end()  # type: ignore[union-attr]
             except (StopIteration, json.JSONDecodeError):
                 pass  # the careful path below decides: end of array, window edge, or damage
             self._pos = pos
+            if scanned:
+                yield scanned
+            if pos >= limit and limit < len(buffer):
+                continue  # a rejected block was read event by event: try the next block fast again
             char = self._skip_ws()
             if char == "]":
                 self._pos += 1
@@ -236,8 +255,9 @@ class TraceEventStream:
             start = self._offset()
             ok, value = self._decode()
             if ok and isinstance(value, dict):
-                self.events_read += 1
-                yield value
+                single: list[E] = []
+                self._convert(value, single)
+                yield single
                 continue
             if ok:  # a stray non-object item: skip it
                 self.problems.corrupt_stretches += 1
@@ -248,6 +268,40 @@ class TraceEventStream:
             if not self._resync(start):
                 self._truncated_or_corrupt("an event")
                 return
+
+    def _convert(self, value: dict[str, Any], into: list[E]) -> None:
+        """Append one decoded event as ``event_type``; one that does not convert is counted and skipped."""
+        self.events_read += 1
+        if self.event_type is dict:
+            into.append(value)  # type: ignore[arg-type]
+            return
+        try:
+            into.append(msgspec.convert(value, self.event_type))
+        except msgspec.ValidationError:
+            self.invalid_events += 1
+
+    def _block(self, buffer: str, pos: int) -> tuple[list[E] | None, int]:
+        """Decode the complete events of ``buffer[pos:]`` in one msgspec call, up to the last ``}, {``.
+
+        Returns the events and the position after the last one's comma; or None and the end of the
+        stretch the fast path could not take (too little text, a cut that fell inside a string, a value
+        msgspec rejects such as NaN, a field of the wrong type), which the caller then reads event by event.
+        """
+        if len(buffer) - pos < _BLOCK_MIN_CHARS or not buffer.startswith("{", pos):
+            return None, len(buffer)
+        limit = min(len(buffer) - 1, pos + _BLOCK_MAX_CHARS)
+        cut = buffer.rfind("}", pos, limit)
+        while cut > pos:
+            match = _BOUNDARY.match(buffer, cut)
+            if match is not None:
+                break
+            cut = buffer.rfind("}", pos, cut)
+        else:
+            return None, len(buffer)
+        try:
+            return self._block_decoder.decode("[" + buffer[pos : cut + 1] + "]"), match.end() - 1
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None, match.end() - 1
 
     def _remaining_is_partial(self) -> bool:
         """At end of input, an undecodable rest with no further event start means the file was cut."""
@@ -272,30 +326,3 @@ class TraceEventStream:
             f"the file ends (or breaks) inside {what} after {self.events_read} events "
             f"({self._offset()} characters read)"
         )
-
-
-def _block(buffer: str, pos: int) -> tuple[list[dict[str, Any]], int] | None:
-    """Decode the complete events of ``buffer[pos:]`` in one orjson call, up to the last ``}, {``.
-
-    Returns the events and the position after the last one's comma, or None (no orjson, too little
-    text, a cut that fell inside a string, a value orjson rejects such as NaN or a 65-bit integer):
-    the caller then goes event by event with the stdlib scanner.
-    """
-    if orjson is None or len(buffer) - pos < _BLOCK_MIN_CHARS or not buffer.startswith("{", pos):
-        return None
-    limit = min(len(buffer) - 1, pos + _BLOCK_MAX_CHARS)
-    cut = buffer.rfind("}", pos, limit)
-    while cut > pos:
-        match = _BOUNDARY.match(buffer, cut)
-        if match is not None:
-            break
-        cut = buffer.rfind("}", pos, cut)
-    else:
-        return None
-    try:
-        events = orjson.loads("[" + buffer[pos : cut + 1] + "]")
-    except orjson.JSONDecodeError:
-        return None
-    if not all(type(event) is dict for event in events):
-        return None
-    return events, match.end() - 1

@@ -5,9 +5,12 @@ Handles both schemas (``cat`` ``kernel``/``cpu_op``/``cuda_runtime`` and the PyT
 said so), CUDA-graph launches (kernels carry the graph launch's correlation), NCCL kernels of both
 naming schemes, and truncated or corrupt files (what was read is analysed, the damage is noted).
 
-Per rank, only the GPU intervals (start, end, category, launch time) and a handful of CPU spans
-(ProfilerStep, DataLoader, checkpoint, GC) are kept, in numpy arrays; everything else is counted and
-dropped as it streams past.
+Events arrive in blocks of :class:`TraceEvent` structs that hold only the fields read here (the JSON
+reader skips every other key in C). Per rank, only the GPU intervals (start, duration, category, name
+index, correlation), the launch times and a handful of CPU spans (ProfilerStep, DataLoader, checkpoint,
+GC) are kept, in typed arrays; a kernel's category is decided once per distinct name; everything else is
+counted and dropped as it streams past. The interval algebra of the breakdown is vectorised
+(:mod:`mfukit.diagnose.intervals`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from math import isfinite
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from mfukit.diagnose import intervals as iv
@@ -69,6 +73,7 @@ DTYPE_BYTES = {
     "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }  # fmt: skip
 CATEGORY_CODES: dict[TimelineCategory, int] = {"compute": 0, "comm": 1, "memcpy": 2}
+_COMM = CATEGORY_CODES["comm"]
 _GPU, _RUNTIME, _CPU, _OTHER_DEVICE = range(4)
 _KIND: dict[str, int] = {
     **dict.fromkeys(KERNEL_CATEGORIES | MEMORY_CATEGORIES, _GPU),
@@ -78,19 +83,43 @@ _KIND: dict[str, int] = {
 }
 
 
+class EventArgs(msgspec.Struct, gc=False):
+    """The ``args`` keys read: the launch correlation, and the message of a collective kernel."""
+
+    correlation: Any = None
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    in_elements: Any = msgspec.field(default=None, name="In msg nelems")
+    out_elements: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    dtype: Any = None
+
+
+class TraceEvent(msgspec.Struct, gc=False):
+    """One Chrome-trace event, reduced to the keys the breakdown reads (times in microseconds)."""
+
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    ts: float | None = None
+    dur: float | None = None
+    args: EventArgs | None = None
+
+
 class _Collector:
-    """Accumulates what the analysis needs while the events stream past."""
+    """Accumulates what the analysis needs while the blocks of events stream past."""
 
     def __init__(self) -> None:
         self.origin_us: float | None = None
         self.gpu_start = array("d")
-        self.gpu_end = array("d")
+        self.gpu_dur = array("d")
         self.gpu_cat = array("b")
+        self.gpu_name = array("l")
         self.gpu_corr = array("q")
         self.runtime_corr = array("q")
         self.runtime_ts = array("d")
-        self.kernel_time: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-        self.kernel_category: dict[str, str] = {}
+        self.names: dict[tuple[str, str], tuple[int, int]] = {}
+        """(cat, name) of a GPU event -> (index into ``name_list``, category code)."""
+        self.name_list: list[tuple[str, str]] = []
         self.steps: list[tuple[int, float, float]] = []
         self.dataloader: list[tuple[float, float]] = []
         self.checkpoint: list[tuple[float, float]] = []
@@ -102,77 +131,80 @@ class _Collector:
         self.other_device_events: dict[str, int] = defaultdict(int)
         self.bad_events = 0
 
-    def add(self, event: dict[str, Any]) -> None:
-        try:
-            if event["ph"] != "X":
-                return
-            cat = event["cat"]
-            name = event["name"]
-        except (KeyError, TypeError):
-            return
-        kind = _KIND.get(cat) if type(cat) is str else None
-        if kind is None or type(name) is not str:
-            return
-        # cheap rejections first: most events are CPU ops and launches of no interest here
-        if kind == _CPU:
-            if name.startswith("aten::") or cat == "gpu_user_annotation":
-                return
-        elif kind == _RUNTIME:
-            if "Launch" not in name and "Memcpy" not in name and "Memset" not in name:
-                return
-        elif kind == _OTHER_DEVICE:
-            self.other_device_events[cat] += 1
-            return
-        ts: Any = event.get("ts")
-        dur: Any = event.get("dur")
-        try:
-            start = float(ts)
-            length = float(dur) if dur is not None else 0.0
-        except (TypeError, ValueError):
-            self.bad_events += 1
-            return
-        if not (isfinite(start) and isfinite(length)) or length < 0:
-            self.bad_events += 1
-            return
-        if self.origin_us is None:
-            self.origin_us = start
-        start -= self.origin_us
-        if kind == _GPU:
-            self._gpu(cat, name, start, length, event.get("args"))
-        elif kind == _RUNTIME:
-            self._runtime(name, start, length, event.get("args"))
-        else:
-            self._cpu(cat, name, start, length)
+    def add(self, events: list[TraceEvent]) -> None:
+        """One block of events. The loop is the hot path: cheap rejections first (most events are CPU
+        ops, launches and flow arrows of no interest here), one dict lookup per GPU event's name."""
+        kinds = _KIND
+        for event in events:
+            cat = event.cat
+            kind = kinds.get(cat)
+            if kind is None or event.ph != "X":
+                continue
+            name = event.name
+            if kind == _CPU:
+                if name.startswith("aten::") or cat == "gpu_user_annotation":
+                    continue
+            elif kind == _RUNTIME:
+                if "Launch" not in name and "Memcpy" not in name and "Memset" not in name:
+                    continue
+            elif kind == _OTHER_DEVICE:
+                self.other_device_events[cat] += 1
+                continue
+            start = event.ts
+            length = event.dur
+            if length is None:
+                length = 0.0
+            if start is None or not (isfinite(start) and isfinite(length)) or length < 0:
+                self.bad_events += 1
+                continue
+            if self.origin_us is None:
+                self.origin_us = start
+            if kind == _GPU:
+                self._gpu(cat, name, start, length, event.args)
+            elif kind == _RUNTIME:
+                self._runtime(name, start, length, event.args)
+            else:
+                self._cpu(cat, name, start, length)
 
-    def _gpu(self, cat: str, name: str, start: float, length: float, args: Any) -> None:
-        arguments = args if isinstance(args, dict) else None
-        category = categorize(cat, name, arguments)
+    def _gpu(self, cat: str, name: str, start: float, length: float, args: EventArgs | None) -> None:
+        key = (cat, name)
+        known = self.names.get(key)
+        if known is None:
+            known = (len(self.name_list), CATEGORY_CODES[categorize(cat, name, None)])
+            self.names[key] = known
+            self.name_list.append(key)
+        index, code = known
+        correlation = -1
+        if args is not None:
+            if type(args.correlation) is int:
+                correlation = args.correlation
+            if args.collective is not None and code != CATEGORY_CODES["memcpy"]:
+                code = _COMM  # PyTorch names the collective of a kernel it launched for c10d
+            if code == _COMM and len(self.collectives) < MAX_COLLECTIVE_SAMPLES:
+                self._collective(name, length, args)
         self.gpu_start.append(start)
-        self.gpu_end.append(start + length)
-        self.gpu_cat.append(CATEGORY_CODES[category])
-        correlation = arguments.get("correlation") if arguments else None
-        self.gpu_corr.append(int(correlation) if isinstance(correlation, int) else -1)
-        totals = self.kernel_time[name]
-        totals[0] += length
-        totals[1] += 1
-        self.kernel_category[name] = category
-        if category == "comm" and arguments and len(self.collectives) < MAX_COLLECTIVE_SAMPLES:
-            size = _message_bytes(arguments)
-            if size is not None and size >= MIN_COLLECTIVE_BYTES and length > 0:
-                group = arguments.get("Group size")
-                self.collectives.append(
-                    CollectiveSample(
-                        collective_of(name, arguments),
-                        size,
-                        length * US,
-                        int(group) if isinstance(group, int) else 0,
-                    )
-                )
+        self.gpu_dur.append(length)
+        self.gpu_cat.append(code)
+        self.gpu_name.append(index)
+        self.gpu_corr.append(correlation)
 
-    def _runtime(self, name: str, start: float, length: float, args: Any) -> None:
-        correlation = args.get("correlation") if isinstance(args, dict) else None
-        if isinstance(correlation, int):
-            self.runtime_corr.append(correlation)
+    def _collective(self, name: str, length: float, args: EventArgs) -> None:
+        size = _message_bytes(args)
+        if size is not None and size >= MIN_COLLECTIVE_BYTES and length > 0:
+            group = args.group_size
+            named = args.collective
+            self.collectives.append(
+                CollectiveSample(
+                    named if isinstance(named, str) and named else collective_of(name, None),
+                    size,
+                    length * US,
+                    int(group) if isinstance(group, int) else 0,
+                )
+            )
+
+    def _runtime(self, name: str, start: float, length: float, args: EventArgs | None) -> None:
+        if args is not None and type(args.correlation) is int:
+            self.runtime_corr.append(args.correlation)
             self.runtime_ts.append(start)
         self.launch_api_us += length
         if "GraphLaunch" in name:
@@ -196,24 +228,22 @@ class _Collector:
             self.comm_annotations += 1
 
 
-def _message_bytes(args: dict[str, Any]) -> float | None:
-    elements = args.get("In msg nelems")
-    out_elements = args.get("Out msg nelems")
-    dtype = args.get("dtype")
+def _message_bytes(args: EventArgs) -> float | None:
+    dtype = args.dtype
     if not isinstance(dtype, str):
         return None
     width = DTYPE_BYTES.get(dtype.lower())
-    counts = [c for c in (elements, out_elements) if isinstance(c, int | float)]
+    counts = [c for c in (args.in_elements, args.out_elements) if isinstance(c, int | float)]
     if width is None or not counts:
         return None
     return float(max(counts)) * width
 
 
 def parse(path: Path) -> list[RankTrace]:
-    stream = TraceEventStream(path)
+    stream = TraceEventStream(path, TraceEvent)
     collector = _Collector()
-    for event in stream.events():
-        collector.add(event)
+    for block in stream.blocks():
+        collector.add(block)
     return [_analyse(path, stream, collector)]
 
 
@@ -232,7 +262,7 @@ def _rank(path: Path, header: dict[str, Any]) -> tuple[int | None, str, int | No
     return None, "unknown", world, backend
 
 
-def _analyse(path: Path, stream: TraceEventStream, c: _Collector) -> RankTrace:
+def _analyse(path: Path, stream: TraceEventStream[TraceEvent], c: _Collector) -> RankTrace:
     header = stream.header
     problems = list(stream.problems.notes)
     if stream.problems.corrupt_stretches:
@@ -258,8 +288,10 @@ def _analyse(path: Path, stream: TraceEventStream, c: _Collector) -> RankTrace:
     if isinstance(devices, list) and devices and isinstance(devices[0], dict):
         device_name = str(devices[0].get("name")) if devices[0].get("name") else None
 
-    start = np.frombuffer(c.gpu_start, dtype=np.float64) * US
-    end = np.frombuffer(c.gpu_end, dtype=np.float64) * US
+    origin_us = c.origin_us or 0.0
+    start = (np.frombuffer(c.gpu_start, dtype=np.float64) - origin_us) * US
+    durations = np.frombuffer(c.gpu_dur, dtype=np.float64) * US
+    end = start + durations
     codes = np.frombuffer(c.gpu_cat, dtype=np.int8)
     steps, from_markers = _windows(c, start, end)
     if start.size == 0:
@@ -268,18 +300,10 @@ def _analyse(path: Path, stream: TraceEventStream, c: _Collector) -> RankTrace:
             "trace (record it with ProfilerActivity.CUDA)"
         )
     breakdown = _breakdown(c, start, end, codes, steps) if start.size and steps else []
-    durations = end - start
     kernels_only = durations[codes != CATEGORY_CODES["memcpy"]]
-    totals = sorted(
-        (
-            KernelTotal(name, t * US, int(n), c.kernel_category[name], is_tensor_core(name))
-            for name, (t, n) in c.kernel_time.items()
-        ),
-        key=lambda k: -k.total_s,
-    )
+    totals = _kernel_totals(c, durations, codes)
     num_comm = int(np.sum(codes == CATEGORY_CODES["comm"]))
     timeline = _timeline(start, end, codes, breakdown)
-    origin = (c.origin_us or 0.0) * US
     return RankTrace(
         file=str(path),
         rank=rank,
@@ -289,7 +313,7 @@ def _analyse(path: Path, stream: TraceEventStream, c: _Collector) -> RankTrace:
         device_name=device_name,
         steps=breakdown,
         steps_from_markers=from_markers,
-        kernel_totals=totals[:50],
+        kernel_totals=totals,
         num_kernels=int(kernels_only.size),
         num_short_kernels=int(np.sum(kernels_only < SHORT_KERNEL_S)),
         median_kernel_s=float(np.median(kernels_only)) if kernels_only.size else None,
@@ -299,10 +323,35 @@ def _analyse(path: Path, stream: TraceEventStream, c: _Collector) -> RankTrace:
         launch_api_s=c.launch_api_us * US,
         collectives=c.collectives,
         timeline=timeline,
-        clock_origin_s=origin,
+        clock_origin_s=origin_us * US,
         problems=problems,
         events=stream.events_read,
     )
+
+
+def _kernel_totals(c: _Collector, durations: iv.Array, codes: Any) -> list[KernelTotal]:
+    """The 50 GPU ops that took longest in total, by name (a name any of whose runs was a collective
+    counts as communication)."""
+    names = np.frombuffer(c.gpu_name, dtype=np.int64)
+    if names.size == 0:
+        return []
+    count = len(c.name_list)
+    total_s = np.bincount(names, weights=durations, minlength=count)
+    runs = np.bincount(names, minlength=count)
+    comm_runs = np.bincount(names[codes == _COMM], minlength=count)
+    first_code = [code for _, code in sorted(c.names.values())]
+    category = {code: name for name, code in CATEGORY_CODES.items()}
+    top = np.argsort(-total_s, kind="stable")[:50]
+    return [
+        KernelTotal(
+            c.name_list[i][1],
+            float(total_s[i]),
+            int(runs[i]),
+            category[_COMM if comm_runs[i] else first_code[i]],
+            is_tensor_core(c.name_list[i][1]),
+        )
+        for i in top
+    ]
 
 
 def _windows(
@@ -311,7 +360,8 @@ def _windows(
     """The analysis windows: one per ProfilerStep marker, else the whole GPU-active span."""
     if c.steps:
         # a marker can repeat (several profiler cycles in one file); keep each occurrence in time order
-        ordered = sorted((s * US, e * US, n) for n, s, e in c.steps if e > s)
+        o = c.origin_us or 0.0
+        ordered = sorted(((s - o) * US, (e - o) * US, n) for n, s, e in c.steps if e > s)
         if not ordered:
             return [], True
         return [(n, s, e) for s, e, n in ordered], True
@@ -320,11 +370,11 @@ def _windows(
     return [], False
 
 
-def _spans(spans: list[tuple[float, float]]) -> tuple[iv.Array, iv.Array]:
+def _spans(spans: list[tuple[float, float]], origin_us: float) -> tuple[iv.Array, iv.Array]:
     if not spans:
         empty = np.zeros(0, dtype=np.float64)
         return empty, empty
-    raw = np.asarray(spans, dtype=np.float64) * US
+    raw = (np.asarray(spans, dtype=np.float64) - origin_us) * US
     return iv.union(raw[:, 0], raw[:, 1])
 
 
@@ -346,9 +396,10 @@ def _breakdown(
     gap_s, gap_e = iv.gaps(all_starts, all_ends, lo, hi)
     host_s, host_e, kern_s, kern_e = _split_gaps(c, start, gap_s, gap_e)
     short = (gap_e - gap_s) < LAUNCH_GAP_S
-    dl = _spans(c.dataloader)
-    ck = _spans(c.checkpoint)
-    gc = _spans(c.gc)
+    origin_us = c.origin_us or 0.0
+    dl = _spans(c.dataloader, origin_us)
+    ck = _spans(c.checkpoint, origin_us)
+    gc = _spans(c.gc, origin_us)
 
     ws = np.asarray([s for _, s, _ in steps])
     we = np.asarray([e for _, _, e in steps])
@@ -363,13 +414,16 @@ def _breakdown(
     m_host = iv.measure_in(host_s, host_e, ws, we)
     m_kern = iv.measure_in(kern_s, kern_e, ws, we)
     m_short = iv.measure_in(gap_s[short], gap_e[short], ws, we)
-    idle_sets = (gap_s, gap_e)
+    m_dataloader = measure(dl)
+    exposed = {
+        name: iv.intersect_in_windows(*spans, gap_s, gap_e, ws, we)
+        for name, spans in (("dataloader", dl), ("checkpoint", ck), ("gc", gc))
+    }
     sorted_start = np.sort(start)
     counts = np.searchsorted(sorted_start, we) - np.searchsorted(sorted_start, ws)
     result = []
     for index, (number, s, e) in enumerate(steps):
         duration = e - s
-        dl_in = _clip(dl, s, e)
         result.append(
             StepBreakdown(
                 step=number,
@@ -383,21 +437,14 @@ def _breakdown(
                 host_wait_s=float(m_host[index]),
                 kernel_wait_s=float(m_kern[index]),
                 launch_gap_s=float(m_short[index]),
-                dataloader_s=float(np.sum(dl_in[1] - dl_in[0])),
-                dataloader_exposed_s=iv.intersect_measure(*dl_in, *idle_sets),
-                checkpoint_exposed_s=iv.intersect_measure(*_clip(ck, s, e), *idle_sets),
-                gc_exposed_s=iv.intersect_measure(*_clip(gc, s, e), *idle_sets),
+                dataloader_s=float(m_dataloader[index]),
+                dataloader_exposed_s=float(exposed["dataloader"][index]),
+                checkpoint_exposed_s=float(exposed["checkpoint"][index]),
+                gc_exposed_s=float(exposed["gc"][index]),
                 num_kernels=int(counts[index]),
             )
         )
     return result
-
-
-def _clip(sets: tuple[iv.Array, iv.Array], lo: float, hi: float) -> tuple[iv.Array, iv.Array]:
-    s = np.clip(sets[0], lo, hi)
-    e = np.clip(sets[1], lo, hi)
-    keep = e > s
-    return s[keep], e[keep]
 
 
 def _split_gaps(
@@ -413,7 +460,7 @@ def _split_gaps(
     launch = np.full(start.size, np.nan)
     if len(c.runtime_corr):
         rc = np.frombuffer(c.runtime_corr, dtype=np.int64)
-        rt = np.frombuffer(c.runtime_ts, dtype=np.float64) * US
+        rt = (np.frombuffer(c.runtime_ts, dtype=np.float64) - (c.origin_us or 0.0)) * US
         order = np.argsort(rc, kind="stable")
         rc, rt = rc[order], rt[order]
         position = np.clip(np.searchsorted(rc, corr), 0, rc.size - 1)

@@ -28,7 +28,7 @@ def detect(path: Path, head: str) -> bool:
 
 
 def parse(path: Path) -> list[PipelineTimeline]:
-    stream = TraceEventStream(path)
+    stream = TraceEventStream(path, dict)
     thread_names: dict[tuple[Any, Any], str] = {}
     process_names: dict[Any, str] = {}
     compute: dict[tuple[Any, Any, int], float] = defaultdict(float)
