@@ -46,8 +46,9 @@ def cumulative(starts: Array, ends: Array, points: Array) -> Array:
 
 
 def measure_in(starts: Array, ends: Array, window_starts: Array, window_ends: Array) -> Array:
-    """|S ∩ [a, b]| for every window [a, b] (S disjoint and sorted)."""
-    return cumulative(starts, ends, window_ends) - cumulative(starts, ends, window_starts)
+    """|S ∩ [a, b]| for every window [a, b] (S disjoint and sorted). The difference of two cumulative
+    sums can round a few ulps below zero; a measure never is, so it is clipped there."""
+    return np.maximum(cumulative(starts, ends, window_ends) - cumulative(starts, ends, window_starts), 0.0)
 
 
 def gaps(starts: Array, ends: Array, lo: float, hi: float) -> tuple[Array, Array]:
