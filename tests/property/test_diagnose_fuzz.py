@@ -7,7 +7,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mfukit.diagnose import intervals as iv
@@ -62,6 +62,7 @@ def test_every_parser_survives(text: str, compress: bool) -> None:
     st.floats(-1e3, 1e3),
     st.floats(1e-3, 500),
 )
+@example(spans=[(16.40403956314528, 16.40403956314528), (-16.0, 16.0)], lo=0.0, width=16.40403956314528)
 def test_union_measure_matches_brute_force(spans: list[tuple[float, float]], lo: float, width: float) -> None:
     starts = np.array([s for s, _ in spans], dtype=np.float64)
     ends = np.array([s + d for s, d in spans], dtype=np.float64)
