@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mfukit.perf.calibrate import Evaluator, error_summary
 from mfukit.perf.calibration_data import Case, load_cases
 from mfukit.perf.efficiency import efficiency_for
+from mfukit.perf.evaluator import Evaluator, error_summary
 
 RESULTS = Path(__file__).parent / "results" / "accuracy.json"
 TARGET_MEDIAN, TARGET_P90 = 0.07, 0.15

@@ -82,9 +82,9 @@ def layout_text(layout: Parallelism) -> str:
 
 
 def options_text(layout: Parallelism) -> str:
-    """``SP, selective, dist-opt``."""
+    """``SP, recompute selective, dist-opt``: sequence parallelism, the recompute mode and the sharding."""
     parts = ["SP"] if layout.sequence_parallel and layout.tp > 1 else []
-    parts.append(f"{layout.recompute} recompute" if layout.recompute != "none" else "no recompute")
+    parts.append(f"recompute {layout.recompute}")
     parts.append(SHORT_SHARDING[sharding_of(layout)])
     return ", ".join(parts)
 
@@ -181,7 +181,8 @@ def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficien
         f"attention FLOPs: {ATTENTION_CONVENTION_NAMES[workload.attention]} for MFU; the step time runs flash "
         "attention's causal half",
         f"efficiency profiles: {'; '.join(efficiency.notes)}",
-        f"framework {efficiency.framework}: {efficiency.layer_overhead_s * 1e6:,.0f} us per layer and micro-batch, "
+        f"framework {efficiency.framework}: {efficiency.host_layer_s * 1e6:,.0f} us of host time per layer forward "
+        "(a floor under the GPU time; backward x2, full recompute +1), "
         f"{efficiency.collective_overhead_s * 1e6:,.0f} us per TP/CP/EP collective",
         f"GEMMs reach {efficiency.gemm_peak_fraction:.0%} of {workload.precision} peak (+{efficiency.gemm_latency_s * 1e6:.0f} us "
         f"each), flash attention {efficiency.attention_peak_fraction:.0%}, element-wise kernels "

@@ -145,7 +145,7 @@ class _Costs:
         return self.intra_lat.of(algorithm, protocol)
 
     def inter(self, algorithm: NcclAlgorithm, protocol: Protocol) -> float:
-        return self.k.latency_us.net.of(algorithm, protocol) + self.extra_hop_s
+        return self.k.latency_us.net.of(algorithm, protocol) + self.extra_hop_s + self.t.net_step_latency_s
 
     def network(self, oversub: float) -> tuple[str, float]:
         name = "leaf uplinks (oversubscribed)" if oversub > 1.0 else "network (NICs)"

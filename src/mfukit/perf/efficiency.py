@@ -34,11 +34,21 @@ DEFAULT_FRAMEWORK = "megatron"
 HARDWARE_FIELDS = (
     "gemm_peak_fraction",
     "gemm_latency_s",
-    "gemm_half_dim",
+    "gemm_tile_half_dim",
+    "gemm_k_overhead",
     "attention_peak_fraction",
     "fp8_gemm_peak_fraction",
 )
-FRAMEWORK_FIELDS = ("layer_overhead_s", "microbatch_overhead_s", "collective_overhead_s", "p2p_overhead_s")
+FRAMEWORK_FIELDS = ("host_layer_s", "microbatch_overhead_s", "collective_overhead_s", "p2p_overhead_s")
+# What a framework does, read from its code rather than fitted: how much of the data-parallel gradient
+# reduction hides under the last micro-batch's backward, how much of a sharded optimizer's weight all-gather
+# hides under the next forward, and the gradient's bytes in the reduction (None: the sharding's convention).
+FRAMEWORK_FACTS: dict[str, float | None] = {
+    "grad_reduce_overlap": 1.0,
+    "param_gather_overlap": 1.0,
+    "grad_reduce_bytes": None,
+    "grad_bucket_params": None,  # None: the whole gradient buffer in one collective
+}
 
 
 class FitRecord(Strict):
@@ -57,7 +67,8 @@ class HardwareProfile(Strict):
     why: str = ""
     gemm_peak_fraction: float | None = Field(default=None, gt=0, le=1)
     gemm_latency_s: float | None = Field(default=None, ge=0)
-    gemm_half_dim: float | None = Field(default=None, ge=0)
+    gemm_tile_half_dim: float | None = Field(default=None, ge=0)
+    gemm_k_overhead: float | None = Field(default=None, ge=0)
     attention_peak_fraction: float | None = Field(default=None, gt=0, le=1)
     fp8_gemm_peak_fraction: float | None = Field(default=None, gt=0, le=1)
     fit: FitRecord | None = None
@@ -68,10 +79,29 @@ class FrameworkProfile(Strict):
     description: str
     borrows: str | None = None
     why: str = ""
-    layer_overhead_s: float | None = Field(default=None, ge=0)
+    host_layer_s: float | None = Field(default=None, ge=0)
     microbatch_overhead_s: float | None = Field(default=None, ge=0)
     collective_overhead_s: float | None = Field(default=None, ge=0)
     p2p_overhead_s: float | None = Field(default=None, ge=0)
+    grad_reduce_overlap: float | None = Field(default=None, ge=0, le=1)
+    param_gather_overlap: float | None = Field(default=None, ge=0, le=1)
+    grad_reduce_bytes: float | None = Field(default=None, gt=0)
+    grad_bucket_params: float | None = Field(default=None, gt=0)
+    facts_source: str | None = Field(default=None, description="where the overlap and gradient facts come from")
+    fit: FitRecord | None = None
+
+
+NETWORK_FIELDS = ("efficiency", "step_latency_s")
+
+
+class NetworkProfile(Strict):
+    """How NCCL runs on one scale-out network (a catalog link) where NCCL's InfiniBand constants do not hold:
+    the fraction of the NICs' line rate collectives move, and an extra latency per network step."""
+
+    name: str = Field(description="the catalog link (fabrics/) it describes")
+    why: str = ""
+    efficiency: float | None = Field(default=None, gt=0, le=1)
+    step_latency_s: float | None = Field(default=None, ge=0)
     fit: FitRecord | None = None
 
 
@@ -89,6 +119,7 @@ class EfficiencyFile(Strict):
     provenance: Provenance
     hardware: list[HardwareProfile]
     framework: list[FrameworkProfile]
+    network: list[NetworkProfile] = Field(default_factory=list)
 
 
 class Efficiency(Strict):
@@ -100,14 +131,19 @@ class Efficiency(Strict):
     notes: tuple[str, ...]
     gemm_peak_fraction: float = Field(gt=0, le=1)
     gemm_latency_s: float = Field(ge=0)
-    gemm_half_dim: float = Field(ge=0, description="a GEMM dimension this small halves the efficiency")
+    gemm_tile_half_dim: float = Field(ge=0, description="a square output tile this small runs at half speed")
+    gemm_k_overhead: float = Field(ge=0, description="a tile's prologue and epilogue, in K elements")
     attention_peak_fraction: float = Field(gt=0, le=1)
     fp8_gemm_peak_fraction: float = Field(gt=0, le=1)
     hbm_fraction: float = Field(gt=0, le=1)
-    layer_overhead_s: float = Field(ge=0)
+    host_layer_s: float = Field(ge=0, description="host time to launch one layer's forward pass")
     microbatch_overhead_s: float = Field(ge=0)
     collective_overhead_s: float = Field(ge=0)
     p2p_overhead_s: float = Field(ge=0)
+    grad_reduce_overlap: float = Field(ge=0, le=1)
+    param_gather_overlap: float = Field(ge=0, le=1)
+    grad_reduce_bytes: float | None = Field(default=None, gt=0)
+    grad_bucket_params: float | None = Field(default=None, gt=0)
 
 
 @cache
@@ -134,6 +170,14 @@ def _resolved(
         f"{profile.name}: fitted on {fit.rows} measured runs ({', '.join(fit.sources)}), "
         f"median error {fit.median_abs_rel_error:.1%} on them"
     )
+
+
+def network_profile_of(link: str, file: EfficiencyFile | None = None) -> NetworkProfile | None:
+    """The fitted profile of scale-out link ``link``, if it has one."""
+    for profile in (file or efficiency_file()).network:
+        if profile.name == link and profile.efficiency is not None and profile.step_latency_s is not None:
+            return profile
+    return None
 
 
 def hardware_profile_of(accelerator_name: str, file: EfficiencyFile | None = None) -> HardwareProfile | None:
@@ -166,6 +210,10 @@ def efficiency_for(
         default, _ = _resolved(stacks[DEFAULT_FRAMEWORK], stacks, FRAMEWORK_FIELDS)
         fw_values |= {name: default[name] for name in missing}
         fw_note += f"; {', '.join(missing)} not shown by its data: {DEFAULT_FRAMEWORK}'s"
+    facts, _ = _resolved(fw_profile, stacks, tuple(FRAMEWORK_FACTS))
+    fw_values |= {
+        name: default if facts[name] is None else facts[name] for name, default in FRAMEWORK_FACTS.items()
+    }
     if hw_values["fp8_gemm_peak_fraction"] is None:  # no FP8 data: FP8 GEMMs as efficient as 16-bit ones
         hw_values["fp8_gemm_peak_fraction"] = hw_values["gemm_peak_fraction"]
     return Efficiency.model_validate(
