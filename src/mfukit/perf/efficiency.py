@@ -87,7 +87,9 @@ class FrameworkProfile(Strict):
     param_gather_overlap: float | None = Field(default=None, ge=0, le=1)
     grad_reduce_bytes: float | None = Field(default=None, gt=0)
     grad_bucket_params: float | None = Field(default=None, gt=0)
-    facts_source: str | None = Field(default=None, description="where the overlap and gradient facts come from")
+    facts_source: str | None = Field(
+        default=None, description="where the overlap and gradient facts come from"
+    )
     fit: FitRecord | None = None
 
 
