@@ -64,12 +64,8 @@ def fit_network(
     def residuals(x: Floats) -> Floats:
         return soft_l1(np.log(predicted(_decode(profile, x)) / measured), weights)
 
-    start = np.asarray(
-        [
-            math.log((profile.efficiency or 0.5) / (1 - (profile.efficiency or 0.5))),
-            math.log(max(profile.step_latency_s or 1e-5, 1e-7)),
-        ]
-    )
+    # a neutral start, not the previous fit (which may sit on a bound, where the clipping flattens the loss)
+    start = np.asarray([0.0, math.log(1e-5)])
     fitted = _decode(profile, levenberg_marquardt(residuals, start, iterations=25))
     median, p90 = error_summary(predicted(fitted) / measured - 1)
     sources = sorted({case.source for case in rows})

@@ -341,6 +341,9 @@ def torchtitan_cases(folder: Path) -> Iterator[Case]:
             sequence_parallel=tp > 1,
             recompute="full" if row["activation_recompute"] == "full" else "selective",
             fsdp="full",
+            # looped schedules build two stages per rank unless told otherwise (torchtitan's
+            # generate_split_points: num_stages_per_rank = 2 for PipelineScheduleMulti)
+            vpp=2 if "Interleaved" in row["notes"] else 1,
             **uneven,
         )
         # torchtitan's "local batch" is per DP rank; with PP it runs as micro-batches of one sequence.

@@ -48,6 +48,9 @@ FRAMEWORK_FACTS: dict[str, float | None] = {
     "param_gather_overlap": 1.0,
     "grad_reduce_bytes": None,
     "grad_bucket_params": None,  # None: the whole gradient buffer in one collective
+    # 1: with a pipeline, FSDP keeps each stage's weights gathered across micro-batches and reduce-scatters
+    # the gradients once, at the last one (one gather and one reduction per step instead of per micro-batch)
+    "fsdp_gathers_once_with_pipeline": 0.0,
 }
 
 
@@ -87,6 +90,7 @@ class FrameworkProfile(Strict):
     param_gather_overlap: float | None = Field(default=None, ge=0, le=1)
     grad_reduce_bytes: float | None = Field(default=None, gt=0)
     grad_bucket_params: float | None = Field(default=None, gt=0)
+    fsdp_gathers_once_with_pipeline: float | None = Field(default=None, ge=0, le=1)
     facts_source: str | None = Field(
         default=None, description="where the overlap and gradient facts come from"
     )
@@ -146,6 +150,7 @@ class Efficiency(Strict):
     param_gather_overlap: float = Field(ge=0, le=1)
     grad_reduce_bytes: float | None = Field(default=None, gt=0)
     grad_bucket_params: float | None = Field(default=None, gt=0)
+    fsdp_gathers_once_with_pipeline: float = Field(ge=0, le=1)
 
 
 @cache

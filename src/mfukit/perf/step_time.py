@@ -32,7 +32,7 @@ m max t_r + (p - 1)/v mean t_r. Uneven splits (a lighter first or last stage) en
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -309,6 +309,16 @@ def _stage(
     # ZeRO-3/FSDP: each layer's weights gathered for forward and again for backward, its gradients
     # reduce-scattered: three collectives per layer and micro-batch, each with its fixed synchronisation cost
     unit_calls = np.where(_GATHERS_PARAMS[g.sharding], 3.0, 0.0)
+    # a framework that keeps the stage's weights gathered across micro-batches under a pipeline pays the
+    # gathers and the reduction once per step: spread over the step's micro-batches here
+    once = (g.pp > 1) & (eff.fsdp_gathers_once_with_pipeline > 0)
+    per_microbatch = np.where(once, 1.0 / g.num_microbatches, 1.0)
+    dp = replace(
+        dp,
+        unit_gather_s=dp.unit_gather_s * per_microbatch,
+        unit_reduce_s=dp.unit_reduce_s * per_microbatch,
+    )
+    unit_calls = unit_calls * per_microbatch
 
     def per_layer(kind: _PerLayer, routed: bool) -> dict[str, Floats]:
         # the column-parallel GEMMs' backward: weight gradients only, or (SP) input gradients too
