@@ -1,19 +1,20 @@
 """Fit the efficiency profiles to measured runs, and predict those runs: ``python -m mfukit.perf.calibrate``.
 
-Every case of :mod:`mfukit.perf.calibration_data` is predicted by the step-time model; runs that share a
-model, sequence length, precision, framework and cluster size are evaluated together, and their collectives
-(which do not depend on the fitted constants) are computed once.
+Every case of :mod:`mfukit.perf.calibration_data` is predicted by the step-time model through
+:class:`mfukit.perf.evaluator.Evaluator`.
 
 The fit minimises a robust (soft-L1) loss of the log error r of tokens/s per GPU,
 ``2(sqrt(1 + (r / 0.05)^2) - 1)``, summed per (source, accelerator) group and divided by the group's size,
 so that no source outweighs another by its row count and the fit aims at the median rather than at runs a
-framework lost for reasons no model of the hardware sees. Only rows of the fit split that ran inside one
-node are fitted: the constants describe the GPU and the framework, and the multi-node rows test the
-network model instead of tuning it. A framework constant its rows never exercise (a collective cost where
-no run used TP, CP or EP; a pipeline cost where none used PP) is left out and taken from Megatron's. The
-optimiser is Levenberg-Marquardt on the logarithms (logits for fractions) of the constants, with a
-finite-difference Jacobian. The result is written to ``perf/data/efficiency.toml`` with the SHA-256 of each
-data file, the split and the fit error of each profile; borrowed profiles are kept as they are.
+framework lost for reasons no model of the hardware sees. The GPU and framework constants are fitted on the
+rows of the fit split that ran inside one node; then each network profile on the fit-split rows that
+crossed that network with no pipeline across nodes (:mod:`mfukit.perf.calibrate_network`); every other
+multi-node row tests the model. A framework constant that moves none of its rows' predictions (a collective
+cost where no run launched one, a pipeline cost where none used PP, a host floor its GPU work always
+covered) is left out and taken from the default framework's. The optimiser is Levenberg-Marquardt on the
+logarithms (logits for fractions) of the constants, with a finite-difference Jacobian. The result is written
+to ``perf/data/efficiency.toml`` with the SHA-256 of each data file, the split and the fit error of each
+profile; borrowed profiles and framework facts are kept as they are.
 """
 
 from __future__ import annotations

@@ -1,17 +1,21 @@
 """How close a training step runs to the datasheet: the fitted constants of the step-time model.
 
-Two kinds of profile, both in ``data/efficiency.toml`` with their provenance (the calibration files'
-SHA-256, the rows fitted, the fit error); ``python -m mfukit.perf.calibrate`` refits them:
+Three kinds of profile, in ``data/efficiency.toml`` with their provenance (the calibration files' SHA-256,
+the rows fitted, the fit error); ``python -m mfukit.perf.calibrate`` refits them:
 
-* a **hardware** profile per accelerator family: the fraction of the dense tensor-core peak a large GEMM
-  reaches and the fixed cost that makes small GEMMs slower (together a size-dependent efficiency curve,
-  Calculon-style), the same for flash attention, FP8 GEMMs, and the fraction of HBM bandwidth element-wise
-  kernels reach;
-* a **framework** profile per software stack: the host-side cost of each layer and micro-batch (kernel
-  launches, Python), of each micro-batch on a stage (the schedule, the loss), and of each TP/CP/EP
-  collective and pipeline send (launch and synchronisation). The same
-  GPU runs the same layer at different speed under Megatron-LM, FSDP or nanotron; the Ultra-Scale sweep
-  shows it plainly (nanotron at TP 8 gets twice the throughput from twice the micro-batch).
+* a **hardware** profile per accelerator family: the GEMM curve of :mod:`mfukit.perf.gemm` (the fraction of
+  the dense tensor-core peak the best tile reaches, the operand-load cost that makes small tiles slower, the
+  tile prologue/epilogue in K, the launch cost; the SM count comes from the catalog), flash attention's and
+  FP8 GEMMs' fractions of peak, and the fraction of HBM bandwidth element-wise kernels reach;
+* a **framework** profile per software stack: fitted host costs (the time to launch a layer's forward, a
+  floor under its GPU time; a fixed cost per micro-batch on a stage, per collective and per pipeline send),
+  and facts read from its code: how much of the DP gradient reduction and of a sharded optimizer's weight
+  all-gather overlap compute, the gradient's bytes and bucket size in the reduction, whether FSDP keeps
+  weights gathered under a pipeline. The same GPU runs the same layer at different speed under
+  Megatron-LM, FSDP or nanotron;
+* a **network** profile per scale-out link whose NCCL behaviour the InfiniBand constants do not describe
+  (AWS EFA): the fraction of line rate collectives move and an extra latency per ring step, fitted on
+  multi-node runs.
 
 An accelerator or framework without calibration data borrows another profile and every estimate says so.
 """

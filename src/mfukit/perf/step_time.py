@@ -1,28 +1,35 @@
 """Step time and MFU of a training step, for many layouts at once.
 
 Compute. Every GEMM of a layer (QKV or MLA's projections, attention output, MLP or routed/shared experts,
-router, logits) is timed by a roofline with a size-dependent efficiency:
-``max(F x tiles / (peak x e) + t0, bytes / (HBM x eta))`` where ``e`` is the fraction of the dense peak a
-large GEMM reaches, ``tiles = prod(1 + d_half / d)`` over its three dimensions the loss to partly filled
-tensor-core tiles and waves, and ``t0`` its fixed launch and tail cost (Calculon, Isaev et al. SC23, uses
-per-size efficiency tables the same way). Backward = 2 x forward for GEMMs (activation and weight
-gradients). Flash attention executes the causal half of the s² scores (Dao 2023: blocks above the diagonal
-are skipped) at its own efficiency, backward 2.5 x forward (five matmuls against two); without flash
-attention the scores are materialised and moved through HBM. Element-wise kernels (norms, residual adds,
-RoPE, the activation, MoE permutation, cross-entropy) move their bytes at a fraction of HBM bandwidth;
-Adam reads and writes 30 bytes per local parameter. Recompute repeats the forward (full: the whole layer
-with its TP collectives; selective: the core attention). The framework adds a fixed cost per layer and
-micro-batch, per micro-batch on a stage, per collective and per pipeline send. The constants come from
-:mod:`mfukit.perf.efficiency`, fitted to measured runs.
+router, logits) is timed by the accelerator's GEMM curve (:mod:`mfukit.perf.gemm`): output tiles spread
+over its SMs in waves, the best of a few tile sizes and split-K factors, each tile paying its operand loads
+and prologue/epilogue, bounded below by the memory roofline, plus a fixed launch cost (Calculon, Isaev et
+al. SC23, uses measured per-size efficiency tables to the same end). Backward = 2 x forward for GEMMs
+(activation and weight gradients). Flash attention executes the causal half of the s² scores (Dao 2023:
+blocks above the diagonal are skipped) at its own efficiency, backward 2.5 x forward (five matmuls against
+two); without flash attention the scores are computed by two batched GEMMs over all s keys and moved
+through HBM by the softmax and dropout. Element-wise kernels (norms, residual adds, RoPE, the activation,
+MoE permutation, cross-entropy) move their bytes at a fraction of HBM bandwidth; Adam reads and writes 30
+bytes per local parameter. Recompute repeats the forward (full: the whole layer with its TP collectives;
+selective: the core attention).
+
+Host. The host launches a layer's kernels while the GPU runs earlier ones, so its launch time is a floor
+under the layer's GPU time, not an addition: small layers are launch-bound (the ``other`` part of the
+breakdown is the floor's excess). The framework also adds a fixed cost per micro-batch on a stage, per
+TP/CP/EP and ZeRO-3/FSDP collective (synchronisation) and per pipeline send. The constants come from
+:mod:`mfukit.perf.efficiency`, fitted to measured runs; what a framework overlaps, and the dtype and buckets
+of its gradient reduction, are facts read from its code (framework profiles).
 
 Communication (:mod:`mfukit.perf.step_comm`): TP collectives are exposed in forward; in backward the
 input-gradient reduction overlaps the weight-gradient GEMM (Megatron's asynchronous TP all-reduce). CP ring
 steps hide behind the attention they feed. EP all-to-alls are exposed. Pipeline stages exchange one
 activation per micro-batch each way; a 1F1B stage waits for it at every step, the interleaved schedule only
-while filling and draining. DP gradients are reduced bucket by bucket under the last micro-batch's backward
-(only the last bucket is always exposed); a sharded optimizer's weight all-gather runs under the first
-micro-batch's forward. ZeRO-3/FSDP gather each layer while the previous one computes (prefetch) and
-reduce-scatter its gradients under the next layer's backward, every micro-batch.
+while filling and draining. DP gradients are reduced in the framework's buckets (each collective paying its
+latency); the framework's facts say how much hides under the last micro-batch's backward (all but the last
+bucket, with Megatron-Core's --overlap-grad-reduce or nanotron's hook; nothing with Megatron's local DDP),
+and whether a sharded optimizer's weight all-gather hides under the next forward. ZeRO-3/FSDP gather each
+layer while the previous one computes (prefetch) and reduce-scatter its gradients under the next layer's
+backward, every micro-batch (once per step where the framework keeps weights gathered under a pipeline).
 
 Pipeline (Narayanan et al., SC21): with per-micro-batch stage times t_r, 1F1B takes (m - 1) max t_r + sum t_r
 (= (m + p - 1) t for equal stages: the bubble (p - 1)/m); interleaving with v chunks takes
