@@ -25,9 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mfukit.perf.calibrate import Evaluator, error_summary
 from mfukit.perf.calibration_data import Case, load_cases
 from mfukit.perf.efficiency import efficiency_for
+from mfukit.perf.evaluator import Evaluator, error_summary
 
 RESULTS = Path(__file__).parent / "results" / "accuracy.json"
 TARGET_MEDIAN, TARGET_P90 = 0.07, 0.15
@@ -97,6 +97,50 @@ def ranking(cases: list[Case], predicted: np.ndarray) -> list[dict[str, object]]
     ]
 
 
+def placement(case: Case) -> str:
+    """Where a run's collectives go: one node, or which dimension leaves the node (pipeline first)."""
+    if case.num_gpus <= case.system.gpus_per_node:
+        return "one node"
+    layout = case.layout
+    if layout.pp > 1:
+        return "several nodes, pipeline across nodes"
+    if layout.tp * layout.cp > case.system.gpus_per_node:
+        return "several nodes, TP across nodes"
+    return "several nodes, DP across nodes"
+
+
+def twins(cases: list[Case]) -> list[dict[str, object]]:
+    """A model-free floor on the error: the Ultra-Scale sweep ran many layouts twice, with ZeRO-0 and with
+    ZeRO-1 and nothing else changed. ZeRO-1 only swaps the DP all-reduce for a reduce-scatter and an
+    all-gather (a few % of a step), so a model of the layout can predict both runs alike at best, and its
+    error on a pair measured R times apart is at least (R - 1) / (R + 1) on both."""
+    pairs: dict[tuple[object, ...], dict[int, float]] = collections.defaultdict(dict)
+    names: dict[tuple[object, ...], str] = {}
+    for case in cases:
+        if case.source != "ultrascale_playbook":
+            continue
+        layout = case.layout
+        key = (case.label, case.num_gpus, layout.tp, layout.pp, layout.dp, case.micro_batch_size)
+        pairs[key][layout.zero] = case.measured_tokens_per_s_per_gpu
+        names[key] = placement(case)
+    floors: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    for key, measured in pairs.items():
+        if 0 in measured and 1 in measured:
+            ratio = max(measured.values()) / min(measured.values())
+            floors[names[key]].append((ratio, (ratio - 1) / (ratio + 1)))
+    return [
+        {
+            "group": f"ultrascale_playbook / {name}",
+            "pairs": len(values),
+            "median_ratio": float(np.median([v[0] for v in values])),
+            "p90_ratio": float(np.quantile([v[0] for v in values], 0.9)),
+            "median_error_floor": float(np.median([v[1] for v in values])),
+            "p90_error_floor": float(np.quantile([v[1] for v in values], 0.9)),
+        }
+        for name, values in sorted(floors.items())
+    ]
+
+
 def main() -> None:
     cases = load_cases()
     predicted = predictions(cases)
@@ -107,8 +151,7 @@ def main() -> None:
         groups[(case.source, case.fitted)].append(index)
         if not case.fitted:
             details[f"{case.source} / {case.accelerator.name}"].append(index)
-            scale = "one node" if case.num_gpus <= case.system.gpus_per_node else "several nodes"
-            details[f"{case.source} / {scale}"].append(index)
+            details[f"{case.source} / {placement(case)}"].append(index)
     accounting = {case.source: case.accounting for case in cases}
     test = [
         summarise(source, errors[idx], accounting[source])
@@ -127,21 +170,35 @@ def main() -> None:
     everything = [i for (_, fitted), idx in groups.items() if not fitted for i in idx]
     total = summarise("all test rows", errors[everything], "mixed")
     print(f"target: median <= {TARGET_MEDIAN:.0%}, p90 <= {TARGET_P90:.0%} (test rows, never fitted)\n")
-    header = f"{'source (test rows)':42} {'rows':>5} {'accounting':>10} {'median':>8} {'p90':>8} {'bias':>8}  target"
+    header = f"{'source (test rows)':58} {'rows':>5} {'accounting':>10} {'median':>8} {'p90':>8} {'bias':>8}  target"
     for title, rows in (
         ("", [*test, total]),
         ("breakdown of the test rows", breakdown),
-        ("fit-split rows (only those inside one node were fitted)", fit),
+        (
+            "fit-split rows (GPU and framework constants fitted inside one node, the EFA profile on several)",
+            fit,
+        ),
     ):
         if title:
             print(f"\n{title}")
-        print(header if not title.startswith("fit") else header.replace("(test rows)", "(fit split)"))
+        print(header if not title.startswith("fit") else header.replace("(test rows)", "(fit split)    "))
         for row in rows:
             print(
-                f"{row['group']:42} {row['rows']:>5} {row['accounting']:>10} {row['median_abs_rel_error']:>8.1%}"
+                f"{row['group']:58} {row['rows']:>5} {row['accounting']:>10} {row['median_abs_rel_error']:>8.1%}"
                 f" {row['p90_abs_rel_error']:>8.1%} {row['median_signed_rel_error']:>+8.1%}"
                 f"  {'met' if row['meets_target'] else 'missed'}"
             )
+    floors = twins(cases)
+    print(
+        "\nUltra-Scale runs measured twice (ZeRO-0 and ZeRO-1, nothing else changed): how far apart, and the"
+    )
+    print("error no model of the layout can get below on both (R - 1) / (R + 1)")
+    print(f"{'placement':58} {'pairs':>5} {'ratio med':>9} {'p90':>6} {'floor med':>9} {'p90':>6}")
+    for row in floors:
+        print(
+            f"{row['group']:58} {row['pairs']:>5} {row['median_ratio']:>9.2f} {row['p90_ratio']:>6.2f}"
+            f" {row['median_error_floor']:>9.1%} {row['p90_error_floor']:>6.1%}"
+        )
     order = ranking(cases, predicted)
     print("\nranking within each (model, GPU count, batch) group of measured layouts (all rows)")
     print(
@@ -153,7 +210,14 @@ def main() -> None:
             f" {row['median_share_ranked_above_the_measured_fastest']:>38.1%}"
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    figures = {"test": test, "all_test": total, "breakdown": breakdown, "fit": fit, "ranking": order}
+    figures = {
+        "test": test,
+        "all_test": total,
+        "breakdown": breakdown,
+        "fit": fit,
+        "ranking": order,
+        "ultrascale_twins": floors,
+    }
     RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
 import pytest
@@ -107,6 +108,16 @@ def test_plan_json_ranks_layouts_and_counts_rejections(mfukit) -> None:  # type:
     assert all(set(plan) >= ESTIMATE_KEYS and plan["fits"] for plan in plans)
     assert set(result["rejected"]) == {"divisibility", "batch", "compatibility", "memory"}
     assert result["configs_evaluated"] > 100 and result["search_s"] > 0
+
+
+def test_plan_csv_options_name_the_recompute_mode_and_sharding(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("plan", *SMALL_PLAN, "--top", "3", "--format", "csv")
+    assert run.exit_code == 0, run.stderr
+    first_table = run.stdout.split("\n\n")[0].splitlines()
+    header, *rows = list(csv.reader(first_table))
+    options = [row[header.index("options")] for row in rows]
+    assert options and all(option.startswith("recompute ") for option in options), options
+    assert all(option.split(",")[0].split()[1] in {"none", "selective", "full"} for option in options)
 
 
 def test_plan_with_a_deadline_finds_the_cluster(mfukit) -> None:  # type: ignore[no-untyped-def]

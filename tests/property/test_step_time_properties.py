@@ -17,7 +17,7 @@ from mfukit.perf.planner import SearchSpace, enumerate_layouts
 from mfukit.perf.step_time import StepEstimate, estimate_steps, machine_for
 
 MODELS = ("gpt3-13b", "llama2-70b", "mixtral-8x7b", "llama3.1-8b", "deepseek-v3")
-SYSTEMS = ("dgx-a100-80gb", "dgx-h100", "gb200-nvl72")
+SYSTEMS = ("dgx-a100-80gb", "dgx-h100", "gb200-nvl72", "p5-48xlarge")
 SAMPLE = 60
 
 

@@ -101,7 +101,7 @@ def test_system_references_resolve(node: System) -> None:
     catalog.accelerator(node.accelerator)
     assert catalog.link(node.scale_up_fabric).family in SCALE_UP_FAMILIES
     assert catalog.link(node.scale_out_fabric).family in SCALE_OUT_FAMILIES
-    assert 1 <= node.nics_per_node <= 16
+    assert 1 <= node.nics_per_node <= 32  # AWS p5.48xlarge: 32 EFA cards of 100 Gb/s
     assert 10e9 <= node.nic_bytes_per_s <= 200e9
     assert node.scale_up_domain_gpus % node.gpus_per_node == 0
     assert 64 * 2**30 <= node.host_memory_bytes <= 8 * 2**40
@@ -115,7 +115,8 @@ def test_rack_scale_domain_spans_trays() -> None:
 @pytest.mark.parametrize("link", LINKS, ids=_name)
 def test_links_are_plausible(link: Link) -> None:
     assert 1e9 <= link.port_bytes_per_s <= 2e12
-    assert 50e-9 <= link.latency_s <= 5e-6
+    # switch hops of 0.1-1 us; AWS EFA publishes none, its entry carries an end-to-end NCCL figure (12.9 us)
+    assert 50e-9 <= link.latency_s <= 20e-6
 
 
 @pytest.mark.parametrize("switch", SWITCHES, ids=_name)

@@ -26,9 +26,39 @@ def test_borrowed_framework_constants_are_named() -> None:
     h100 = catalog.accelerator("h100-sxm")
     titan = efficiency_for(h100, "torchtitan")
     assert not titan.calibrated and "constants of fsdp" in " ".join(titan.notes)
-    fsdp = efficiency_for(h100, "fsdp")  # LLM Foundry never used TP or PP: those costs are Megatron's
-    assert "megatron's" in " ".join(fsdp.notes)
-    assert fsdp.collective_overhead_s == efficiency_for(h100, "megatron").collective_overhead_s
+    fsdp = efficiency_for(h100, "fsdp")  # LLM Foundry never used a pipeline: its send cost is Megatron's
+    assert "p2p_overhead_s not shown by its data: megatron's" in " ".join(fsdp.notes)
+    assert fsdp.p2p_overhead_s == efficiency_for(h100, "megatron").p2p_overhead_s
+
+
+def test_framework_facts_follow_the_code_they_cite() -> None:
+    h100 = catalog.accelerator("h100-sxm")
+    nanotron = efficiency_for(h100, "nanotron")  # fp32 buckets reduced in the backward; gather after step
+    assert (nanotron.grad_reduce_overlap, nanotron.param_gather_overlap) == (1.0, 0.0)
+    assert nanotron.grad_reduce_bytes == 4 and nanotron.grad_bucket_params == pytest.approx(25 * 2**20 / 2)
+    deepspeed = efficiency_for(h100, "megatron-deepspeed")  # local DDP: one fp16 all-reduce after backward
+    assert (deepspeed.grad_reduce_overlap, deepspeed.grad_reduce_bytes, deepspeed.grad_bucket_params) == (
+        0.0,
+        2.0,
+        None,
+    )
+    megatron = efficiency_for(h100, "megatron")  # Megatron-Core with both overlaps, 40M-parameter buckets
+    assert (megatron.grad_reduce_overlap, megatron.param_gather_overlap) == (1.0, 1.0)
+    assert megatron.host_layer_s == deepspeed.host_layer_s  # borrowed, and said
+    assert "constants of megatron-deepspeed" in " ".join(megatron.notes)
+
+
+def test_fitted_network_profile_reaches_only_its_own_network() -> None:
+    from mfukit.perf.step_time import machine_for
+
+    h100 = catalog.accelerator("h100-sxm")
+    efa = machine_for(catalog.system("p5-48xlarge"), h100, 64)
+    ib = machine_for(catalog.system("dgx-h100"), h100, 64)
+    profile = next(p for p in efficiency_file().network if p.name == "efa-v2")
+    assert efa.topology.net_efficiency == profile.efficiency
+    assert efa.topology.net_step_latency_s == profile.step_latency_s
+    assert any("network profile efa-v2" in note for note in efa.assumptions)
+    assert ib.topology.net_step_latency_s == 0.0 and ib.topology.net_efficiency > 0.9
 
 
 def test_unknown_framework_is_bad_input_with_a_suggestion() -> None:

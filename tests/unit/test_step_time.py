@@ -129,3 +129,94 @@ def test_fsdp_gathers_are_charged_every_microbatch() -> None:
     # more micro-batches of the same total batch: more gathers, never fewer
     estimate_2 = run([one], model="llama2-7b", seq_len=4096, batch=256, micro=1)
     assert estimate_2.breakdown_s["fsdp_comm"][0] >= estimate_1.breakdown_s["fsdp_comm"][0]
+
+
+def _one_layout(
+    layout: Parallelism,
+    *,
+    model: object,
+    system: str,
+    framework: str,
+    gpus: int,
+    micro: int = 1,
+    batch: int = 256,
+    seq_len: int = 2048,
+) -> StepEstimate:
+    workload = Workload(
+        model=model,  # type: ignore[arg-type]
+        seq_len=seq_len,
+        global_batch_sequences=batch,
+        framework=framework,
+    )
+    grid = grid_of(
+        [layout],
+        model=workload.model,
+        micro_batch_size=[micro],
+        num_microbatches=[batch // (layout.dp * micro)],
+    )
+    node = catalog.system(system)
+    return estimate_steps(workload, grid, machine_for(node, catalog.accelerator(node.accelerator), gpus))
+
+
+def test_small_layers_are_launch_bound_and_the_host_floor_scales_with_micro_batches() -> None:
+    # GPT-3 125M at micro-batch 1: the GPU finishes a layer before the host has launched the next one
+    tiny = catalog.model("gpt3-125m")
+    one, two = (
+        _one_layout(
+            Parallelism(dp=8), model=tiny, system="dgx-a100-80gb", framework="megatron", gpus=8, batch=b
+        )
+        for b in (64, 128)
+    )
+    assert float(one.breakdown_s["other"][0]) > 0.2 * float(one.step_time_s[0])
+    # twice the micro-batches, twice the launches
+    assert float(two.breakdown_s["other"][0]) == pytest.approx(
+        2 * float(one.breakdown_s["other"][0]), rel=0.05
+    )
+    big = _one_layout(
+        Parallelism(tp=8, pp=8, dp=16), model=GPT3, system="dgx-a100-80gb", framework="megatron", gpus=1024
+    )
+    assert float(big.breakdown_s["other"][0]) < 0.02 * float(big.step_time_s[0])  # hidden behind the GPU
+
+
+def test_nanotron_exposes_the_zero1_weight_gather_that_megatron_overlaps() -> None:
+    # nanotron all-gathers the updated weights after the optimizer step; Megatron's --overlap-param-gather
+    # hides them under the next forward (framework facts, perf/data/efficiency.toml)
+    model = catalog.model("llama3.1-8b")
+    layout = Parallelism(tp=1, dp=64, zero=1)
+    nanotron, megatron = (
+        _one_layout(layout, model=model, system="p5-48xlarge", framework=name, gpus=64, micro=1)
+        for name in ("nanotron", "megatron")
+    )
+    assert float(nanotron.breakdown_s["dp_comm"][0]) > 3 * float(megatron.breakdown_s["dp_comm"][0])
+
+
+def test_a_worse_network_profile_never_speeds_a_step_up() -> None:
+    from mfukit.comm.topology import from_system
+    from mfukit.perf.efficiency import NetworkProfile
+    from mfukit.perf.step_time import with_network_profile
+
+    model = catalog.model("llama3.1-8b")
+    node = catalog.system("p5-48xlarge")
+    h100 = catalog.accelerator("h100-sxm")
+    layouts = [
+        Parallelism(tp=8, dp=16, sequence_parallel=True),
+        Parallelism(tp=16, dp=8),
+        Parallelism(dp=128),
+    ]
+    workload = Workload(model=model, seq_len=4096, global_batch_sequences=256, framework="nanotron")
+    grid = grid_of(
+        layouts,
+        model=model,
+        micro_batch_size=[1] * 3,
+        num_microbatches=[256 // layout.dp for layout in layouts],
+    )
+    steps = []
+    for efficiency, latency in ((0.6, 1e-6), (0.3, 1e-6), (0.3, 3e-5)):
+        topology, notes = from_system(node, h100, num_nodes=16)
+        profile = NetworkProfile(name="efa-v2", efficiency=efficiency, step_latency_s=latency)
+        topology, _ = with_network_profile(topology, "efa-v2", notes, profile)
+        steps.append(
+            estimate_steps(workload, grid, machine_for(node, h100, 128, topology=topology)).step_time_s
+        )
+    assert np.all(steps[1] >= steps[0] * (1 - 1e-12)) and np.all(steps[2] >= steps[1] * (1 - 1e-12))
+    assert np.any(steps[2] > steps[0] * 1.01)

@@ -81,10 +81,11 @@ def layout_text(layout: Parallelism) -> str:
     return f"TP {layout.tp} x {pipeline} x DP {layout.dp} (CP {layout.cp}, EP {layout.ep})"
 
 
-def options_text(layout: Parallelism) -> str:
-    """``SP, selective, dist-opt``."""
-    parts = ["SP"] if layout.sequence_parallel and layout.tp > 1 else []
-    parts.append(f"{layout.recompute} recompute" if layout.recompute != "none" else "no recompute")
+def options_text(layout: Parallelism, *, sequence_parallel: bool = True) -> str:
+    """``SP, recompute selective, dist-opt``: sequence parallelism (unless the layout column says it), the
+    recompute mode and the sharding."""
+    parts = ["SP"] if sequence_parallel and layout.sequence_parallel and layout.tp > 1 else []
+    parts.append(f"recompute {layout.recompute}")
     parts.append(SHORT_SHARDING[sharding_of(layout)])
     return ", ".join(parts)
 
@@ -181,13 +182,21 @@ def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficien
         f"attention FLOPs: {ATTENTION_CONVENTION_NAMES[workload.attention]} for MFU; the step time runs flash "
         "attention's causal half",
         f"efficiency profiles: {'; '.join(efficiency.notes)}",
-        f"framework {efficiency.framework}: {efficiency.layer_overhead_s * 1e6:,.0f} us per layer and micro-batch, "
+        f"framework {efficiency.framework}: {efficiency.host_layer_s * 1e6:,.0f} us of host time per layer forward "
+        "(a floor under the GPU time; backward x2, full recompute +1), "
         f"{efficiency.collective_overhead_s * 1e6:,.0f} us per TP/CP/EP collective",
-        f"GEMMs reach {efficiency.gemm_peak_fraction:.0%} of {workload.precision} peak (+{efficiency.gemm_latency_s * 1e6:.0f} us "
-        f"each), flash attention {efficiency.attention_peak_fraction:.0%}, element-wise kernels "
-        f"{efficiency.hbm_fraction:.0%} of HBM bandwidth",
-        "overlap: DP gradients in buckets under the last micro-batch's backward, ZeRO-3/FSDP gathers one layer "
-        "ahead, TP input-gradient reductions under the weight-gradient GEMMs (Megatron defaults)",
+        f"GEMMs: the best tile reaches {efficiency.gemm_peak_fraction:.0%} of {workload.precision} peak, "
+        + (
+            f"tiles run in waves of {machine.accelerator.compute_units} SMs"
+            if machine.accelerator.compute_units
+            else "tiles spread evenly (no SM count in the catalog)"
+        )
+        + f" (+{efficiency.gemm_latency_s * 1e6:.0f} us each); flash attention {efficiency.attention_peak_fraction:.0%}, "
+        f"element-wise kernels {efficiency.hbm_fraction:.0%} of HBM bandwidth",
+        f"overlap ({efficiency.framework} facts): {efficiency.grad_reduce_overlap:.0%} of the DP gradient "
+        f"reduction may hide under the last backward, {efficiency.param_gather_overlap:.0%} of a sharded "
+        "optimizer's weight gather under the next forward; ZeRO-3/FSDP gathers one layer ahead, TP "
+        "input-gradient reductions under the weight-gradient GEMMs",
         f"memory: {KERNELS_NAMES[workload.kernels]}, flash attention, no dropout",
         *machine.assumptions,
     ]

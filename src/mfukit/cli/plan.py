@@ -151,7 +151,10 @@ def _count_for_deadline(inputs: PerfInputs, space: Any, notes: list[str]) -> int
 
 def compact_layout(plan: Plan) -> str:
     layout = plan.layout
-    text = f"TP{layout.tp} PP{layout.pp}" + (f"v{layout.vpp}" if layout.vpp > 1 else "") + f" DP{layout.dp}"
+    sp = "+SP" if layout.sequence_parallel and layout.tp > 1 else ""
+    text = (
+        f"TP{layout.tp}{sp} PP{layout.pp}" + (f"v{layout.vpp}" if layout.vpp > 1 else "") + f" DP{layout.dp}"
+    )
     if layout.cp > 1:
         text += f" CP{layout.cp}"
     if layout.ep > 1:
@@ -181,7 +184,7 @@ def plans_table(plans: list[Plan], title: str) -> Table:
         table.add(
             rank,
             compact_layout(plan),
-            options_text(plan.layout).replace(" recompute", ""),
+            options_text(plan.layout, sequence_parallel=False),
             f"{plan.micro_batch_size} x {plan.num_microbatches}",
             shown(plan.mfu, units.format_percent),
             shown(plan.step_time_s, lambda v: f"{v:,.2f} s"),

@@ -145,7 +145,7 @@ class _Costs:
         return self.intra_lat.of(algorithm, protocol)
 
     def inter(self, algorithm: NcclAlgorithm, protocol: Protocol) -> float:
-        return self.k.latency_us.net.of(algorithm, protocol) + self.extra_hop_s
+        return self.k.latency_us.net.of(algorithm, protocol) + self.extra_hop_s + self.t.net_step_latency_s
 
     def network(self, oversub: float) -> tuple[str, float]:
         name = "leaf uplinks (oversubscribed)" if oversub > 1.0 else "network (NICs)"
@@ -186,8 +186,10 @@ class _Costs:
             inter_steps = 0 if d == 1 else min(steps, 2 * d if self.c == "all_reduce" else d - 1)
             intra_step = self.intra("ring", protocol)
             if d > 1:
+                # a ring that crosses the network moves at its slowest hop: NCCL charges every step the
+                # network's per-message overhead, and a transport's own extra latency with it
                 overhead = self.k.net_overhead_us[self.t.cpu] * (3.0 if protocol == "simple" else 1.0)
-                intra_step = max(intra_step, overhead * 1e-6)
+                intra_step = max(intra_step, overhead * 1e-6 + self.t.net_step_latency_s)
             latency = (
                 self.base("ring", protocol)
                 + (steps - inter_steps) * intra_step

@@ -46,6 +46,7 @@ class CommTopology:
     oversubscription: float = 1.0
     fabric_levels: int = 2
     switch_latency_s: float = 0.0
+    net_step_latency_s: float = 0.0  # extra per network step, for transports slower than NCCL's IB constants
     sharp: bool = False
     cpu: CpuVendor = "intel"
 

@@ -60,6 +60,11 @@ class Accelerator(Strict):
         alias="host_link_bandwidth",
         description="device <-> host (PCIe) bandwidth per direction: bounds checkpoint staging to host memory",
     )
+    compute_units: PositiveInt | None = Field(
+        default=None,
+        description="streaming multiprocessors (NVIDIA) or compute units (AMD): what a GEMM's output tiles "
+        "are spread over, one wave of tiles at a time; None where not published (the wave model is then off)",
+    )
     default_system: str | None = None
     typical_mfu: SourcedFraction | None = Field(
         default=None,

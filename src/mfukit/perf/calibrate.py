@@ -1,19 +1,20 @@
 """Fit the efficiency profiles to measured runs, and predict those runs: ``python -m mfukit.perf.calibrate``.
 
-Every case of :mod:`mfukit.perf.calibration_data` is predicted by the step-time model; runs that share a
-model, sequence length, precision, framework and cluster size are evaluated together, and their collectives
-(which do not depend on the fitted constants) are computed once.
+Every case of :mod:`mfukit.perf.calibration_data` is predicted by the step-time model through
+:class:`mfukit.perf.evaluator.Evaluator`.
 
 The fit minimises a robust (soft-L1) loss of the log error r of tokens/s per GPU,
 ``2(sqrt(1 + (r / 0.05)^2) - 1)``, summed per (source, accelerator) group and divided by the group's size,
 so that no source outweighs another by its row count and the fit aims at the median rather than at runs a
-framework lost for reasons no model of the hardware sees. Only rows of the fit split that ran inside one
-node are fitted: the constants describe the GPU and the framework, and the multi-node rows test the
-network model instead of tuning it. A framework constant its rows never exercise (a collective cost where
-no run used TP, CP or EP; a pipeline cost where none used PP) is left out and taken from Megatron's. The
-optimiser is Levenberg-Marquardt on the logarithms (logits for fractions) of the constants, with a
-finite-difference Jacobian. The result is written to ``perf/data/efficiency.toml`` with the SHA-256 of each
-data file, the split and the fit error of each profile; borrowed profiles are kept as they are.
+framework lost for reasons no model of the hardware sees. The GPU and framework constants are fitted on the
+rows of the fit split that ran inside one node; then each network profile on the fit-split rows that
+crossed that network with no pipeline across nodes (:mod:`mfukit.perf.calibrate_network`); every other
+multi-node row tests the model. A framework constant that moves none of its rows' predictions (a collective
+cost where no run launched one, a pipeline cost where none used PP, a host floor its GPU work always
+covered) is left out and taken from the default framework's. The optimiser is Levenberg-Marquardt on the
+logarithms (logits for fractions) of the constants, with a finite-difference Jacobian. The result is written
+to ``perf/data/efficiency.toml`` with the SHA-256 of each data file, the split and the fit error of each
+profile; borrowed profiles and framework facts are kept as they are.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import collections
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 
+from mfukit.perf.calibrate_network import fit_network
 from mfukit.perf.calibration_data import FIT_SHARE, Case, calibration_dir, file_digests, load_cases
 from mfukit.perf.efficiency import (
     EFFICIENCY_FILE,
@@ -39,69 +41,16 @@ from mfukit.perf.efficiency import (
     FitRecord,
     FrameworkProfile,
     HardwareProfile,
+    NetworkProfile,
     efficiency_file,
     efficiency_for,
     hardware_profile_of,
 )
-from mfukit.perf.layouts import Floats, grid_of, with_changes
-from mfukit.perf.step_time import Prepared, evaluate, machine_for, prepare
+from mfukit.perf.evaluator import LOSS_SCALE, Evaluator, error_summary, levenberg_marquardt, soft_l1
+from mfukit.perf.layouts import Floats
 
-LOSS_SCALE = 0.05
 P = TypeVar("P", HardwareProfile, FrameworkProfile)
 FRACTIONS = frozenset({"gemm_peak_fraction", "attention_peak_fraction", "fp8_gemm_peak_fraction"})
-
-
-@dataclass(frozen=True)
-class _Group:
-    indices: np.ndarray
-    prepared: Prepared
-    accelerator: str
-    framework: str
-
-
-class Evaluator:
-    """Predicts tokens/s per GPU of a list of cases for any efficiency constants."""
-
-    def __init__(self, cases: Sequence[Case]):
-        self.cases = list(cases)
-        keyed: dict[tuple[object, ...], list[int]] = collections.defaultdict(list)
-        for index, case in enumerate(self.cases):
-            nodes = math.ceil(case.num_gpus / case.system.gpus_per_node)
-            workload = replace(case.workload, global_batch_sequences=1)
-            keyed[(workload, case.system, case.accelerator.name, nodes)].append(index)
-        self.groups: list[_Group] = []
-        for indices in keyed.values():
-            members = [self.cases[i] for i in indices]
-            first = members[0]
-            grid = grid_of(
-                [case.layout for case in members],
-                model=first.workload.model,
-                micro_batch_size=[case.micro_batch_size for case in members],
-                num_microbatches=[case.num_microbatches for case in members],
-            )
-            grid = with_changes(
-                grid,
-                first_layers=[case.first_layers for case in members],
-                last_layers=[case.last_layers for case in members],
-            )
-            machine = machine_for(first.system, first.accelerator, max(case.num_gpus for case in members))
-            self.groups.append(
-                _Group(
-                    np.asarray(indices),
-                    prepare(first.workload, grid, machine),
-                    first.accelerator.name,
-                    first.workload.framework,
-                )
-            )
-        self.measured = np.asarray([case.measured_tokens_per_s_per_gpu for case in self.cases])
-
-    def predict(self, efficiency: Callable[[str, str], Efficiency]) -> Floats:
-        """Tokens/s per GPU of every case; ``efficiency(accelerator, framework)`` gives the constants."""
-        out = np.empty(len(self.cases))
-        for group in self.groups:
-            estimate = evaluate(group.prepared, efficiency(group.accelerator, group.framework))
-            out[group.indices] = estimate.tokens_per_s / group.prepared.grid.world_size
-        return out
 
 
 # Search bounds in the transformed space: fractions 0.01-0.99, times 0.1 us-0.1 s, GEMM dimensions 1-4096.
@@ -161,46 +110,11 @@ class _Problem:
     def residuals(self, x: Floats) -> Floats:
         predicted = self.evaluator.predict(self.efficiencies(x))
         ratio = np.log(predicted / self.evaluator.measured)
-        # soft-L1 (a smooth absolute error, so the fit aims at the median): its square is 2(sqrt(1 + z^2) - 1)
-        z = ratio / LOSS_SCALE
-        return np.asarray(np.sign(z) * np.sqrt(self.weights * 2 * (np.sqrt(1 + z**2) - 1)), dtype=np.float64)
-
-
-def _levenberg_marquardt(problem: _Problem, x0: Floats, iterations: int = 40) -> Floats:
-    x = x0.copy()
-    r = problem.residuals(x)
-    cost = float(r @ r)
-    damping = 1e-2
-    for _ in range(iterations):
-        step = 1e-3
-        jacobian = np.stack(
-            [(problem.residuals(x + step * unit) - r) / step for unit in np.eye(len(x))], axis=1
-        )
-        gradient = jacobian.T @ r
-        normal = jacobian.T @ jacobian
-        improved = False
-        while damping < 1e8:
-            delta = np.linalg.solve(normal + damping * np.diag(np.diag(normal) + 1e-12), -gradient)
-            trial = x + delta
-            r_trial = problem.residuals(trial)
-            cost_trial = float(r_trial @ r_trial)
-            if cost_trial < cost:
-                x, r, cost, damping, improved = trial, r_trial, cost_trial, damping / 3, True
-                break
-            damping *= 4
-        if not improved or float(np.max(np.abs(delta))) < 1e-4:
-            break
-    return x
+        return soft_l1(ratio, self.weights)
 
 
 def _group_of(case: Case) -> str:
     return f"{case.source}:{case.accelerator.name}"
-
-
-def error_summary(errors: Floats) -> tuple[float, float]:
-    """Median and 90th percentile of |relative error|."""
-    magnitudes = np.abs(errors)
-    return float(np.median(magnitudes)), float(np.quantile(magnitudes, 0.9))
 
 
 def _weights(cases: Sequence[Case]) -> Floats:
@@ -251,7 +165,7 @@ def _solve(
     }
     parameters, x0 = _parameters(file, start, cases, kinds)
     problem = _Problem(evaluator, parameters, start, _weights(cases))
-    best = _levenberg_marquardt(problem, np.asarray(x0))
+    best = levenberg_marquardt(problem.residuals, np.asarray(x0))
     values: dict[tuple[str, str], dict[str, float]] = collections.defaultdict(dict)
     for (kind, profile, name), value in zip(parameters, best.tolist(), strict=True):
         values[(kind, profile)][name] = _decode(name, value)
@@ -270,11 +184,12 @@ def _updated(file: EfficiencyFile, values: dict[tuple[str, str], dict[str, float
 
 
 def fit(cases: Sequence[Case]) -> tuple[EfficiencyFile, dict[str, tuple[int, float, float]]]:
-    """Fit every calibrated profile on the fit rows of ``cases`` that ran inside one node: the constants
-    describe the GPU and the framework, while everything beyond the node (the network, and how much of it
-    hides) comes from the collective model, so the multi-node rows test it rather than tune it. Returns the
-    new file and, per profile, (rows, median, p90) of the fit error."""
+    """Fit every calibrated profile on the fit rows of ``cases`` that ran inside one node (the constants
+    describe the GPU and the framework), then each ``[[network]]`` profile on the multi-node fit rows that
+    crossed that network (:mod:`mfukit.perf.calibrate_network`); every other multi-node row tests the
+    collective model. Returns the new file and, per profile, (rows, median, p90) of the fit error."""
     fitted_cases = [case for case in cases if case.fitted and case.num_gpus <= case.system.gpus_per_node]
+    by_name = {case.accelerator.name: case.accelerator for case in cases}
     current = efficiency_file()
     current = _updated(current, _solve(current, fitted_cases, {"hardware", "framework"}))
     evaluator = Evaluator(fitted_cases)
@@ -282,7 +197,8 @@ def fit(cases: Sequence[Case]) -> tuple[EfficiencyFile, dict[str, tuple[int, flo
         (g.accelerator, g.framework): _efficiency(current, fitted_cases[int(g.indices[0])], g.framework)
         for g in evaluator.groups
     }
-    errors = evaluator.predict(lambda a, f: lookup[(a, f)]) / evaluator.measured - 1
+    predicted = evaluator.predict(lambda a, f: lookup[(a, f)])
+    errors = predicted / evaluator.measured - 1
     records: dict[str, tuple[int, float, float]] = {}
     hardware, frameworks = [], []
     for profile in current.hardware:
@@ -290,24 +206,50 @@ def fit(cases: Sequence[Case]) -> tuple[EfficiencyFile, dict[str, tuple[int, flo
         hardware.append(_with_record(profile, mask, errors, fitted_cases, records))
     for framework in current.framework:
         mask = np.asarray([case.workload.framework == framework.name for case in fitted_cases])
-        own = [case for case in fitted_cases if case.workload.framework == framework.name]
         unidentified = {
-            name: None for name in FRAMEWORK_FIELDS if own and not any(_exercises(c, name) for c in own)
+            name: None
+            for name in FRAMEWORK_FIELDS
+            if mask.any() and not _moves(evaluator, lookup, predicted, framework.name, name, mask)
         }
         framework = framework.model_copy(update=unidentified)
         frameworks.append(_with_record(framework, mask, errors, fitted_cases, records))
-    return current.model_copy(update={"hardware": hardware, "framework": frameworks}), records
+    current = current.model_copy(update={"hardware": hardware, "framework": frameworks})
+    # then each scale-out network NCCL's IB constants do not describe, under the constants just fitted
+    networks = []
+    fitted_file = current
+
+    def constants(accelerator: str, framework: str) -> Efficiency:
+        return efficiency_for(by_name[accelerator], framework, file=fitted_file)
+
+    for network in current.network:
+        fitted, record = fit_network(network, cases, constants)
+        networks.append(fitted)
+        if record is not None:
+            records[f"network {network.name}"] = record
+    return current.model_copy(update={"network": networks}), records
 
 
-def _exercises(case: Case, name: str) -> bool:
-    """Whether ``case`` depends on the framework constant ``name`` (a run without TP, CP or EP launches no
-    collective the constant prices; one without a pipeline sends nothing between stages)."""
-    layout = case.layout
-    if name == "collective_overhead_s":
-        return max(layout.tp, layout.cp, layout.ep) > 1
-    if name == "p2p_overhead_s":
-        return layout.pp > 1
-    return True
+def _moves(
+    evaluator: Evaluator,
+    lookup: dict[tuple[str, str], Efficiency],
+    predicted: Floats,
+    framework: str,
+    name: str,
+    mask: np.ndarray,
+) -> bool:
+    """Whether the framework constant ``name``, halved, moves any prediction of its runs (``mask``): a run
+    without TP, CP, EP or ZeRO-3/FSDP launches no per-layer collective, one without a pipeline sends nothing
+    between stages, and a host floor that no run's GPU work falls under is only bounded from above by the
+    data, not measured. A constant none of its runs shows is not kept: the default framework's applies."""
+
+    def halved(accelerator: str, stack: str) -> Efficiency:
+        base = lookup[(accelerator, stack)]
+        if stack != framework:
+            return base
+        return base.model_copy(update={name: getattr(base, name) / 2})
+
+    changed = evaluator.predict(halved)
+    return bool(np.any(np.abs(changed[mask] / predicted[mask] - 1) > 1e-6))
 
 
 def _hardware_name(case: Case, file: EfficiencyFile) -> str | None:
@@ -345,8 +287,10 @@ def main() -> int:
         update={
             "data": "shared/reference/calibration",
             "files": file_digests(folder),
-            "split": f"rows with SHA-256('<source>:<row_id>') mod 10 < {FIT_SHARE} that ran inside one node "
-            "are fitted; torchtitan never; every other row is test data",
+            "split": f"rows with SHA-256('<source>:<row_id>') mod 10 < {FIT_SHARE} are the fit split; GPU and "
+            "framework constants are fitted on its rows that ran inside one node, a network profile on its "
+            "multi-node rows on that network with no pipeline across nodes; torchtitan never; every other row "
+            "is test data",
             "fitted": date.today(),
             "objective": f"soft-L1 of the log error of tokens/s per GPU, scale {LOSS_SCALE}, each (source, "
             "accelerator) group weighted equally; Levenberg-Marquardt",
@@ -388,7 +332,12 @@ def write_file(content: EfficiencyFile, path: Path) -> None:
     files = provenance.pop("files")
     lines += [f"{key} = {_toml_value(value)}" for key, value in provenance.items()]
     lines += ["", "[provenance.files]"] + [f'"{name}" = "{digest}"' for name, digest in files.items()]
-    for table, profiles in (("hardware", content.hardware), ("framework", content.framework)):
+    tables: tuple[tuple[str, Sequence[HardwareProfile | FrameworkProfile | NetworkProfile]], ...] = (
+        ("hardware", content.hardware),
+        ("framework", content.framework),
+        ("network", content.network),
+    )
+    for table, profiles in tables:
         for profile in profiles:
             data = profile.model_dump(exclude_none=True)
             fit_record = data.pop("fit", None)

@@ -10,12 +10,12 @@ Sources (column notes in ``shared/reference/perf-model.md`` §2):
   GPUs; one 8-GPU node): full recompute, DDP (no ZeRO), fp16, 1F1B, 800 Gb/s per node; Megatron-DeepSpeed's
   fused softmax attention (no flash attention: the released configs do not turn it on). Their throughput is
   HFU-style; it is compared through tokens/s, which is the same comparison in any FLOP accounting.
-* ``ultrascale_playbook`` - the Ultra-Scale Playbook sweep on H100 (nanotron): no recompute, sequence
-  parallel (tp_mode REDUCE_SCATTER), ZeRO-0 or ZeRO-1 (sharded fp32 master and Adam), grad accumulation from
-  the notes, nanotron's cost-balanced pipeline split; runs that did not complete are skipped.
-* ``torchtitan`` - Llama 3.1 8B/70B/405B on H100 96 GB parts capped at 500 W (modelled as H100 SXM, whose
-  700 W clocks it cannot hold: the model over-predicts these by design), FSDP2, float8, CP, async TP,
-  torch.compile; never fitted, only tested.
+* ``ultrascale_playbook`` - the Ultra-Scale Playbook sweep on AWS p5.48xlarge nodes (8 x H100, EFA;
+  nanotron): no recompute, sequence parallel (tp_mode REDUCE_SCATTER), ZeRO-0 or ZeRO-1 (sharded fp32 master
+  and Adam), grad accumulation from the notes, nanotron's cost-balanced pipeline split; runs that did not
+  complete are skipped.
+* ``torchtitan`` - Llama 3.1 8B/70B/405B on Grand Teton hosts (H100 96 GB HBM2e at 500 W, its own catalog
+  entry, 400 Gb/s RDMA per GPU), FSDP2, float8, CP, async TP, torch.compile; never fitted, only tested.
 
 The split is deterministic: a row is fitted when the SHA-256 of ``"<source>:<row_id>"`` is 0 modulo 10 to 2
 modulo 10 (30 %), tested otherwise; torchtitan rows are always tested.
@@ -249,7 +249,7 @@ def _vtrain(row: dict[str, str], source: str) -> Case:
         microbatches=batch // (dp * micro),
         machine=_system("dgx-a100-80gb", nics_per_node=4),  # vTrain: 800 Gb/s per node
         accounting="hardware",
-        framework="megatron",
+        framework="megatron-deepspeed",
         flash=False,
         split=_even(model, layout),
     )
@@ -308,7 +308,7 @@ def ultrascale_cases(folder: Path) -> Iterator[Case]:
             precision="bf16",
             micro_batch=micro,
             microbatches=accumulation,
-            machine=_system("dgx-h100"),
+            machine=_system("p5-48xlarge"),  # AWS p5 (EFA), where the sweep ran
             accounting="model",
             framework="nanotron",
             split=(counts[0], counts[-1]),
@@ -341,6 +341,9 @@ def torchtitan_cases(folder: Path) -> Iterator[Case]:
             sequence_parallel=tp > 1,
             recompute="full" if row["activation_recompute"] == "full" else "selective",
             fsdp="full",
+            # looped schedules build two stages per rank unless told otherwise (torchtitan's
+            # generate_split_points: num_stages_per_rank = 2 for PipelineScheduleMulti)
+            vpp=2 if "Interleaved" in row["notes"] else 1,
             **uneven,
         )
         # torchtitan's "local batch" is per DP rank; with PP it runs as micro-batches of one sequence.
@@ -352,7 +355,7 @@ def torchtitan_cases(folder: Path) -> Iterator[Case]:
             precision="fp8" if "fp8" in row["precision"] else "bf16",
             micro_batch=1 if pp > 1 else local,
             microbatches=local if pp > 1 else 1,
-            machine=_system("dgx-h100"),
+            machine=_system("grand-teton-h100"),  # 96 GB HBM2e at 500 W
             accounting="model",
             framework="torchtitan",
         )

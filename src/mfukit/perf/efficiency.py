@@ -1,17 +1,21 @@
 """How close a training step runs to the datasheet: the fitted constants of the step-time model.
 
-Two kinds of profile, both in ``data/efficiency.toml`` with their provenance (the calibration files'
-SHA-256, the rows fitted, the fit error); ``python -m mfukit.perf.calibrate`` refits them:
+Three kinds of profile, in ``data/efficiency.toml`` with their provenance (the calibration files' SHA-256,
+the rows fitted, the fit error); ``python -m mfukit.perf.calibrate`` refits them:
 
-* a **hardware** profile per accelerator family: the fraction of the dense tensor-core peak a large GEMM
-  reaches and the fixed cost that makes small GEMMs slower (together a size-dependent efficiency curve,
-  Calculon-style), the same for flash attention, FP8 GEMMs, and the fraction of HBM bandwidth element-wise
-  kernels reach;
-* a **framework** profile per software stack: the host-side cost of each layer and micro-batch (kernel
-  launches, Python), of each micro-batch on a stage (the schedule, the loss), and of each TP/CP/EP
-  collective and pipeline send (launch and synchronisation). The same
-  GPU runs the same layer at different speed under Megatron-LM, FSDP or nanotron; the Ultra-Scale sweep
-  shows it plainly (nanotron at TP 8 gets twice the throughput from twice the micro-batch).
+* a **hardware** profile per accelerator family: the GEMM curve of :mod:`mfukit.perf.gemm` (the fraction of
+  the dense tensor-core peak the best tile reaches, the operand-load cost that makes small tiles slower, the
+  tile prologue/epilogue in K, the launch cost; the SM count comes from the catalog), flash attention's and
+  FP8 GEMMs' fractions of peak, and the fraction of HBM bandwidth element-wise kernels reach;
+* a **framework** profile per software stack: fitted host costs (the time to launch a layer's forward, a
+  floor under its GPU time; a fixed cost per micro-batch on a stage, per collective and per pipeline send),
+  and facts read from its code: how much of the DP gradient reduction and of a sharded optimizer's weight
+  all-gather overlap compute, the gradient's bytes and bucket size in the reduction, whether FSDP keeps
+  weights gathered under a pipeline. The same GPU runs the same layer at different speed under
+  Megatron-LM, FSDP or nanotron;
+* a **network** profile per scale-out link whose NCCL behaviour the InfiniBand constants do not describe
+  (AWS EFA): the fraction of line rate collectives move and an extra latency per ring step, fitted on
+  multi-node runs.
 
 An accelerator or framework without calibration data borrows another profile and every estimate says so.
 """
@@ -34,11 +38,24 @@ DEFAULT_FRAMEWORK = "megatron"
 HARDWARE_FIELDS = (
     "gemm_peak_fraction",
     "gemm_latency_s",
-    "gemm_half_dim",
+    "gemm_tile_half_dim",
+    "gemm_k_overhead",
     "attention_peak_fraction",
     "fp8_gemm_peak_fraction",
 )
-FRAMEWORK_FIELDS = ("layer_overhead_s", "microbatch_overhead_s", "collective_overhead_s", "p2p_overhead_s")
+FRAMEWORK_FIELDS = ("host_layer_s", "microbatch_overhead_s", "collective_overhead_s", "p2p_overhead_s")
+# What a framework does, read from its code rather than fitted: how much of the data-parallel gradient
+# reduction hides under the last micro-batch's backward, how much of a sharded optimizer's weight all-gather
+# hides under the next forward, and the gradient's bytes in the reduction (None: the sharding's convention).
+FRAMEWORK_FACTS: dict[str, float | None] = {
+    "grad_reduce_overlap": 1.0,
+    "param_gather_overlap": 1.0,
+    "grad_reduce_bytes": None,
+    "grad_bucket_params": None,  # None: the whole gradient buffer in one collective
+    # 1: with a pipeline, FSDP keeps each stage's weights gathered across micro-batches and reduce-scatters
+    # the gradients once, at the last one (one gather and one reduction per step instead of per micro-batch)
+    "fsdp_gathers_once_with_pipeline": 0.0,
+}
 
 
 class FitRecord(Strict):
@@ -57,7 +74,8 @@ class HardwareProfile(Strict):
     why: str = ""
     gemm_peak_fraction: float | None = Field(default=None, gt=0, le=1)
     gemm_latency_s: float | None = Field(default=None, ge=0)
-    gemm_half_dim: float | None = Field(default=None, ge=0)
+    gemm_tile_half_dim: float | None = Field(default=None, ge=0)
+    gemm_k_overhead: float | None = Field(default=None, ge=0)
     attention_peak_fraction: float | None = Field(default=None, gt=0, le=1)
     fp8_gemm_peak_fraction: float | None = Field(default=None, gt=0, le=1)
     fit: FitRecord | None = None
@@ -68,10 +86,32 @@ class FrameworkProfile(Strict):
     description: str
     borrows: str | None = None
     why: str = ""
-    layer_overhead_s: float | None = Field(default=None, ge=0)
+    host_layer_s: float | None = Field(default=None, ge=0)
     microbatch_overhead_s: float | None = Field(default=None, ge=0)
     collective_overhead_s: float | None = Field(default=None, ge=0)
     p2p_overhead_s: float | None = Field(default=None, ge=0)
+    grad_reduce_overlap: float | None = Field(default=None, ge=0, le=1)
+    param_gather_overlap: float | None = Field(default=None, ge=0, le=1)
+    grad_reduce_bytes: float | None = Field(default=None, gt=0)
+    grad_bucket_params: float | None = Field(default=None, gt=0)
+    fsdp_gathers_once_with_pipeline: float | None = Field(default=None, ge=0, le=1)
+    facts_source: str | None = Field(
+        default=None, description="where the overlap and gradient facts come from"
+    )
+    fit: FitRecord | None = None
+
+
+NETWORK_FIELDS = ("efficiency", "step_latency_s")
+
+
+class NetworkProfile(Strict):
+    """How NCCL runs on one scale-out network (a catalog link) where NCCL's InfiniBand constants do not hold:
+    the fraction of the NICs' line rate collectives move, and an extra latency per network step."""
+
+    name: str = Field(description="the catalog link (fabrics/) it describes")
+    why: str = ""
+    efficiency: float | None = Field(default=None, gt=0, le=1)
+    step_latency_s: float | None = Field(default=None, ge=0)
     fit: FitRecord | None = None
 
 
@@ -89,6 +129,7 @@ class EfficiencyFile(Strict):
     provenance: Provenance
     hardware: list[HardwareProfile]
     framework: list[FrameworkProfile]
+    network: list[NetworkProfile] = Field(default_factory=list)
 
 
 class Efficiency(Strict):
@@ -100,14 +141,20 @@ class Efficiency(Strict):
     notes: tuple[str, ...]
     gemm_peak_fraction: float = Field(gt=0, le=1)
     gemm_latency_s: float = Field(ge=0)
-    gemm_half_dim: float = Field(ge=0, description="a GEMM dimension this small halves the efficiency")
+    gemm_tile_half_dim: float = Field(ge=0, description="a square output tile this small runs at half speed")
+    gemm_k_overhead: float = Field(ge=0, description="a tile's prologue and epilogue, in K elements")
     attention_peak_fraction: float = Field(gt=0, le=1)
     fp8_gemm_peak_fraction: float = Field(gt=0, le=1)
     hbm_fraction: float = Field(gt=0, le=1)
-    layer_overhead_s: float = Field(ge=0)
+    host_layer_s: float = Field(ge=0, description="host time to launch one layer's forward pass")
     microbatch_overhead_s: float = Field(ge=0)
     collective_overhead_s: float = Field(ge=0)
     p2p_overhead_s: float = Field(ge=0)
+    grad_reduce_overlap: float = Field(ge=0, le=1)
+    param_gather_overlap: float = Field(ge=0, le=1)
+    grad_reduce_bytes: float | None = Field(default=None, gt=0)
+    grad_bucket_params: float | None = Field(default=None, gt=0)
+    fsdp_gathers_once_with_pipeline: float = Field(ge=0, le=1)
 
 
 @cache
@@ -134,6 +181,14 @@ def _resolved(
         f"{profile.name}: fitted on {fit.rows} measured runs ({', '.join(fit.sources)}), "
         f"median error {fit.median_abs_rel_error:.1%} on them"
     )
+
+
+def network_profile_of(link: str, file: EfficiencyFile | None = None) -> NetworkProfile | None:
+    """The fitted profile of scale-out link ``link``, if it has one."""
+    for profile in (file or efficiency_file()).network:
+        if profile.name == link and profile.efficiency is not None and profile.step_latency_s is not None:
+            return profile
+    return None
 
 
 def hardware_profile_of(accelerator_name: str, file: EfficiencyFile | None = None) -> HardwareProfile | None:
@@ -166,6 +221,10 @@ def efficiency_for(
         default, _ = _resolved(stacks[DEFAULT_FRAMEWORK], stacks, FRAMEWORK_FIELDS)
         fw_values |= {name: default[name] for name in missing}
         fw_note += f"; {', '.join(missing)} not shown by its data: {DEFAULT_FRAMEWORK}'s"
+    facts, _ = _resolved(fw_profile, stacks, tuple(FRAMEWORK_FACTS))
+    fw_values |= {
+        name: default if facts[name] is None else facts[name] for name, default in FRAMEWORK_FACTS.items()
+    }
     if hw_values["fp8_gemm_peak_fraction"] is None:  # no FP8 data: FP8 GEMMs as efficient as 16-bit ones
         hw_values["fp8_gemm_peak_fraction"] = hw_values["gemm_peak_fraction"]
     return Efficiency.model_validate(

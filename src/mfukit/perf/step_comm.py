@@ -104,7 +104,7 @@ class CommInputs:
     first_unit_params: Floats  # the largest ZeRO-3/FSDP unit (one layer) of the first stage
     last_unit_params: Floats
     hybrid_shard_ranks: Ints  # ranks sharing one copy under hybrid FSDP (dp x cp otherwise)
-    bucket_params: float  # parameters in one gradient bucket
+    bucket_params: float  # parameters in one gradient bucket (inf: the whole buffer at once)
 
 
 def _data_parallel(
@@ -124,9 +124,12 @@ def _data_parallel(
     grad = x.grad_bytes_per_param
 
     def sync(params_: Floats, group_: Ints, per_: Ints) -> tuple[Floats, Floats]:
-        reduce_scatter = collective_s("reduce_scatter", params_ * grad, group_, per_, topology)
-        all_reduce = collective_s("all_reduce", params_ * grad, group_, per_, topology)
-        gather = collective_s("all_gather", params_ * w, group_, per_, topology)
+        # one collective per bucket: each pays the collective's latency (its steps across the group)
+        buckets = np.maximum(1.0, np.ceil(params_ / x.bucket_params))
+        bucket = params_ / buckets
+        reduce_scatter = buckets * collective_s("reduce_scatter", bucket * grad, group_, per_, topology)
+        all_reduce = buckets * collective_s("all_reduce", bucket * grad, group_, per_, topology)
+        gather = buckets * collective_s("all_gather", bucket * w, group_, per_, topology)
         return np.where(sharded, reduce_scatter, all_reduce), np.where(sharded, gather, 0.0)
 
     dense_sync, dense_gather = sync(dense, group, ranks_per_domain(group, g.tp, domain))

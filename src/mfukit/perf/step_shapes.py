@@ -17,9 +17,11 @@ sequence parallelism. The loss reads the logits and writes fp32 softmax and grad
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
+from mfukit.perf.gemm import Shapes
 from mfukit.perf.layouts import Floats, LayoutGrid, Workload
 from mfukit.perf.memory import weight_bytes_per_param
 from mfukit.perf.memory_grid import stage_layer_kinds
@@ -27,15 +29,19 @@ from mfukit.perf.memory_grid import stage_layer_kinds
 NORM_AND_RESIDUAL_ELEMENTS = 10  # per h-wide element: 2 norms x (read + write) + 2 adds x (2 reads + 1 write)
 LOSS_BYTES_PER_LOGIT = 20.0  # 16-bit logits read, fp32 copy written and read, softmax/grad written (fused CE)
 MOE_PERMUTE_ELEMENTS = 4  # each routed copy of a token is written and read on dispatch and on combine
-# Without flash attention the scores are materialised: QK^T written (2 B), fused scale-mask-softmax read and
-# written (4 B), dropout read, written and its mask (5 B), read again by the AV GEMM (2 B).
-SCORE_BYTES_FORWARD = 13.0
+# Without flash attention the scores are materialised between two batched GEMMs (QK^T, then probabilities x V,
+# whose own reads and writes their roofline counts): Megatron's fused scale-mask-softmax reads and writes them
+# (4 B), dropout reads, writes and stores its mask (5 B). Backward: dropout's (read grad and mask, write:
+# 5 B) and softmax's (read grad and output, write: 6 B).
+SCORE_BYTES_FORWARD = 9.0
+SCORE_BYTES_BACKWARD = 11.0
 FLASH_BACKWARD_TO_FORWARD = 2.5  # FlashAttention-2 backward: 5 matmuls (with the recomputed scores) vs 2
 
 
 @dataclass(frozen=True)
 class Gemm:
-    """One GEMM (M x K) @ (K x N), ``count`` times per layer, forward."""
+    """One GEMM kernel, ``batch`` x (M x K) @ (K x N) (a batched GEMM runs its instances in one launch),
+    ``count`` times per layer, forward."""
 
     m: Floats
     k: Floats
@@ -44,22 +50,33 @@ class Gemm:
     window: bool  # its weight gradient can hide the TP reduction of its input gradient
     in_bytes: float
     out_bytes: float
+    batch: Floats | float = 1.0
 
     @property
     def flops(self) -> Floats:
-        return 2.0 * self.m * self.k * self.n
+        return 2.0 * self.m * self.k * self.n * self.batch
 
     @property
     def bytes(self) -> Floats:
-        return self.in_bytes * (self.m * self.k + self.k * self.n) + self.out_bytes * self.m * self.n
+        return self.batch * (
+            self.in_bytes * (self.m * self.k + self.k * self.n) + self.out_bytes * self.m * self.n
+        )
+
+    @cached_property
+    def distinct(self) -> Shapes:
+        """Its shapes, once per distinct one (what the GEMM curve evaluates)."""
+        return Shapes.of(self.m, self.k, self.n, self.batch, self.bytes)
 
 
 @dataclass(frozen=True)
 class LayerShapes:
     tokens: Floats  # tokens of one micro-batch on one GPU's TP group: micro-batch x seq / cp
-    gemms: dict[str, list[Gemm]]  # "dense", "moe" (one layer each) and "head" (the output layer)
-    attention_flops: Floats  # executed attention-core FLOPs of one layer's forward
-    attention_backward_ratio: float  # backward / forward attention FLOPs
+    gemms: dict[str, list[Gemm]]  # "dense", "moe" (one layer each), "head" (the output layer) and "core"
+    # (without flash attention: the batched score and value GEMMs of one layer)
+    attention_flops: Floats  # flash attention's executed FLOPs of one layer's forward (0 without flash)
+    score_bytes: tuple[
+        Floats, Floats
+    ]  # without flash: element-wise bytes on the scores, forward and backward
     memory_bytes: dict[str, Floats]  # element-wise bytes of the forward: "dense", "moe", "head", "embedding"
     activation_bytes: Floats  # one micro-batch's hidden states (what TP collectives move)
     kv_chunk_bytes: Floats  # K and V of one CP rank's tokens (one ring step)
@@ -80,7 +97,13 @@ def layer_shapes(w: Workload, g: LayoutGrid) -> LayerShapes:
     share = np.where(g.sp, 1.0 / tp, 1.0)
 
     def gemm(
-        m: Floats, k: Floats | float, n: Floats | float, *, count: Floats | float = 1.0, window: bool = False
+        m: Floats | float,
+        k: Floats | float,
+        n: Floats | float,
+        *,
+        count: Floats | float = 1.0,
+        window: bool = False,
+        batch: Floats | float = 1.0,
     ) -> Gemm:
         return Gemm(
             np.asarray(m, dtype=np.float64) * np.ones_like(t),
@@ -90,6 +113,7 @@ def layer_shapes(w: Workload, g: LayoutGrid) -> LayerShapes:
             window,
             gemm_in,
             act,
+            np.asarray(batch, dtype=np.float64) * np.ones_like(t),
         )
 
     mlp_gate = 2.0 if model.mlp == "swiglu" else 1.0  # SwiGLU's first GEMM computes gate and up together
@@ -153,13 +177,22 @@ def layer_shapes(w: Workload, g: LayoutGrid) -> LayerShapes:
     memory["head"] = t * (vocab / tp * LOSS_BYTES_PER_LOGIT + 4 * h * share * act)
     memory["embedding"] = t * 2 * h * share * act
     # Flash attention skips the blocks above the causal diagonal: s/2 keys per query on average (with CP's
-    # load-balanced split, per rank too). Unfused attention computes all s scores, then masks them.
-    keys = w.seq_len / 2.0 if w.flash_attention else float(w.seq_len)
-    attention_flops = 2.0 * t * keys * (heads / tp) * (qk + v)
-    if not w.flash_attention:
-        scores = t * w.seq_len * heads / tp * SCORE_BYTES_FORWARD
-        memory["dense"] = memory["dense"] + scores
-        memory["moe"] = memory["moe"] + scores
+    # load-balanced split, per rank too). Unfused attention runs two batched GEMMs per sequence and head over
+    # all s keys (QK^T: queries x head dim x keys; then x V: queries x keys x head dim), then masks.
+    heads_here = heads / tp
+    if w.flash_attention:
+        attention_flops = 2.0 * t * (w.seq_len / 2.0) * heads_here * (qk + v)
+        core: list[Gemm] = []
+        score_bytes = (np.zeros_like(t), np.zeros_like(t))
+    else:
+        attention_flops = np.zeros_like(t)
+        queries, per_micro_batch = w.seq_len / g.cp.astype(np.float64), g.mbs * heads_here
+        core = [
+            gemm(queries, qk, float(w.seq_len), batch=per_micro_batch),
+            gemm(queries, float(w.seq_len), v, batch=per_micro_batch),
+        ]
+        scores = t * w.seq_len * heads_here
+        score_bytes = (scores * SCORE_BYTES_FORWARD, scores * SCORE_BYTES_BACKWARD)
     first, last = stage_layer_kinds(w, g, 0), stage_layer_kinds(w, g, 1)
     middle_stages = np.maximum(g.pp - 2, 1)
     middle = tuple(
@@ -170,9 +203,14 @@ def layer_shapes(w: Workload, g: LayoutGrid) -> LayerShapes:
     )
     return LayerShapes(
         tokens=t,
-        gemms={"dense": attention + dense_mlp, "moe": attention + moe_mlp, "head": [gemm(t, h, vocab / tp)]},
+        gemms={
+            "dense": attention + dense_mlp,
+            "moe": attention + moe_mlp,
+            "head": [gemm(t, h, vocab / tp)],
+            "core": core,
+        },
         attention_flops=attention_flops,
-        attention_backward_ratio=FLASH_BACKWARD_TO_FORWARD if w.flash_attention else 2.0,
+        score_bytes=score_bytes,
         memory_bytes=memory,
         activation_bytes=t * h * act,
         kv_chunk_bytes=t * kv_width * act,

@@ -1,28 +1,35 @@
 """Step time and MFU of a training step, for many layouts at once.
 
 Compute. Every GEMM of a layer (QKV or MLA's projections, attention output, MLP or routed/shared experts,
-router, logits) is timed by a roofline with a size-dependent efficiency:
-``max(F x tiles / (peak x e) + t0, bytes / (HBM x eta))`` where ``e`` is the fraction of the dense peak a
-large GEMM reaches, ``tiles = prod(1 + d_half / d)`` over its three dimensions the loss to partly filled
-tensor-core tiles and waves, and ``t0`` its fixed launch and tail cost (Calculon, Isaev et al. SC23, uses
-per-size efficiency tables the same way). Backward = 2 x forward for GEMMs (activation and weight
-gradients). Flash attention executes the causal half of the s² scores (Dao 2023: blocks above the diagonal
-are skipped) at its own efficiency, backward 2.5 x forward (five matmuls against two); without flash
-attention the scores are materialised and moved through HBM. Element-wise kernels (norms, residual adds,
-RoPE, the activation, MoE permutation, cross-entropy) move their bytes at a fraction of HBM bandwidth;
-Adam reads and writes 30 bytes per local parameter. Recompute repeats the forward (full: the whole layer
-with its TP collectives; selective: the core attention). The framework adds a fixed cost per layer and
-micro-batch, per micro-batch on a stage, per collective and per pipeline send. The constants come from
-:mod:`mfukit.perf.efficiency`, fitted to measured runs.
+router, logits) is timed by the accelerator's GEMM curve (:mod:`mfukit.perf.gemm`): output tiles spread
+over its SMs in waves, the best of a few tile sizes and split-K factors, each tile paying its operand loads
+and prologue/epilogue, bounded below by the memory roofline, plus a fixed launch cost (Calculon, Isaev et
+al. SC23, uses measured per-size efficiency tables to the same end). Backward = 2 x forward for GEMMs
+(activation and weight gradients). Flash attention executes the causal half of the s² scores (Dao 2023:
+blocks above the diagonal are skipped) at its own efficiency, backward 2.5 x forward (five matmuls against
+two); without flash attention the scores are computed by two batched GEMMs over all s keys and moved
+through HBM by the softmax and dropout. Element-wise kernels (norms, residual adds, RoPE, the activation,
+MoE permutation, cross-entropy) move their bytes at a fraction of HBM bandwidth; Adam reads and writes 30
+bytes per local parameter. Recompute repeats the forward (full: the whole layer with its TP collectives;
+selective: the core attention).
+
+Host. The host launches a layer's kernels while the GPU runs earlier ones, so its launch time is a floor
+under the layer's GPU time, not an addition: small layers are launch-bound (the ``other`` part of the
+breakdown is the floor's excess). The framework also adds a fixed cost per micro-batch on a stage, per
+TP/CP/EP and ZeRO-3/FSDP collective (synchronisation) and per pipeline send. The constants come from
+:mod:`mfukit.perf.efficiency`, fitted to measured runs; what a framework overlaps, and the dtype and buckets
+of its gradient reduction, are facts read from its code (framework profiles).
 
 Communication (:mod:`mfukit.perf.step_comm`): TP collectives are exposed in forward; in backward the
 input-gradient reduction overlaps the weight-gradient GEMM (Megatron's asynchronous TP all-reduce). CP ring
 steps hide behind the attention they feed. EP all-to-alls are exposed. Pipeline stages exchange one
 activation per micro-batch each way; a 1F1B stage waits for it at every step, the interleaved schedule only
-while filling and draining. DP gradients are reduced bucket by bucket under the last micro-batch's backward
-(only the last bucket is always exposed); a sharded optimizer's weight all-gather runs under the first
-micro-batch's forward. ZeRO-3/FSDP gather each layer while the previous one computes (prefetch) and
-reduce-scatter its gradients under the next layer's backward, every micro-batch.
+while filling and draining. DP gradients are reduced in the framework's buckets (each collective paying its
+latency); the framework's facts say how much hides under the last micro-batch's backward (all but the last
+bucket, with Megatron-Core's --overlap-grad-reduce or nanotron's hook; nothing with Megatron's local DDP),
+and whether a sharded optimizer's weight all-gather hides under the next forward. ZeRO-3/FSDP gather each
+layer while the previous one computes (prefetch) and reduce-scatter its gradients under the next layer's
+backward, every micro-batch (once per step where the framework keeps weights gathered under a pipeline).
 
 Pipeline (Narayanan et al., SC21): with per-micro-batch stage times t_r, 1F1B takes (m - 1) max t_r + sum t_r
 (= (m + p - 1) t for equal stages: the bubble (p - 1)/m); interleaving with v chunks takes
@@ -32,7 +39,7 @@ m max t_r + (p - 1)/v mean t_r. Uneven splits (a lighter first or last stage) en
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,20 +47,19 @@ from mfukit.comm.topology import CommTopology, from_system
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.parallelism import Parallelism
 from mfukit.perf import flops
-from mfukit.perf.efficiency import Efficiency, efficiency_for
+from mfukit.perf.efficiency import Efficiency, NetworkProfile, efficiency_for, network_profile_of
+from mfukit.perf.gemm import GemmCurve
 from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, LayoutGrid, Workload, sharding_fields
 from mfukit.perf.memory import gradient_reduce_bytes
 from mfukit.perf.memory_grid import stage_params_grid
 from mfukit.perf.step_comm import CommInputs, CommTimes, DataParallelTimes, communication_times
-from mfukit.perf.step_shapes import LayerShapes, layer_shapes
+from mfukit.perf.step_shapes import FLASH_BACKWARD_TO_FORWARD, LayerShapes, layer_shapes
 
 ADAM_STEP_BYTES_PER_PARAM = (
     30.0  # fp32 master, m and v read and written (24), fp32 grad read (4), 16-bit weight (2)
 )
 GRAD_PASS_BYTES_PER_PARAM = 8.0  # reading the fp32 main gradients for the norm and zeroing them
-BUCKET_PARAMS = (
-    40e6  # Megatron DDP bucket: max(40M, 1M x DP) parameters (distributed/param_and_grad_buffer.py)
-)
+HOST_BACKWARD_TO_FORWARD = 2.0  # kernels autograd launches for a layer's backward per forward kernel
 BREAKDOWN = (
     "compute",
     "memory_bound",
@@ -69,6 +75,7 @@ BREAKDOWN = (
     "other",
 )
 _SHARDED_STATES = np.asarray([name != "none" for name in SHARDINGS])
+_DDP_STYLE = frozenset({"none", "distributed-optimizer"})  # reductions of the framework's own gradient buffer
 _GATHERS_PARAMS = np.asarray([name in {"zero-3", "fsdp-full", "fsdp-hybrid"} for name in SHARDINGS])
 
 
@@ -89,13 +96,33 @@ class Machine:
 def machine_for(
     system: System, accelerator: Accelerator, num_gpus: int, *, topology: CommTopology | None = None
 ) -> Machine:
-    """The machine of ``num_gpus`` GPUs of ``system`` (its network built by :func:`comm.topology.from_system`)."""
+    """The machine of ``num_gpus`` GPUs of ``system`` (its network built by :func:`comm.topology.from_system`,
+    with the fitted profile of its scale-out link where it has one)."""
     notes: list[str] = []
     if topology is None:
         topology, notes = from_system(
             system, accelerator, num_nodes=math.ceil(num_gpus / system.gpus_per_node)
         )
+        topology, notes = with_network_profile(topology, system.scale_out_fabric, notes)
     return Machine(system, accelerator, topology, tuple(notes))
+
+
+def with_network_profile(
+    topology: CommTopology, link: str, notes: list[str], profile: NetworkProfile | None = None
+) -> tuple[CommTopology, list[str]]:
+    """``topology`` with the fitted NCCL efficiency and step latency of scale-out link ``link`` (``profile``,
+    or the installed one), if it has them."""
+    profile = profile or network_profile_of(link)
+    if profile is None or profile.efficiency is None or profile.step_latency_s is None:
+        return topology, notes
+    fitted = topology.with_options(
+        net_efficiency=profile.efficiency, net_step_latency_s=profile.step_latency_s
+    )
+    return fitted, [
+        *notes,
+        f"network profile {link}: collectives move {profile.efficiency:.0%} of the NICs' line rate, "
+        f"+{profile.step_latency_s * 1e6:.1f} us per network step (fitted, perf/data/efficiency.toml)",
+    ]
 
 
 @dataclass(frozen=True)
@@ -135,8 +162,16 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
     shapes = layer_shapes(workload, grid)
     first = stage_params_grid(workload, grid, 0, machine.gpus_per_node)
     last = stage_params_grid(workload, grid, 1, machine.gpus_per_node)
+    # the gradient's bytes and buckets in the DP reduction: the framework's own (facts), or the sharding's
+    facts = efficiency_for(machine.accelerator, workload.framework)
+    reduce_bytes = facts.grad_reduce_bytes
     layouts_grad = np.asarray(
-        [gradient_reduce_bytes(_sharding_layout(name), workload.precision) for name in SHARDINGS]
+        [
+            reduce_bytes
+            if reduce_bytes is not None and name in _DDP_STYLE
+            else gradient_reduce_bytes(_sharding_layout(name), workload.precision)
+            for name in SHARDINGS
+        ]
     )
     hybrid_ranks = np.maximum(
         1, np.minimum(grid.dp * grid.cp, machine.gpus_per_node // (grid.tp * grid.cp) * grid.cp)
@@ -157,7 +192,7 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         first_unit_params=first.largest_unit,
         last_unit_params=last.largest_unit,
         hybrid_shard_ranks=hybrid_ranks,
-        bucket_params=BUCKET_PARAMS,
+        bucket_params=facts.grad_bucket_params or math.inf,
     )
     sharded = _SHARDED_STATES[grid.sharding]
 
@@ -201,13 +236,9 @@ class _PerLayer:
 
     gemm: Floats
     window: Floats  # the QKV and first MLP GEMMs: their weight gradients hide the TP reduction
-    attention: Floats
+    attention: Floats  # the core attention (scores, softmax, values), forward
+    attention_backward: Floats
     memory: Floats
-    attention_backward_ratio: float
-
-    @property
-    def attention_backward(self) -> Floats:
-        return self.attention_backward_ratio * self.attention
 
     @property
     def forward(self) -> Floats:
@@ -222,15 +253,19 @@ class _Timer:
     def __init__(self, p: Prepared, eff: Efficiency):
         accelerator = p.machine.accelerator
         precision = p.workload.precision
-        self.gemm_peak = accelerator.peak_flops(precision) * (
-            eff.fp8_gemm_peak_fraction if precision == "fp8" else eff.gemm_peak_fraction
-        )
         self.attention_peak = accelerator.peak_flops("fp32" if precision == "fp32" else "bf16") * (
             eff.attention_peak_fraction
         )
         self.hbm = accelerator.hbm_bytes_per_s * eff.hbm_fraction
-        self.latency = eff.gemm_latency_s
-        self.half_dim = eff.gemm_half_dim
+        self.curve = GemmCurve(
+            peak_flops_per_s=accelerator.peak_flops(precision)
+            * (eff.fp8_gemm_peak_fraction if precision == "fp8" else eff.gemm_peak_fraction),
+            compute_units=accelerator.compute_units,
+            tile_half_dim=eff.gemm_tile_half_dim,
+            k_overhead=eff.gemm_k_overhead,
+            latency_s=eff.gemm_latency_s,
+            hbm_bytes_per_s=self.hbm,
+        )
         self.shapes = p.shapes
 
     def gemms(self, name: str) -> tuple[Floats, Floats]:
@@ -238,11 +273,7 @@ class _Timer:
         total = np.zeros_like(self.shapes.tokens)
         window = np.zeros_like(self.shapes.tokens)
         for gemm in self.shapes.gemms[name]:
-            # each dimension d fills tensor-core tiles and waves only partly: efficiency x d / (d + d_half)
-            tiles = (1 + self.half_dim / gemm.m) * (1 + self.half_dim / gemm.k) * (1 + self.half_dim / gemm.n)
-            compute = gemm.flops * tiles / self.gemm_peak + self.latency
-            memory = gemm.bytes / self.hbm
-            time = np.where(gemm.count > 0, gemm.count * np.maximum(compute, memory), 0.0)
+            time = np.where(gemm.count > 0, gemm.count * self.curve.time_s(gemm.distinct), 0.0)
             total = total + time
             if gemm.window:
                 window = window + time
@@ -250,13 +281,16 @@ class _Timer:
 
     def layer(self, name: str) -> _PerLayer:
         gemm, window = self.gemms(name)
-        attention = self.shapes.attention_flops / self.attention_peak
+        s = self.shapes
+        flash = s.attention_flops / self.attention_peak
+        batched, _ = self.gemms("core")  # unfused attention: its GEMMs (backward 2x) and score traffic
+        scores_forward, scores_backward = (bytes_ / self.hbm for bytes_ in s.score_bytes)
         return _PerLayer(
             gemm,
             window,
-            attention,
-            self.shapes.memory_bytes[name] / self.hbm,
-            self.shapes.attention_backward_ratio,
+            flash + batched + scores_forward,
+            FLASH_BACKWARD_TO_FORWARD * flash + 2 * batched + scores_backward,
+            s.memory_bytes[name] / self.hbm,
         )
 
 
@@ -279,6 +313,19 @@ def _stage(
     # collectives a layer launches per micro-batch: 2 (+ 2 with SP) forward, 2 (+ 4 with SP) backward
     tp_forward_calls = np.where(g.tp > 1, np.where(g.sp, 4.0, 2.0), 0.0)
     tp_calls = np.where(g.tp > 1, np.where(g.sp, 10.0, 4.0), 0.0)
+    # ZeRO-3/FSDP: each layer's weights gathered for forward and again for backward, its gradients
+    # reduce-scattered: three collectives per layer and micro-batch, each with its fixed synchronisation cost
+    unit_calls = np.where(_GATHERS_PARAMS[g.sharding], 3.0, 0.0)
+    # a framework that keeps the stage's weights gathered across micro-batches under a pipeline pays the
+    # gathers and the reduction once per step: spread over the step's micro-batches here
+    once = (g.pp > 1) & (eff.fsdp_gathers_once_with_pipeline > 0)
+    per_microbatch = np.where(once, 1.0 / g.num_microbatches, 1.0)
+    dp = replace(
+        dp,
+        unit_gather_s=dp.unit_gather_s * per_microbatch,
+        unit_reduce_s=dp.unit_reduce_s * per_microbatch,
+    )
+    unit_calls = unit_calls * per_microbatch
 
     def per_layer(kind: _PerLayer, routed: bool) -> dict[str, Floats]:
         # the column-parallel GEMMs' backward: weight gradients only, or (SP) input gradients too
@@ -303,10 +350,15 @@ def _stage(
             "cp_comm": cp_fwd + cp_bwd,
             "ep_comm": ep,
             "fsdp_comm": np.maximum(0.0, dp.unit_gather_s - kind.forward)
-            + np.maximum(0.0, dp.unit_gather_s + dp.unit_reduce_s - kind.backward),
+            + np.maximum(0.0, dp.unit_gather_s + dp.unit_reduce_s - kind.backward)
+            + unit_calls * eff.collective_overhead_s,
         }
-        # what the framework adds per layer and micro-batch (launches, Python, synchronisation), fitted
-        parts["other"] = np.full_like(tp, eff.layer_overhead_s)
+        # The host launches the layer's kernels while the GPU runs earlier ones: it only costs time when it
+        # is the slower of the two (small layers: the step is launch-bound). Backward launches about twice
+        # the forward's kernels (input and weight gradients); full recompute launches the forward again.
+        host = eff.host_layer_s * (1 + HOST_BACKWARD_TO_FORWARD + (recompute == "full"))
+        gpu = np.sum(np.stack(list(parts.values())), axis=0)
+        parts["other"] = np.maximum(0.0, host - gpu)
         return parts
 
     d, m = per_layer(dense, routed=False), per_layer(moe, routed=True)
@@ -371,8 +423,13 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
     ):
         forward = counts[0] * dense.forward + counts[1] * moe.forward + extra
         backward = counts[0] * dense.backward + counts[1] * moe.backward + 2 * extra
-        exposed = np.maximum(stage_dp.grad_sync_s - backward, stage_dp.bucket_s)
-        windows.append(exposed + np.maximum(0.0, stage_dp.param_gather_s - forward))
+        # what the framework overlaps (its facts): all but the last bucket of the gradient reduction can run
+        # under the last micro-batch's backward, the weight all-gather under the next forward
+        grad_hidden = np.minimum(
+            eff.grad_reduce_overlap * (stage_dp.grad_sync_s - stage_dp.bucket_s), np.maximum(backward, 0.0)
+        )
+        gather_hidden = np.minimum(eff.param_gather_overlap * stage_dp.param_gather_s, forward)
+        windows.append(stage_dp.grad_sync_s - grad_hidden + stage_dp.param_gather_s - gather_hidden)
     breakdown["dp_comm"] = np.maximum(windows[0], windows[1])
     hbm = timer.hbm
     breakdown["optimizer"] = np.maximum(
@@ -403,13 +460,10 @@ def _rates(p: Prepared, breakdown: dict[str, Floats], step: Floats) -> StepEstim
     )
 
 
-def executed_flops_per_token(w: Workload, recompute: str) -> float:
-    """Matmul FLOPs per token the GPUs must execute at least: causal attention (flash attention skips the
-    masked half), plus what recompute repeats (full: the transformer layers' forward, not the output layer,
-    as Megatron's recompute granularity does; selective: the core attention)."""
-    forward = flops.forward_flops_per_token(w.model, w.seq_len, "causal")
-    extra = {"none": 0.0, "selective": forward.core_attention, "full": forward.total - forward.logits}
-    return (1 + flops.BACKWARD_TO_FORWARD) * forward.total + extra[recompute]
+def executed_flops_per_token(w: Workload, recompute: flops.RecomputeMode) -> float:
+    """Matmul FLOPs per token the GPUs must execute at least: the hardware FLOPs (SC21 eq. 3 for full
+    recompute) with causal attention, since flash attention skips the masked half."""
+    return flops.hardware_flops_per_token(w.model, w.seq_len, recompute, "causal")
 
 
 def estimate_steps(workload: Workload, grid: LayoutGrid, machine: Machine) -> StepEstimate:

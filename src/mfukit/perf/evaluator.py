@@ -1,0 +1,128 @@
+"""What the calibration shares: an evaluator that predicts measured runs for any constants (and any scale-out
+network profile), the robust loss, and the least-squares solver (:mod:`mfukit.perf.calibrate`,
+:mod:`mfukit.perf.calibrate_network`, ``benchmarks/accuracy.py``).
+
+Runs that share a model, sequence length, precision, framework and cluster size are evaluated together, and
+their collectives (which do not depend on the fitted constants) are computed once.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from mfukit.comm.topology import from_system
+from mfukit.perf.calibration_data import Case
+from mfukit.perf.efficiency import Efficiency, NetworkProfile
+from mfukit.perf.layouts import Floats, grid_of, with_changes
+from mfukit.perf.step_time import Machine, Prepared, evaluate, machine_for, prepare, with_network_profile
+
+LOSS_SCALE = 0.05
+
+
+@dataclass(frozen=True)
+class _Group:
+    indices: np.ndarray
+    prepared: Prepared
+    accelerator: str
+    framework: str
+
+
+class Evaluator:
+    """Predicts tokens/s per GPU of a list of cases for any efficiency constants."""
+
+    def __init__(self, cases: Sequence[Case], networks: dict[str, NetworkProfile] | None = None):
+        self.cases = list(cases)
+        keyed: dict[tuple[object, ...], list[int]] = collections.defaultdict(list)
+        for index, case in enumerate(self.cases):
+            nodes = math.ceil(case.num_gpus / case.system.gpus_per_node)
+            workload = replace(case.workload, global_batch_sequences=1)
+            keyed[(workload, case.system, case.accelerator.name, nodes)].append(index)
+        self.groups: list[_Group] = []
+        for indices in keyed.values():
+            members = [self.cases[i] for i in indices]
+            first = members[0]
+            grid = grid_of(
+                [case.layout for case in members],
+                model=first.workload.model,
+                micro_batch_size=[case.micro_batch_size for case in members],
+                num_microbatches=[case.num_microbatches for case in members],
+            )
+            grid = with_changes(
+                grid,
+                first_layers=[case.first_layers for case in members],
+                last_layers=[case.last_layers for case in members],
+            )
+            machine = _machine(first, max(case.num_gpus for case in members), (networks or {}))
+            self.groups.append(
+                _Group(
+                    np.asarray(indices),
+                    prepare(first.workload, grid, machine),
+                    first.accelerator.name,
+                    first.workload.framework,
+                )
+            )
+        self.measured = np.asarray([case.measured_tokens_per_s_per_gpu for case in self.cases])
+
+    def predict(self, efficiency: Callable[[str, str], Efficiency]) -> Floats:
+        """Tokens/s per GPU of every case; ``efficiency(accelerator, framework)`` gives the constants."""
+        out = np.empty(len(self.cases))
+        for group in self.groups:
+            estimate = evaluate(group.prepared, efficiency(group.accelerator, group.framework))
+            out[group.indices] = estimate.tokens_per_s / group.prepared.grid.world_size
+        return out
+
+
+def _machine(case: Case, num_gpus: int, networks: dict[str, NetworkProfile]) -> Machine:
+    """The case's machine, its scale-out network under ``networks[link]`` where given (else the installed)."""
+    link = case.system.scale_out_fabric
+    if link not in networks:
+        return machine_for(case.system, case.accelerator, num_gpus)
+    topology, notes = from_system(
+        case.system, case.accelerator, num_nodes=math.ceil(num_gpus / case.system.gpus_per_node)
+    )
+    topology, notes = with_network_profile(topology, link, notes, networks[link])
+    return machine_for(case.system, case.accelerator, num_gpus, topology=topology)
+
+
+def soft_l1(log_errors: Floats, weights: Floats) -> Floats:
+    """Residuals whose squares sum to the soft-L1 loss ``2(sqrt(1 + z^2) - 1)``, z = error / LOSS_SCALE: a
+    smooth absolute error, so the fit aims at the median and a run lost to causes no model sees counts little."""
+    z = log_errors / LOSS_SCALE
+    return np.asarray(np.sign(z) * np.sqrt(weights * 2 * (np.sqrt(1 + z**2) - 1)), dtype=np.float64)
+
+
+def levenberg_marquardt(residuals: Callable[[Floats], Floats], x0: Floats, iterations: int = 40) -> Floats:
+    """Minimise ``|residuals(x)|^2`` from ``x0`` (finite-difference Jacobian, adaptive damping)."""
+    x = x0.copy()
+    r = residuals(x)
+    cost = float(r @ r)
+    damping = 1e-2
+    for _ in range(iterations):
+        step = 1e-3
+        jacobian = np.stack([(residuals(x + step * unit) - r) / step for unit in np.eye(len(x))], axis=1)
+        gradient = jacobian.T @ r
+        normal = jacobian.T @ jacobian
+        improved = False
+        while damping < 1e8:
+            delta = np.linalg.solve(normal + damping * np.diag(np.diag(normal) + 1e-12), -gradient)
+            trial = x + delta
+            r_trial = residuals(trial)
+            cost_trial = float(r_trial @ r_trial)
+            if cost_trial < cost:
+                x, r, cost, damping, improved = trial, r_trial, cost_trial, damping / 3, True
+                break
+            damping *= 4
+        if not improved or float(np.max(np.abs(delta))) < 1e-4:
+            break
+    return x
+
+
+def error_summary(errors: Floats) -> tuple[float, float]:
+    """Median and 90th percentile of |relative error|."""
+    magnitudes = np.abs(errors)
+    return float(np.median(magnitudes)), float(np.quantile(magnitudes, 0.9))
