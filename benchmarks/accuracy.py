@@ -1,6 +1,6 @@
 """How close the step-time model comes to measured training throughput, on runs it was not fitted on.
 
-Peers: every usable row of ``shared/reference/calibration/`` (LLM Foundry's MPT benchmarks, vTrain's
+Peers: every usable row of ``benchmarks/data/calibration/`` (LLM Foundry's MPT benchmarks, vTrain's
 Megatron-DeepSpeed runs on 64-512 A100s and on one 8-GPU node, the Ultra-Scale Playbook's nanotron sweep on
 H100, torchtitan's Llama 3.1 runs), each turned into a model, layout and cluster by
 ``mfukit.perf.calibration_data``. The split is deterministic: rows whose SHA-256 of ``"<source>:<row_id>"``
@@ -14,7 +14,7 @@ measured share the FLOP count and the error is the error of tokens/s per GPU; th
 accounting so that an HFU-style figure is never read as MFU. Prints median and p90 per source and writes
 ``benchmarks/results/accuracy.json``.
 
-Run: ``python benchmarks/accuracy.py`` (``MFUKIT_CALIBRATION`` = the calibration folder, if not found).
+Run: ``python benchmarks/accuracy.py``.
 """
 
 from __future__ import annotations

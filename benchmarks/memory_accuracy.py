@@ -12,7 +12,7 @@ recompute (nanotron's default), flash attention, tied embeddings below 10,000 FF
 ``scripts/scaling_benchmarks.py``), ZeRO-0 = replicated states, ZeRO-1 = sharded fp32 master + Adam
 (the Megatron distributed-optimizer accounting).
 
-Run: ``python benchmarks/memory_accuracy.py`` (``MFUKIT_CALIBRATION`` = the calibration folder, if not found).
+Run: ``python benchmarks/memory_accuracy.py``.
 """
 
 from __future__ import annotations

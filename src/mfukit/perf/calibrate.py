@@ -285,7 +285,7 @@ def main() -> int:
     fitted, records = fit(cases)
     provenance = fitted.provenance.model_copy(
         update={
-            "data": "shared/reference/calibration",
+            "data": "benchmarks/data/calibration",
             "files": file_digests(folder),
             "split": f"rows with SHA-256('<source>:<row_id>') mod 10 < {FIT_SHARE} are the fit split; GPU and "
             "framework constants are fitted on its rows that ran inside one node, a network profile on its "

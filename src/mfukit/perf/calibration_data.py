@@ -1,4 +1,4 @@
-"""Measured training runs as step-time cases: the rows of ``shared/reference/calibration/`` turned into a
+"""Measured training runs as step-time cases: the rows of ``benchmarks/data/calibration/`` turned into a
 model, a layout, a machine and the throughput each run measured.
 
 Sources (column notes in ``shared/reference/perf-model.md`` §2):
@@ -79,19 +79,20 @@ def in_fit_split(source: str, row_id: int) -> bool:
     return int(digest, 16) % 10 < FIT_SHARE
 
 
+REPOSITORY_DATA = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "calibration"
+
+
 def calibration_dir() -> Path:
-    """``$MFUKIT_CALIBRATION``, or ``shared/reference/calibration`` in a parent of this checkout."""
-    if "MFUKIT_CALIBRATION" in os.environ:
-        return Path(os.environ["MFUKIT_CALIBRATION"])
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "reference" / "calibration"
-        if candidate.is_dir():
-            return candidate
-    raise InputError(
-        "cannot find the calibration data (shared/reference/calibration)",
-        field="MFUKIT_CALIBRATION",
-        hint="set MFUKIT_CALIBRATION to the folder holding published_runs_calibration.csv",
-    )
+    """``$MFUKIT_CALIBRATION``, else ``benchmarks/data/calibration`` of this checkout."""
+    folder = Path(os.environ.get("MFUKIT_CALIBRATION", REPOSITORY_DATA))
+    if not all((folder / name).is_file() for name in FILES):
+        raise InputError(
+            f"cannot find the calibration data in {folder}",
+            field="MFUKIT_CALIBRATION",
+            hint="run from a checkout of mfukit (benchmarks/data/calibration), or set MFUKIT_CALIBRATION to "
+            "the folder holding " + ", ".join(FILES),
+        )
+    return folder
 
 
 def file_digests(folder: Path) -> dict[str, str]:
