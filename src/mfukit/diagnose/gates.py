@@ -30,7 +30,7 @@ from mfukit.diagnose.findings import Gate
 from mfukit.diagnose.network import expected_busbw, measured_busbw
 from mfukit.diagnose.records import FAILED_STATES, RankTrace, SlurmJob, XidEvent
 from mfukit.diagnose.rules.hardware import catalog
-from mfukit.ft.failures import job_failures, load_failure_model
+from mfukit.ft.failures import scenario_failures
 from mfukit.ft.interval import young_interval_s
 
 TARGETS = Path(__file__).parent / "data" / "gates.toml"
@@ -117,9 +117,8 @@ def _mtbf_s(ctx: Context) -> tuple[float | None, str]:
     cluster = ctx.cluster
     ft = ctx.ft or FtSection()
     if cluster is not None and cluster.failure_rate_per_1000_node_days:
-        failures = job_failures(load_failure_model(ft.failure_model, source="scenario"),
-                                num_gpus=cluster.num_gpus, num_nodes=cluster.num_nodes,
-                                node_rate_per_1000_node_days=cluster.failure_rate_per_1000_node_days)  # fmt: skip
+        failures, _ = scenario_failures(ft, node_rate_per_1000_node_days=cluster.failure_rate_per_1000_node_days,
+                                        num_gpus=cluster.num_gpus, num_nodes=cluster.num_nodes, source="scenario")  # fmt: skip
         return failures.mtbf_s, "scenario failure rate per 1,000 node-days"
     jobs = [j for j in ctx.of(SlurmJob) if j.start_s and j.end_s and j.end_s > j.start_s]
     failed = [j for j in jobs if j.state in FAILED_STATES]
@@ -135,11 +134,11 @@ def _mtbf_s(ctx: Context) -> tuple[float | None, str]:
         stamps = sorted(e.wall_s for e in fatal if e.wall_s is not None)
         return (stamps[-1] - stamps[0]) / (len(fatal) - 1), f"{len(fatal)} fatal XIDs in the kernel logs"
     if cluster is not None:
-        spec = load_failure_model(ft.failure_model, source="scenario", field="ft.failure_model")
-        failures = job_failures(
-            spec, num_gpus=cluster.num_gpus, num_nodes=cluster.num_nodes, overrides=ft.rates
+        failures, _ = scenario_failures(ft, node_rate_per_1000_node_days=None, num_gpus=cluster.num_gpus,
+                                        num_nodes=cluster.num_nodes, source="scenario")  # fmt: skip
+        return failures.mtbf_s, (
+            f"failure model {failures.model} ({failures.display_name}) for {cluster.num_gpus} GPUs"
         )
-        return failures.mtbf_s, f"failure model {spec.name} ({spec.display_name}) for {cluster.num_gpus} GPUs"
     return None, ""
 
 

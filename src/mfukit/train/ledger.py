@@ -88,16 +88,47 @@ class Goodput:
     steps_executed: int = 0
     steps_reworked: int = 0
     checkpoints_committed: int = 0
+    saves: int = 0
+    persist_s: float = 0.0
+    """background time from the end of each committed save's blocking part to its commit (async saves)"""
+    commit_s: float = 0.0
+    """start of each committed save to its commit, summed"""
 
     @property
     def ettr(self) -> float:
         return self.productive_s / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
+    def training_phase_s(self) -> float:
+        """The wall time of the training phase: everything but start-up and shutdown."""
+        return self.productive_s + self.rework_s + self.checkpoint_blocking_s + self.recovery_s
+
+    @property
     def ettr_steady_state(self) -> float:
-        """ETTR of the training phase (start-up and shutdown left out): what Kokolis et al.'s estimate models."""
-        busy = self.productive_s + self.rework_s + self.checkpoint_blocking_s + self.recovery_s
+        """ETTR of the training phase (start-up and shutdown left out): what ``mfukit ft``'s model predicts."""
+        busy = self.training_phase_s
         return self.productive_s / busy if busy > 0 else 0.0
+
+    @property
+    def interval_s(self) -> float | None:
+        """Productive compute between two saves, on average (None without a save)."""
+        return self.productive_s / self.saves if self.saves else None
+
+    @property
+    def blocking_per_save_s(self) -> float | None:
+        return self.checkpoint_blocking_s / self.saves if self.saves else None
+
+    @property
+    def persist_per_save_s(self) -> float:
+        return self.persist_s / self.checkpoints_committed if self.checkpoints_committed else 0.0
+
+    @property
+    def commit_per_save_s(self) -> float | None:
+        return self.commit_s / self.checkpoints_committed if self.checkpoints_committed else None
+
+    @property
+    def recovery_per_restart_s(self) -> float | None:
+        return self.recovery_s / self.restarts if self.restarts else None
 
     def buckets(self) -> dict[str, float]:
         return {
@@ -145,8 +176,15 @@ def account(events: list[dict[str, Any]], steps: list[dict[str, Any]]) -> Goodpu
             reworked += 1
         final[number] = duration
     productive = sum(final.values())
-    blocking = sum(float(e.get("blocking_s", 0.0)) for e in events if e.get("kind") == "checkpoint")
-    committed = sum(1 for e in events if e.get("kind") == "commit")
+    saves = [e for e in events if e.get("kind") == "checkpoint"]
+    blocking = sum(float(e.get("blocking_s", 0.0)) for e in saves)
+    commits = [e for e in events if e.get("kind") == "commit"]
+    # the latest save of each step (a save redone after a restart replaces the earlier one)
+    blocked = {int(e.get("step", -1)): float(e.get("blocking_s", 0.0)) for e in saves}
+    commit_s = sum(float(e.get("save_s", 0.0)) for e in commits)
+    persist = sum(
+        max(0.0, float(e.get("save_s", 0.0)) - blocked.get(int(e.get("step", -1)), 0.0)) for e in commits
+    )
 
     # the launcher logs with attempt -1; workers with torchrun's TORCHELASTIC_RESTART_COUNT
     attempts = sorted({int(s["attempt"]) for s in steps} | {int(e.get("attempt", -1)) for e in events} - {-1})
@@ -167,7 +205,10 @@ def account(events: list[dict[str, Any]], steps: list[dict[str, Any]]) -> Goodpu
         recoveries=recoveries,
         steps_executed=len(steps),
         steps_reworked=reworked,
-        checkpoints_committed=committed,
+        checkpoints_committed=len(commits),
+        saves=len(saves),
+        persist_s=persist,
+        commit_s=commit_s,
     )
 
 

@@ -29,13 +29,13 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
+from mfukit.ft.interval import recommended_interval_s
 from mfukit.perf.flops import model_flops_per_token
 from mfukit.train.checkpoint import Checkpointer, TrainState, params_sha256
 from mfukit.train.commit import CheckpointStore
 from mfukit.train.config import TrainConfig
 from mfukit.train.data import Sampler, TokenFile, ensure_synthetic, windows
 from mfukit.train.faults import FaultInjector, parse_all
-from mfukit.train.interval import daly_interval_s
 from mfukit.train.ledger import EventLog
 from mfukit.train.metrics import MetricsLog, StepMetrics, progress_line, say, step_mfu, straggler
 from mfukit.train.model import Transformer
@@ -344,10 +344,10 @@ class Trainer:
             self.checkpointer.poll()
             if save:
                 self.watchdog.beat(self.long_phase_s)
-                blocking_s = self.checkpointer.save(step)
+                self.checkpointer.save(step)
                 self.last_save_t = time.perf_counter()
-                self._maybe_choose_interval(blocking_s)
                 self.watchdog.beat()
+            self._maybe_choose_interval(step_time_s)
             if stop and step < config.steps:
                 stopped = True
                 break
@@ -359,15 +359,30 @@ class Trainer:
             self.events.record("attempt_end", step=self.step, status="stopped" if stopped else "complete")
         self.watchdog.stop()
 
-    def _maybe_choose_interval(self, blocking_s: float) -> None:
-        """Daly mode: after the first save, set the time interval from its measured blocking time."""
+    def _maybe_choose_interval(self, step_time_s: float) -> None:
+        """Daly mode: once the first save is durable, set the time interval to ``mfukit ft``'s recommended one
+        for the measured blocking and persist times (rank 0 decides; the others follow it in the gather)."""
         policy = self.config.checkpoint
-        if policy.daly_mtbf_s is None or not math.isinf(self.interval_s) or self.env.rank != 0:
+        saver = self.checkpointer
+        if (
+            policy.daly_mtbf_s is None
+            or not math.isinf(self.interval_s)
+            or self.env.rank != 0
+            or saver.last_commit_s is None
+        ):
             return
-        delta_s = policy.blocking_s or blocking_s
-        self.interval_s = daly_interval_s(max(delta_s, 1e-6), policy.daly_mtbf_s)
+        blocking_s = policy.blocking_s or saver.last_blocking_s
+        persist_s = max(0.0, saver.last_commit_s - saver.last_blocking_s)
+        self.interval_s = recommended_interval_s(
+            max(blocking_s, 1e-6), persist_s, policy.daly_mtbf_s, step_time_s
+        )
         self.events.record(
-            "interval", interval_s=self.interval_s, checkpoint_s=delta_s, mtbf_s=policy.daly_mtbf_s
+            "interval",
+            interval_s=self.interval_s,
+            checkpoint_s=blocking_s,
+            persist_s=persist_s,
+            step_time_s=step_time_s,
+            mtbf_s=policy.daly_mtbf_s,
         )
 
     def _log(
