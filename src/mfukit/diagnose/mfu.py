@@ -3,8 +3,8 @@
 Measured MFU = model FLOPs per token x tokens/s per GPU / dense peak (``perf.flops``), with tokens/s
 taken over the whole logged window — wall-clock stamps when the log has them, so checkpoint saves and
 other stalls count (the MFU the job delivers). The steady-state MFU (median step) is reported beside.
-Without a model, the MFU the log itself reports (torchtitan ``mfu:``, Megatron TFLOP/s/GPU, mfukit JSONL
-``mfu``) is used and its source said.
+Without a model, the MFU the log itself reports (torchtitan ``mfu:``, Megatron TFLOP/s/GPU, ``mfu`` in
+mfukit train's metrics.jsonl) is used and its source said.
 
 The expected MFU (:func:`expected_mfu`) is what the performance model (``perf.estimate``, the engine of
 ``mfukit estimate``) predicts for the job's own layout on its cluster, when the model, batch, layout and

@@ -55,6 +55,9 @@ def judge_runs(results: list[NcclTestsResult], cluster: Cluster | None) -> list[
         if result.run is None:
             checks.append(NcclCheck(result, None, f"could not be read: {result.problem}"))
             continue
+        if result.problem is not None:
+            checks.append(NcclCheck(result, None, result.problem))
+            continue
         if cluster is None:
             checks.append(
                 NcclCheck(result, None, "no cluster given to compare with (--system or --gpu, and --gpus)")

@@ -266,9 +266,12 @@ class Trainer:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-    def train_step(self, step: int) -> tuple[float, float]:
-        """One optimizer step; returns (this rank's mean loss, its forward compute seconds)."""
+    def train_step(self, step: int) -> tuple[float, float, float]:
+        """One optimizer step; returns (this rank's mean loss, its forward compute seconds, the seconds it
+        waited for its batch)."""
+        started = time.perf_counter()
         micro_batches = self._micro_batches()
+        data_s = time.perf_counter() - started
         slow = self.faults.slow_factor()
         loss_sum = 0.0
         compute_s = 0.0
@@ -288,7 +291,7 @@ class Trainer:
             group["lr"] = learning_rate(self.config, step)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss_sum, compute_s
+        return loss_sum, compute_s, data_s
 
     # ------------------------------------------------------------------ the loop
 
@@ -318,7 +321,7 @@ class Trainer:
             self.faults.before_step(step)
             started_t = time.time()
             started = time.perf_counter()
-            loss_local, compute_s = self.train_step(step)
+            loss_local, compute_s, data_s = self.train_step(step)
             local = torch.tensor(
                 [
                     loss_local,
@@ -326,6 +329,7 @@ class Trainer:
                     float(self.stop.requested),
                     float(self._save_due(step)),
                     self.interval_s,
+                    data_s,
                 ],
                 dtype=torch.float64,
             )
@@ -340,7 +344,9 @@ class Trainer:
             stop = bool(table[:, 2].max() > 0)
             save = bool(table[0, 3] > 0) or stop
             self.interval_s = float(table[0, 4])
-            self._log(step, started_t, step_time_s, loss, [float(v) for v in table[:, 1]])
+            self._log(
+                step, started_t, step_time_s, loss, [float(v) for v in table[:, 1]], float(table[:, 5].max())
+            )
             self.checkpointer.poll()
             if save:
                 self.watchdog.beat(self.long_phase_s)
@@ -386,7 +392,13 @@ class Trainer:
         )
 
     def _log(
-        self, step: int, started_t: float, step_time_s: float, loss: float, compute: list[float]
+        self,
+        step: int,
+        started_t: float,
+        step_time_s: float,
+        loss: float,
+        compute: list[float],
+        data_s: float,
     ) -> None:
         if self.env.rank != 0:
             return
@@ -400,6 +412,7 @@ class Trainer:
             t_start=started_t,
             t_end=started_t + step_time_s,
             step_time_s=step_time_s,
+            data_time_s=data_s,
             loss=loss,
             lr=learning_rate(config, step),
             tokens=tokens,
