@@ -96,7 +96,7 @@ def test_the_ledger_decides_the_failure_and_storage_gates() -> None:
     gates = {g.id: g for g in result.gates}
     failure = gates["failure_rate"]
     mtbf = goodput.training_phase_s / 1
-    assert "mfukit train ledger: 1 restart(s)" in failure.why
+    assert "mfukit train ledger: 1 failure(s)" in failure.why
     assert failure.value == pytest.approx(
         goodput.interval_s / young_interval_s(goodput.blocking_per_save_s, mtbf)  # type: ignore[arg-type,operator]
     )

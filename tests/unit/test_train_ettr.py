@@ -10,7 +10,7 @@ import pytest
 from mfukit.core.scenario import FtSection
 from mfukit.ft.failures import job_failures, load_failure_model
 from mfukit.train.ettr import expected_ettr, predicted_ettr
-from mfukit.train.ledger import Goodput, account
+from mfukit.train.ledger import STOPPED, Goodput, Recovery, account
 from mfukit.train.prepare import TrainRequest, prepare
 
 MICRO = Path(__file__).parents[1] / "data" / "train" / "micro.toml"
@@ -27,6 +27,7 @@ def ledger(*, restarts: int, recovery_s: float, saves: int = 10, persist_s: floa
         startup_s=0.0,
         other_s=0.0,
         restarts=restarts,
+        recoveries=[Recovery(n + 1, "kill@step=7", 0.0, 5, recovery_s) for n in range(restarts)],
         checkpoints_committed=saves,
         saves=saves,
         persist_s=persist_s * saves,
@@ -68,3 +69,12 @@ def test_no_save_no_prediction() -> None:
     assert predicted_ettr(goodput, FtSection(), num_gpus=2, num_nodes=1) is None
     prepared = prepare(TrainRequest(scenario_path=MICRO), cuda=False)
     assert expected_ettr(goodput, FtSection(), prepared.failures, []) is None
+
+
+def test_a_graceful_stop_is_no_failure() -> None:
+    """A requeue after USR1 (checkpointed, relaunched) costs its recovery but is not a failure to predict."""
+    goodput = ledger(restarts=1, recovery_s=20.0)
+    goodput.recoveries = [Recovery(1, STOPPED, 0.0, 5, 20.0)]
+    assert goodput.failures == 0
+    predicted = predicted_ettr(goodput, FtSection(), num_gpus=2, num_nodes=1)
+    assert predicted == pytest.approx(100.0 / 102.0, rel=1e-12)

@@ -147,13 +147,11 @@ def _mtbf_s(ctx: Context) -> tuple[float | None, str]:
     if len(fatal) >= 2:
         stamps = sorted(e.wall_s for e in fatal if e.wall_s is not None)
         return (stamps[-1] - stamps[0]) / (len(fatal) - 1), f"{len(fatal)} fatal XIDs in the kernel logs"
-    restarted = [
-        r.goodput for r in ctx.of(TrainLedger) if r.goodput.restarts and r.goodput.training_phase_s > 0
-    ]
-    if restarted:
-        run = max(restarted, key=lambda g: g.training_phase_s)
-        return run.training_phase_s / run.restarts, (
-            f"mfukit train ledger: {run.restarts} restart(s) in {units.format_duration(run.training_phase_s)} "
+    runs = [r.goodput for r in ctx.of(TrainLedger) if r.goodput.failures and r.goodput.training_phase_s > 0]
+    if runs:
+        run = max(runs, key=lambda g: g.training_phase_s)
+        return run.training_phase_s / run.failures, (
+            f"mfukit train ledger: {run.failures} failure(s) in {units.format_duration(run.training_phase_s)} "
             "of training"
         )
     if cluster is not None:

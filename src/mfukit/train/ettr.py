@@ -5,8 +5,8 @@ run's own checkpoint policy as measured: productive compute per save (the interv
 wait per save (blocking) and the background time until a save is durable (persist). They differ in the
 failures:
 
-* ``ettr_predicted``: the interruptions the run itself saw (restarts over its training phase, as one
-  per-job rate) with its measured recovery per restart as the restart cost. It checks the model on the
+* ``ettr_predicted``: the failures the run itself saw (restarts over its training phase, graceful stops
+  left out, as one per-job rate) with its measured recovery per restart as the restart cost. It checks the model on the
   run's own events: compare it with ``ettr_steady_state`` (start-up and shutdown are in neither).
 * ``ettr_expected``: the scenario's failure model for the run's size (``[ft] failure_model``, or
   ``[cluster] failure_rate_per_1000_node_days``), restarts costing what they cost in this run, or, when it
@@ -46,7 +46,7 @@ def _measured_restart(ft: FtSection, recovery_s: float) -> RestartParts:
 def predicted_ettr(goodput: Goodput, ft: FtSection, *, num_gpus: int, num_nodes: int) -> float | None:
     """``mfukit ft``'s expected ETTR for the run's own failures and costs (None without a save)."""
     failures = observed_failures(
-        goodput.restarts, goodput.training_phase_s, num_gpus=num_gpus, num_nodes=num_nodes
+        goodput.failures, goodput.training_phase_s, num_gpus=num_gpus, num_nodes=num_nodes
     )
     run = _run(goodput, failures, _measured_restart(ft, goodput.recovery_per_restart_s or 0.0))
     return None if run is None else expected_run(run).ettr

@@ -11,8 +11,9 @@ available wallclock time of a job run").
 * productive: the duration of the last execution of every step (the one whose result survived);
 * rework: every earlier execution of a step, redone after a restart from an older checkpoint;
 * checkpoint blocking: time the training loop waited on saves (the snapshot, or the previous upload);
-* recovery: per restart, from the failure (the injected fault or detected hang, else the last event of
-  the failed attempt) to the start of the first resumed step: detection, restart, init, load;
+* recovery: per restart, from the failure (the injected fault or detected hang, a graceful stop, else the
+  last event of the failed attempt) to the start of the first resumed step: detection, restart (or a
+  requeue's wait), init, load;
 * startup: launch to the first step of the first attempt; other: the rest (logging, shutdown).
 """
 
@@ -63,6 +64,11 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
         else:
             bad += 1
     return records, bad
+
+
+STOPPED = "stopped by a signal (checkpointed, then relaunched)"
+"""The cause of a restart that was no failure: the job stopped gracefully (Slurm's USR1 before a time limit or
+a preemption) and a new launch (a requeue) resumed it."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +135,11 @@ class Goodput:
     @property
     def recovery_per_restart_s(self) -> float | None:
         return self.recovery_s / self.restarts if self.restarts else None
+
+    @property
+    def failures(self) -> int:
+        """Restarts caused by a failure (not by a graceful stop and relaunch)."""
+        return sum(1 for r in self.recoveries if r.failure != STOPPED)
 
     def buckets(self) -> dict[str, float]:
         return {
@@ -224,10 +235,20 @@ def _recoveries(
             for e in events
             if int(e.get("attempt", -1)) in range(previous, attempt) and e.get("kind") in ("fault", "hang")
         ]
+        stopped = [
+            e
+            for e in events
+            if int(e.get("attempt", -1)) == previous
+            and e.get("kind") == "attempt_end"
+            and e.get("status") == "stopped"
+        ]
         if failure_events:
             first = min(failure_events, key=_time)
             failure_t = _time(first)
             failure = str(first.get("fault") or first.get("kind"))
+        elif stopped:  # a graceful stop (USR1/SIGTERM: preemption, time limit), saved and resumed later
+            failure_t = _time(stopped[0])
+            failure = STOPPED
         else:
             # the last sign of life of the failed attempt: its last step, or a save logged after it
             last = [float(s["t_end"]) for s in steps if int(s["attempt"]) == previous]

@@ -2,7 +2,7 @@
 
 Shape recommended by TorchElastic (torch/distributed/run.py): on every (re)start, load the newest
 complete checkpoint, then train with periodic saves. RANK and WORLD_SIZE may change between restarts;
-TORCHELASTIC_RESTART_COUNT numbers the attempt in the ledger.
+each start is the next attempt in the ledger (:func:`next_attempt`), also across Slurm requeues.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import math
 import os
 import resource
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
@@ -36,7 +37,7 @@ from mfukit.train.commit import CheckpointStore
 from mfukit.train.config import TrainConfig
 from mfukit.train.data import Sampler, TokenFile, ensure_synthetic, windows
 from mfukit.train.faults import FaultInjector, parse_all
-from mfukit.train.ledger import EventLog
+from mfukit.train.ledger import EventLog, read_records
 from mfukit.train.metrics import MetricsLog, StepMetrics, progress_line, say, step_mfu, straggler
 from mfukit.train.model import Transformer
 from mfukit.train.watchdog import Watchdog
@@ -45,6 +46,11 @@ LONG_PHASE_FACTOR = 4.0
 """Start-up, loading and synchronous saves may take this many hang timeouts (at least 120 s)."""
 GRAD_CLIP_NORM = 1.0
 MIN_LR_FRACTION = 0.1
+
+
+def node_name() -> str:
+    """The node a rank runs on: Slurm's name for it (SLURMD_NODENAME, set by srun), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 @dataclass(frozen=True)
@@ -56,12 +62,22 @@ class Env:
 
     @classmethod
     def read(cls) -> Env:
+        """The rank's environment; ``attempt`` is set once the group is up (:func:`next_attempt`)."""
         return cls(
             rank=int(os.environ["RANK"]),
             world_size=int(os.environ["WORLD_SIZE"]),
             local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-            attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+            attempt=0,
         )
+
+
+def next_attempt(ledger: Path) -> int:
+    """One more than the highest attempt the run's ledger holds: every start of the workers is a new attempt,
+    whether torchrun restarted them, Slurm requeued the job, or someone submitted it again (torchrun's
+    TORCHELASTIC_RESTART_COUNT starts from 0 at each of the last two)."""
+    events, _ = read_records(ledger)
+    attempts = [e["attempt"] for e in events if isinstance(e.get("attempt"), int) and e["attempt"] >= 0]
+    return max(attempts, default=-1) + 1
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:
@@ -130,6 +146,10 @@ class Trainer:
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=long_phase_s))
         # checkpoint collectives on their own gloo group (never interleaved with training collectives)
         self.checkpoint_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=long_phase_s))
+        attempt: list[Any] = [next_attempt(self.events.path) if env.rank == 0 else None]
+        dist.broadcast_object_list(attempt, src=0, group=self.checkpoint_group)
+        self.env = env = replace(env, attempt=int(attempt[0]))
+        self.events.attempt = env.attempt
         self.step = 0
         self.resumed_step = 0
         self.faults = FaultInjector(
@@ -205,7 +225,9 @@ class Trainer:
             resumed_from = committed.meta
             if self.config.verify_resume:
                 self._verify(committed.meta.params_sha256)
-        dist.barrier(group=self.checkpoint_group)
+        # which node each rank runs on; a collective, so every rank has loaded before torn saves go
+        nodes: list[Any] = [None] * self.env.world_size
+        dist.all_gather_object(nodes, node_name(), group=self.checkpoint_group)
         if self.env.rank == 0:
             for torn in self.store.discard_torn():
                 self.events.record("torn_checkpoint", path=torn.path.name, reason=torn.reason)
@@ -217,6 +239,7 @@ class Trainer:
             load_s=load_s,
             init_s=time.time() - started,
             device=str(self.device),
+            nodes=nodes,
         )
         self.watchdog.beat(self.long_phase_s)  # the first step may compile or allocate for a while
         if resumed_from is not None and self.env.rank == 0:
