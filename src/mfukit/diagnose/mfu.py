@@ -24,9 +24,8 @@ from mfukit.core.scenario import TrainingSection
 from mfukit.diagnose.breakdown import median
 from mfukit.diagnose.records import StepRecord, TrainingLog
 from mfukit.errors import InputError
-from mfukit.perf.estimate import best_plan
+from mfukit.perf.estimate import training_plan
 from mfukit.perf.flops import model_flops_per_token, utilization
-from mfukit.perf.inputs import training_workload
 from mfukit.perf.memory import sharding_of
 
 WARMUP_FRACTION = 0.1  # the first 10 % of logged steps (compile, allocator warm-up) are left out
@@ -87,15 +86,9 @@ def expected_mfu(
 def _predicted(
     model: ModelSpec, training: TrainingSection, layout: Parallelism, cluster: Cluster
 ) -> tuple[Expected | None, str]:
-    workload = training_workload(model, training, training.global_batch_sequences or 0)
     try:
-        plan, how = best_plan(
-            workload,
-            cluster.system,
-            cluster.accelerator,
-            cluster.num_gpus,
-            layout=layout,
-            micro_batch_size=training.micro_batch_size,
+        plan, how = training_plan(
+            model, training, cluster.system, cluster.accelerator, cluster.num_gpus, layout
         )
     except InputError as error:
         return None, f"the performance model cannot run it ({error.message})"
