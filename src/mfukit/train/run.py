@@ -236,7 +236,7 @@ def summarize(config: TrainConfig, prepared: Prepared, finished: launch.Finished
         "torchrun_returncode": finished.returncode,
     }
     assumptions.append(
-        "ettr_predicted: `mfukit ft`'s expected ETTR (Daly's exact model) with this run's own interruptions, "
+        "ettr_predicted: `mfukit ft`'s expected ETTR (Daly's exact model) with this run's own failures (graceful stops left out), "
         "recovery per restart, interval, blocking and persist per save; it models the training phase, so "
         "compare it with ettr_steady_state (ettr_measured also counts start-up and shutdown)"
     )
