@@ -330,9 +330,11 @@ def format_count(value: float, digits: int = 2) -> str:
 
 
 def format_duration(value_s: float, digits: int = 1) -> str:
-    """A duration in the largest unit that keeps it >= 1: ``12.5 us``, ``3.2 h``, ``21.0 d``."""
+    """A duration in the largest unit that keeps it >= 1: ``12.5 us``, ``3.2 h``, ``21.0 d``; zero is ``0 s``."""
     if not math.isfinite(value_s):
         return str(value_s)
+    if value_s == 0:
+        return "0 s"
     magnitude = abs(value_s)
     for unit, scale in (("d", 86400.0), ("h", 3600.0), ("min", 60.0), ("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if magnitude >= scale:

@@ -154,3 +154,24 @@ def test_a_system_without_nccl_variables_is_a_warning(mfukit: Any, tmp_path: Pat
     warnings = " ".join(run.json()["warnings"])
     assert "no NCCL variables" in warnings and "no MFU" in warnings
     assert json.loads((tmp_path / "config.json").read_text())["peak_flops_per_s"] is None
+
+
+def test_slurm_time_limits_and_the_usr1_lead() -> None:
+    """sbatch(1)'s --time formats; USR1 comes 300 s before the limit, a quarter of a limit under 20 min (a
+    5-min limit with a 300-s lead would stop and requeue the job as soon as it starts, forever)."""
+    from mfukit.errors import InputError
+    from mfukit.train.emit import signal_lead_s, slurm_time_s
+
+    cases = {"90": 5400, "30:15": 1815, "4:00:00": 14400, "2-00:00:00": 172800, "1-2": 93600, "1-2:30": 95400}
+    assert {text: slurm_time_s(text) for text in cases} == cases
+    assert slurm_time_s("UNLIMITED") is None and signal_lead_s("UNLIMITED") == 300
+    assert (signal_lead_s("4:00:00"), signal_lead_s("20"), signal_lead_s("10"), signal_lead_s("3")) == (
+        300,
+        300,
+        150,
+        60,
+    )
+    for bad in ("soon", "1:2:3:4", "2"):
+        with pytest.raises(InputError) as caught:
+            signal_lead_s(bad)
+        assert caught.value.field == "--time-limit"

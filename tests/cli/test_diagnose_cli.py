@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 DATA = Path(__file__).parents[1] / "data" / "diagnose"
 TRACE = str(DATA / "kineto" / "resnet50_num_workers_0.pt.trace.json.gz")
 
@@ -61,3 +63,30 @@ def test_mfu_from_flags_and_report(mfukit, tmp_path: Path) -> None:  # type: ign
 def test_missing_path_is_bad_input(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit("diagnose", "/no/such/trace.json")
     assert run.exit_code == 2 and "no such file" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_expected_mfu_is_the_performance_models_for_the_layout(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """With the model, batch, layout and cluster known, the expected MFU is `mfukit estimate`'s for that
+    layout; without the layout it is the GPU's typical MFU, and a warning says why."""
+    log = tmp_path / "metrics.jsonl"
+    log.write_text(
+        "".join(
+            json.dumps({"step": s, "step_time_s": 9.0, "tokens_per_s": 4e6 / 9.0}) + "\n"
+            for s in range(1, 30)
+        )
+    )
+    job = ["--model", "llama-65b", "--gpu", "h100-sxm", "--gpus", "1024", "--seq-len", "2048",
+           "--global-batch-size", "1024"]  # fmt: skip
+    layout = ["--tp", "8", "--pp", "4"]
+    estimate = mfukit("estimate", *job, *layout, "--format", "json").json()["result"]
+    mfu = mfukit("diagnose", str(log), *job, *layout, "--format", "json").json()["result"]["mfu"]
+    assert mfu["expected_basis"] == "performance_model"
+    assert mfu["expected"] == pytest.approx(estimate["mfu"], rel=1e-9)
+    assert "TP 8 x PP 4 x DP 32" in mfu["expected_source"]
+    typical = mfukit("diagnose", str(log), *job, "--format", "json").json()
+    assert typical["result"]["mfu"]["expected_basis"] == "typical_mfu"
+    assert typical["result"]["mfu"]["expected"] == 0.40
+    assert any("typical MFU" in w and "no the parallel layout" in w for w in typical["warnings"])
+    broken = mfukit("diagnose", str(log), *job, "--tp", "3", "--format", "json").json()
+    assert broken["result"]["mfu"]["expected_basis"] == "typical_mfu"
+    assert any("cannot be built" in w and "heads" in w for w in broken["warnings"])

@@ -22,6 +22,9 @@ SEEDS = [
     "JobID|JobName|State|Start|End\n1|a|FAILED|2026-01-01T00:00:00|2026-01-01T01:00:00\n",
     "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n",
     " [2024-05-01 10:00:00] iteration 10/ 100 | elapsed time per iteration (ms): 12.5 |\n",
+    '{\n  "schema": "bench.checkpoint/1",\n  "result": {"state_bytes": 67108864, "save_bytes_per_s": 4e8}\n}\n',
+    '{"t": 1.0, "kind": "checkpoint", "attempt": 0, "step": 4, "blocking_s": 0.1}\n',
+    '{"step": 1, "attempt": 0, "t_end": 2.0, "step_time_s": 0.1, "tokens_per_s": 640.0}\n',
 ]
 
 

@@ -1,5 +1,5 @@
 """Invariants of the fault-tolerance model: ETTR in (0, 1], monotone in the failure rate, Daly's optimum
-minimises simulated waste, and the simulator is deterministic for a seed."""
+below Young's and minimising simulated waste, and the simulator deterministic for a seed."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mfukit.ft.failures import job_failures, load_failure_model
-from mfukit.ft.interval import daly_interval_s, expected_run
+from mfukit.ft.interval import daly_interval_s, expected_run, young_interval_s
 from mfukit.ft.restart import RestartParts
 from mfukit.ft.run import RunModel
 from mfukit.ft.simulate import simulate
@@ -73,6 +73,13 @@ def test_ettr_falls_as_the_failure_rate_rises(
 def test_simulated_ettr_falls_as_the_failure_rate_rises() -> None:
     means = [simulate(run_for(rate, work_s=5 * DAY), replicas=200, seed=9).ettr.mean() for rate in (1, 3, 9)]
     assert means[0] > means[1] > means[2]
+
+
+@given(st.floats(1.0, 3600.0), st.floats(3600.0, 1e8))
+def test_daly_sits_below_young_and_grows_with_the_mtbf(delta_s: float, mtbf_s: float) -> None:
+    tau = daly_interval_s(delta_s, mtbf_s)
+    assert 0 < tau < young_interval_s(delta_s, mtbf_s)  # Young (1974) ignores the time the save itself takes
+    assert daly_interval_s(delta_s, 2 * mtbf_s) > tau
 
 
 @settings(max_examples=4, deadline=None)

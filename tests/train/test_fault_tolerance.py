@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
+from mfukit.ft.failures import job_failures, load_failure_model
+from mfukit.ft.interval import recommended_interval_s
 from mfukit.train.commit import CheckpointStore
-from mfukit.train.interval import daly_interval_s
 from mfukit.train.ledger import read_records
 from mfukit.train.prepare import TrainRequest
 from mfukit.train.run import TrainOutcome, run_training
@@ -86,6 +87,9 @@ def test_uninterrupted_async_run_commits_every_checkpoint(baseline: TrainOutcome
     assert sum(v for k, v in goodput.items() if k != "wall_s") == pytest.approx(goodput["wall_s"])
     assert result["params_sha256"] and len(result["params_sha256"]) == 64
     assert 0 < result["mfu"] < 1
+    # no failure: ft's model reduces to interval / (interval + blocking), which is what the ledger measured
+    assert result["ettr_predicted"] == pytest.approx(result["ettr_steady_state"], rel=1e-9)
+    assert 0 < result["ettr_expected"] <= result["ettr_predicted"]
 
 
 def test_every_failure_resumed_and_the_run_ends_bit_identical(
@@ -104,6 +108,8 @@ def test_every_failure_resumed_and_the_run_ends_bit_identical(
     assert result["recovery_s"] == [r["recovery_s"] for r in result["recoveries"]]
     assert all(0 < seconds < 120 for seconds in result["recovery_s"])
     assert result["goodput"]["rework_s"] > 0
+    # three interruptions in a run of seconds: ft's model, fed the run's own failures, predicts a lower ETTR
+    assert 0 < result["ettr_predicted"] < baseline.result["ettr_predicted"]
     assert [e["resumed_step"] for e in events(drill, "attempt_start")] == [0, 4, 4, 8]
 
 
@@ -181,9 +187,12 @@ def test_preempted_four_rank_run_resumes_on_two(tmp_path: Path) -> None:
     assert 3 <= stopped_at < 16
     assert first.result["checkpoints"] == [1, stopped_at]  # Daly's measuring save, then the stop's
     (interval,) = events(first, "interval")
-    assert interval["mtbf_s"] == pytest.approx(1000 / 6.5 * 86400)  # 1 node at the default rate
+    llama3 = job_failures(load_failure_model("llama3", source="test"), num_gpus=4, num_nodes=1)
+    assert interval["mtbf_s"] == pytest.approx(llama3.mtbf_s)  # ft's default failure model, 4 ranks
     assert interval["interval_s"] == pytest.approx(
-        daly_interval_s(interval["checkpoint_s"], interval["mtbf_s"])
+        recommended_interval_s(
+            interval["checkpoint_s"], interval["persist_s"], interval["mtbf_s"], interval["step_time_s"]
+        )
     )
     assert interval["interval_s"] > 60  # far longer than this run: no save but the measuring one and the stop
     meta = out / "checkpoints" / f"step-{stopped_at:08d}" / "mfukit-checkpoint.json"

@@ -122,3 +122,16 @@ def test_buckets_add_up_to_the_wall_time(run: tuple[list[dict[str, Any]], list[d
     assert 0.0 <= goodput.ettr <= goodput.ettr_steady_state <= 1.0
     assert goodput.restarts == len({s["attempt"] for s in steps}) - 1
     assert len(goodput.recoveries) == goodput.restarts
+
+
+def test_async_persist_is_the_commit_time_beyond_the_blocking() -> None:
+    events, steps = killed_run()
+    for event in events:
+        if event["kind"] == "commit":  # async: durable 3 s after the save started
+            event["save_s"] = 3.0
+    goodput = account(events, steps)
+    assert goodput.saves == 2 and goodput.interval_s == pytest.approx(4.0)
+    assert goodput.blocking_per_save_s == pytest.approx(0.45)
+    assert goodput.persist_per_save_s == pytest.approx(((3.0 - 0.5) + (3.0 - 0.4)) / 2)
+    assert goodput.commit_per_save_s == pytest.approx(3.0)
+    assert goodput.recovery_per_restart_s == pytest.approx(10.0)

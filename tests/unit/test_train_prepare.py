@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from mfukit.errors import InputError
+from mfukit.ft.failures import job_failures, load_failure_model
 from mfukit.train.prepare import TrainRequest, parse_nnodes, prepare, synthetic_token_count
 
 MICRO = Path(__file__).parents[1] / "data" / "train" / "micro.toml"
@@ -37,10 +38,27 @@ def test_daly_default_when_no_interval(tmp_path: Path) -> None:
     prepared = prepare(TrainRequest(scenario_path=scenario), cuda=False)
     policy = prepared.config.checkpoint
     assert policy.interval_steps is None and policy.interval_s is None
-    # 1 node at the sourced default of 6.5 failures per 1,000 node-days: MTBF = 1000 / 6.5 days
-    assert policy.daly_mtbf_s == pytest.approx(1000 / 6.5 * 86400)
-    assert any("Daly optimum" in a for a in prepared.assumptions)
+    # ft's default failure model (llama3) for the job: 2 ranks (as GPUs) on 1 node
+    llama3 = job_failures(load_failure_model("llama3", source="test"), num_gpus=2, num_nodes=1)
+    assert policy.daly_mtbf_s == pytest.approx(llama3.mtbf_s) == pytest.approx(prepared.failures.mtbf_s)
+    assert any("Daly's optimum" in a for a in prepared.assumptions)
+    assert any(a.startswith("failure model llama3") for a in prepared.assumptions)
+
+
+def test_daly_default_follows_the_cluster_failure_rate(tmp_path: Path) -> None:
+    """[cluster] failure_rate_per_1000_node_days replaces the preset: Kokolis et al.'s RSC-1 rate of 6.5 per
+    1,000 node-days on one node is an MTBF of 1000 / 6.5 days (plus llama3's planned maintenance, which
+    stops the job gracefully and is not a failure)."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(MICRO.read_text().replace('checkpoint_interval = "4steps"\n', ""))
+    request = TrainRequest(scenario_path=scenario, overrides={"cluster.failure_rate_per_1000_node_days": 6.5})
+    prepared = prepare(request, cuda=False)
+    assert prepared.config.checkpoint.daly_mtbf_s == pytest.approx(1000 / 6.5 * 86400)
     assert any("6.5 per 1,000 node-days" in a for a in prepared.assumptions)
+    zero = {"ft.failure_model": "meta-rsc1", "ft.rates": {"infrastructure": 0.0}}
+    with pytest.raises(InputError, match="every failure rate is zero") as caught:
+        prepare(TrainRequest(scenario_path=scenario, overrides=zero), cuda=False)
+    assert caught.value.field == "ft.checkpoint_interval"
 
 
 def test_config_hash_ignores_placement_but_not_numerics() -> None:

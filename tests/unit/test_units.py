@@ -73,5 +73,7 @@ def test_formatting_uses_display_conventions() -> None:
     assert units.format_flops_rate(989.4e12) == "989.4 TFLOP/s"
     assert units.format_duration(21 * 86400) == "21.0 d"
     assert units.format_duration(12.5e-6) == "12.5 us"
+    assert units.format_duration(0) == units.format_duration(-0.0) == "0 s"  # not "0.0 ns"
+    assert units.format_duration(3e-10) == "0.3 ns"
     assert units.format_count(1.4e12) == "1.40T"
     assert units.format_percent(0.496) == "49.6 %"

@@ -100,6 +100,8 @@ def diagnose(
     if table is not None:
         tables.append(table)
     warnings = [f"{f.title}: {f.summary}" for f in diagnosis.findings if f.id == "degraded_input"]
+    if diagnosis.expected.warning is not None and diagnosis.mfu.measured is not None:
+        warnings.append(diagnosis.expected.warning)
     output = Output(
         schema="diagnose/1",
         inputs={

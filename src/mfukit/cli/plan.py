@@ -208,6 +208,7 @@ def network_table(check: NetworkCheck) -> Table:
     table.add("DP traffic pattern", check.pattern)
     table.add("DP bytes per GPU per step", shown(check.bytes_per_step, units.format_bytes_si))
     table.add("  of which cross the NIC", shown(check.inter_node_bytes_per_step, units.format_bytes_si))
+    table.add("  as NCCL runs it (comm model)", check.inter_node_algorithm)
     table.add("NIC rate that hides it, per GPU", shown(check.required_bytes_per_s, units.format_bit_rate))
     table.add("NIC rate available, per GPU", shown(check.available_bytes_per_s, units.format_bit_rate))
     table.add("NICs per node to hide it", shown(check.nics_to_hide, lambda v: f"{v:,.0f}"))
@@ -284,7 +285,7 @@ def _output(
     memories = [plan_memory(workload, plan, machine.gpus_per_node) for plan in result.plans]
     best = result.plans[0]
     shape = plan_shape(workload, best, machine.gpus_per_node)
-    check = network_check(workload.model, best, shape, machine.system, workload.precision)
+    check = network_check(workload.model, best, shape, machine)
     result_json["plans"] = [
         plan_json(p, m, workload, hbm) for p, m in zip(result.plans, memories, strict=True)
     ]

@@ -131,7 +131,8 @@ def _output(request: TrainRequest, outcome: TrainOutcome) -> Output:
     summary.add("checkpoints kept", ", ".join(str(step) for step in result["checkpoints"]) or "—")
     summary.add("ETTR measured (whole run)", shown(result["ettr_measured"], lambda v: f"{v:.3f}"))
     summary.add("ETTR measured (training phase)", shown(result["ettr_steady_state"], lambda v: f"{v:.3f}"))
-    summary.add("ETTR predicted (Kokolis et al.)", shown(result["ettr_predicted"], lambda v: f"{v:.3f}"))
+    summary.add("ETTR predicted (ft model, this run)", shown(result["ettr_predicted"], lambda v: f"{v:.3f}"))
+    summary.add("ETTR expected (failure model)", shown(result["ettr_expected"], lambda v: f"{v:.3f}"))
     ledger = Table(
         "Goodput ledger (latest launch)",
         ["bucket", "time", "share of wall"],

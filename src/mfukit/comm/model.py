@@ -9,7 +9,9 @@ The model is alpha-beta per algorithm, ``t = latency + S / algbw``:
   ``min(NVLink, node NICs)`` (Patarasuk & Yuan 2009; 192 GB/s for 8x HDR, nccl#1576). A double binary
   tree moves ``S`` per node each way on 2 nodes and ``2S`` on more (each node is interior in one tree and
   a leaf in the other); NVLS moves ``S`` per GPU each way through the NVSwitch, which reduces in flight;
-  CollNet/SHARP moves ``S`` per node each way whatever the node count.
+  CollNet/SHARP moves ``S`` per node each way whatever the node count. What each GPU's NIC share carries
+  per byte of message is one function, :func:`nic_bytes_per_byte`; the network term of those algorithms
+  is the NIC share's bandwidth over it, and ``comm.traffic`` uses the same bytes for the gradient traffic.
 * **protocol factors and latencies** are NCCL's own (``comm/data/nccl.toml``, src/graph/tuning.cc):
   LL keeps half of each 8-byte word for flags and is capped by llMaxBw, LL128 keeps 120 of 128 bytes,
   Simple moves full lines but pays more per step; each step costs NCCL's hwLat on NVLink, PCI or the
@@ -67,6 +69,15 @@ APPLIES: Final[dict[Algorithm, tuple[Collective, ...]]] = {
     "p2p": ("send_recv",),
 }
 Floats = npt.NDArray[np.float64]
+NicAlgorithm = Literal["ring", "tree", "nvls", "nvls_tree", "collnet", "hierarchical"]
+NIC_ALGORITHMS: Final[tuple[NicAlgorithm, ...]] = (
+    "ring",
+    "tree",
+    "nvls",
+    "nvls_tree",
+    "collnet",
+    "hierarchical",
+)
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,31 @@ class Prediction:
     bottleneck: list[str]
 
 
+def nic_bytes_per_byte(algorithm: NicAlgorithm, collective: Collective, group: Group) -> float:
+    """Bytes each GPU sends through its share of its domain's NICs, per direction, per byte of message
+    (nccl-tests' size: the whole buffer for all-reduce, reduce-scatter and all-gather); 0 inside one domain.
+
+    * ring: each of the node's rings leaves it once (NCCL places one channel per NIC), and a ring rank sends
+      nccl-tests' busbw factor x S, so the domain's NICs carry that, shared by its ``g`` GPUs:
+      2(P-1)/P x S / g for an all-reduce of P ranks, (P-1)/P x S / g for reduce-scatter and all-gather;
+    * tree and NVLS tree (double binary tree between nodes): S per node on 2 nodes, 2S beyond;
+    * CollNet (SHARP): S per node, reduced in the switch;
+    * hierarchical: intra-node reduce-scatter, an all-reduce of each GPU's 1/g shard across the D domains
+      on g parallel rings, intra-node all-gather: 2(D-1)/D x S / g;
+    * NVLS: inside one domain only.
+    """
+    p, g, d = group.num_gpus, group.gpus_per_domain, group.num_domains
+    if d == 1 or algorithm == "nvls":
+        return 0.0
+    if algorithm == "ring":
+        return float(busbw_factor(collective, p)) / g
+    if algorithm in ("tree", "nvls_tree"):
+        return (1.0 if d == 2 else 2.0) / g
+    if algorithm == "collnet":
+        return 1.0 / g
+    return 2.0 * (d - 1) / d / g
+
+
 class _Costs:
     """The per-algorithm formulas for one collective on one group of one topology."""
 
@@ -151,12 +187,16 @@ class _Costs:
         name = "leaf uplinks (oversubscribed)" if oversub > 1.0 else "network (NICs)"
         return name, self.net_bw / oversub
 
+    def network_algbw(self, algorithm: NicAlgorithm) -> tuple[str, float]:
+        """The algbw the NICs allow ``algorithm``: each GPU's NIC share over the bytes it carries per byte
+        of message (:func:`nic_bytes_per_byte`), behind the leaf uplinks' oversubscription."""
+        name, _ = self.network(self.ring_oversub)
+        share = nic_bytes_per_byte(algorithm, self.c, self.g)
+        nic = self.t.nic_bytes_per_s_per_gpu / self.ring_oversub
+        return name, nic / share if share > 0 else math.inf
+
     def scale_up(self) -> tuple[str, float]:
         return ("NVLink" if self.t.scale_up_kind == "nvlink" else "PCIe"), self.intra_bw
-
-    def tree_fanout(self) -> float:
-        """Bytes a node's NICs carry per direction, per byte reduced: S on 2 nodes, 2S beyond."""
-        return 1.0 if self.g.num_domains == 2 else 2.0
 
     def sizes(self, message_bytes: Floats, value: float) -> Floats:
         return np.full_like(message_bytes, value, dtype=np.float64)
@@ -165,7 +205,9 @@ class _Costs:
 
     def ring(self, protocol: Protocol, s: Floats) -> Estimate | None:
         p, g, d = self.g.num_gpus, self.g.gpus_per_domain, self.g.num_domains
-        name, busbw = min([self.scale_up(), self.network(self.ring_oversub)], key=lambda x: x[1])
+        factor = float(busbw_factor(self.c, p))
+        net_name, net_algbw = self.network_algbw("ring")
+        name, busbw = min([self.scale_up(), (net_name, net_algbw * factor)], key=lambda x: x[1])
         if protocol == "ll":
             multi = d > 1 or self.c in ("all_reduce", "reduce")
             busbw *= self.k.protocol.ring_ll if multi else self.k.protocol.ring_ll_single_node
@@ -175,7 +217,7 @@ class _Costs:
             if self.t.scale_up_kind != "nvlink":
                 return None
             busbw *= self.k.protocol.ring_ll128 if g >= 2 else self.k.protocol.ring_ll128_one_gpu_per_node
-        algbw = busbw / float(busbw_factor(self.c, p))
+        algbw = busbw / factor
         if self.c in ("broadcast", "reduce"):
             # NCCL prices a pipelined chain at nRanks steps; Simple steps at the Tree/Simple step cost.
             step_algorithm: NcclAlgorithm = "tree" if protocol == "simple" else "ring"
@@ -199,8 +241,8 @@ class _Costs:
 
     def tree(self, protocol: Protocol, s: Floats) -> Estimate:
         g, d = self.g.gpus_per_domain, self.g.num_domains
-        net_name, net = self.network(self.ring_oversub)
-        name, busbw = min([self.scale_up(), (net_name, 2.0 * net / self.tree_fanout())], key=lambda x: x[1])
+        net_name, net_algbw = self.network_algbw("tree")
+        name, busbw = min([self.scale_up(), (net_name, 2.0 * net_algbw)], key=lambda x: x[1])
         busbw *= self.k.protocol.tree
         if protocol == "ll":
             busbw *= self.k.protocol.tree_ll
@@ -222,9 +264,8 @@ class _Costs:
         return Estimate("nvls", "simple", latency, self.sizes(s, algbw), "NVLS (NVLink SHARP)")
 
     def nvls_tree(self, s: Floats) -> Estimate:
-        net_name, net = self.network(self.ring_oversub)
         name, algbw = min(
-            [("NVLS (NVLink SHARP)", self.intra_bw * self.nvls_eff), (net_name, net / self.tree_fanout())],
+            [("NVLS (NVLink SHARP)", self.intra_bw * self.nvls_eff), self.network_algbw("nvls_tree")],
             key=lambda x: x[1],
         )
         latency = self.intra("nvls_tree", "simple") + 2 * int(math.log2(self.g.num_domains)) * self.inter(
@@ -242,8 +283,8 @@ class _Costs:
                 self.intra_bw / 2.0,
             )
         )
-        net_name, net = self.network(self.ring_oversub)
-        name, algbw = min([local, (net_name, net * self.k.protocol.collnet)], key=lambda x: x[1])
+        net_name, net_algbw = self.network_algbw("collnet")
+        name, algbw = min([local, (net_name, net_algbw * self.k.protocol.collnet)], key=lambda x: x[1])
         latency = (
             self.base("collnet_direct", "simple")
             + 2.0 * (min(1, g - 1) * self.intra("collnet_direct", "simple"))
@@ -308,8 +349,8 @@ class _Costs:
         """Intra-domain reduce-scatter, inter-domain all-reduce of each 1/g shard on g parallel rings,
         intra-domain all-gather: ``2(g-1)/g S / B_nvlink + 2(D-1)/D S / B_node`` in sequence."""
         g, d = self.g.gpus_per_domain, self.g.num_domains
-        net_name, net = self.network(self.ring_oversub)
-        terms = [(self.scale_up()[0], 2.0 * (g - 1) / g / self.intra_bw), (net_name, 2.0 * (d - 1) / d / net)]
+        net_name, net_algbw = self.network_algbw("hierarchical")
+        terms = [(self.scale_up()[0], 2.0 * (g - 1) / g / self.intra_bw), (net_name, 1.0 / net_algbw)]
         return self._by_time("hierarchical", self._steps(2 * (g - 1), 2 * (d - 1)), s, terms)
 
     def pairwise(self, s: Floats) -> Estimate:
@@ -479,6 +520,26 @@ def predict(
         [options[i].protocol for i in best],
         bottleneck,
     )
+
+
+def nic_bytes(
+    collective: Collective,
+    message_bytes: float,
+    topology: CommTopology,
+    num_gpus: int,
+    *,
+    gpus_per_domain: int | None = None,
+) -> tuple[float, str]:
+    """Bytes each GPU sends through its NIC share for one ``collective`` of ``message_bytes``, under the
+    algorithm :func:`predict` picks for it as NCCL would, and that algorithm ("none" inside one domain)."""
+    prediction = predict(collective, message_bytes, topology, num_gpus, gpus_per_domain=gpus_per_domain)
+    algorithm = prediction.algorithm[0]
+    if prediction.group.num_domains == 1 or algorithm == "none":
+        return 0.0, "none"
+    chosen = next((name for name in NIC_ALGORITHMS if name == algorithm), None)
+    if chosen is None:
+        raise ValueError(f"{algorithm} is not one of the algorithms whose NIC traffic is modelled")
+    return nic_bytes_per_byte(chosen, collective, prediction.group) * message_bytes, chosen
 
 
 def collective_time_s(

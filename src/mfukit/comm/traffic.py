@@ -12,9 +12,14 @@ gradients of the parameters it holds (its TP x PP slice of the model) with its d
 * hybrid FSDP: the per-micro-batch collectives stay inside the node; across nodes only an all-reduce of
   the shard, 2(k - 1)/k x P/s x g per step.
 
-Across nodes the collective is hierarchical (NCCL rings enter and leave each node once per channel): with
-r of the n ranks in one node and k = n/r nodes, each GPU's NIC carries the inter-node part,
-2(k - 1)/k x S / r for an all-reduce of S bytes (and half that for a reduce-scatter or all-gather).
+What crosses the network is what NCCL runs: each collective is handed to comm's collective model, which
+picks the algorithm NCCL would for its size on the cluster's topology (``comm.model.predict``), and the
+bytes each GPU's NIC share carries are that algorithm's (``comm.model.nic_bytes_per_byte``). A ring over n
+ranks, r of them in each node, leaves every node once per channel with a whole rank's traffic, so each NIC
+carries 2(n - 1)/n x S / r for an all-reduce of S bytes ((n - 1)/n x S / r for a reduce-scatter or an
+all-gather); a double binary tree S / r on 2 nodes and 2S / r beyond (the model's choice for a large
+all-reduce on 2 A100 nodes; NVLS tree on Hopper). The hierarchical 2(k - 1)/k x S / r over k nodes that the seed rule
+assumed is none of these: on 2 nodes of 8 a ring puts 1.9x as much through each NIC.
 
 Overlap assumption (Megatron ``overlap_grad_reduce``/``overlap_param_gather``, PyTorch DDP buckets, FSDP
 prefetch): gradients are reduced bucket by bucket while the backward pass of the *last* micro-batch is
@@ -30,6 +35,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mfukit.comm.collectives import Collective
+from mfukit.comm.model import nic_bytes
+from mfukit.comm.topology import CommTopology
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.perf.memory import StepShape, gradient_reduce_bytes, parameters_per_gpu, weight_bytes_per_param
@@ -48,9 +56,10 @@ class GradientTraffic:
 
     pattern: str
     group_ranks: int
-    ranks_per_node: int
+    ranks_per_domain: int  # of the data-parallel group, in one scale-up (NVLink) domain
     bytes_per_step: float  # sent by each GPU over all tiers (it receives as much)
     inter_node_bytes_per_step: float  # the part that crosses its NIC
+    inter_node_algorithm: str  # what NCCL runs across nodes (comm's model), "none" inside one domain
     window_s: float  # compute time of one step that the inter-node part can overlap
     windows_per_step: int  # how many such windows (and transfers) a step has
 
@@ -69,11 +78,10 @@ class GradientTraffic:
         return max(0.0, transfer_s - self.window_s * self.windows_per_step)
 
 
-def _hierarchical(collective_bytes: float, ranks: int, ranks_per_node: int, *, all_reduce: bool) -> float:
-    """Bytes one GPU's NIC carries for a collective of ``collective_bytes`` over ``ranks`` ranks."""
-    nodes = max(1, ranks // ranks_per_node)
-    steps = 2.0 if all_reduce else 1.0
-    return steps * ring_factor(nodes) * collective_bytes / ranks_per_node
+def ranks_per_domain(group: int, stride: int, domain_gpus: int) -> int:
+    """Ranks of a group whose members are ``stride`` ranks apart that share one scale-up domain (Megatron
+    orders ranks tp, cp, dp, pp from fastest to slowest, so DP x CP ranks are ``tp`` apart)."""
+    return max(1, min(group, domain_gpus // max(1, stride)))
 
 
 def gradient_traffic(
@@ -83,42 +91,56 @@ def gradient_traffic(
     expert_params_per_gpu: float,
     grad_bytes: float,
     weight_bytes: float,
-    gpus_per_node: int,
+    topology: CommTopology,
     num_microbatches: int,
     microbatch_compute_s: float,
 ) -> GradientTraffic:
-    """Data-parallel traffic of one GPU per step under ``layout``'s sharding.
+    """Data-parallel traffic of one GPU per step under ``layout``'s sharding, on ``topology``.
 
     ``*_params_per_gpu`` are the parameters this GPU computes with before any ZeRO/FSDP sharding;
     ``microbatch_compute_s`` is the forward + backward time of one micro-batch on it.
     """
     group = layout.dp * layout.cp
     expert_group = max(1, group // layout.ep)
-    # Megatron orders ranks tp, cp, dp, pp from fastest to slowest: a node holds gpus_per_node / tp of
-    # one DP x CP group when TP does not fill it.
-    per_node = max(1, min(group, gpus_per_node // layout.tp))
-    expert_per_node = max(1, min(expert_group, per_node // layout.ep or 1))
+    domain = topology.domain_gpus
+    per_domain = ranks_per_domain(group, layout.tp, domain)
+    expert_per_domain = ranks_per_domain(expert_group, layout.tp * layout.ep, domain)
     m = max(1, num_microbatches)
     w, g = weight_bytes, grad_bytes
+    algorithms: list[str] = []
 
-    def moved(params: float, ranks: int, node_ranks: int) -> tuple[float, float]:
+    def across(collective: Collective, size: float, ranks: int, local: int) -> float:
+        """Bytes through each GPU's NIC share for one collective, as comm's model runs it. A group that does
+        not fill its domains evenly (DP 217 of TP 2 on 8-GPU nodes: 4 ranks in most nodes) is priced padded
+        to whole domains: each rank's NIC share is that of a full domain, and the ring factor moves by < 1/n."""
+        if ranks <= local or size <= 0:
+            return 0.0
+        padded = -(-ranks // local) * local
+        sent, algorithm = nic_bytes(collective, size, topology, padded, gpus_per_domain=local)
+        if algorithm not in algorithms:
+            algorithms.append(algorithm)
+        return sent
+
+    def moved(params: float, ranks: int, local: int) -> tuple[float, float]:
         if layout.fsdp == "hybrid":
-            shard = node_ranks
+            shard = local
             intra = m * 3 * ring_factor(shard) * params * max(w, g)
             replicas = max(1, ranks // shard)
-            inter = 2 * ring_factor(replicas) * params / shard * g
-            return intra + inter, inter
+            inter = across("all_reduce", params / shard * g, replicas, 1)
+            return intra + 2 * ring_factor(replicas) * params / shard * g, inter
         if layout.shards_parameters:
-            size = params * (2 * w + g)
-            return m * ring_factor(ranks) * size, m * _hierarchical(size, ranks, node_ranks, all_reduce=False)
+            total = m * ring_factor(ranks) * params * (2 * w + g)
+            inter = 2 * across("all_gather", params * w, ranks, local)
+            return total, m * (inter + across("reduce_scatter", params * g, ranks, local))
         if layout.zero >= 1:
-            size = params * (w + g)
-            return ring_factor(ranks) * size, _hierarchical(size, ranks, node_ranks, all_reduce=False)
-        size = params * g
-        return 2 * ring_factor(ranks) * size, _hierarchical(size, ranks, node_ranks, all_reduce=True)
+            inter = across("reduce_scatter", params * g, ranks, local) + across(
+                "all_gather", params * w, ranks, local
+            )
+            return ring_factor(ranks) * params * (w + g), inter
+        return 2 * ring_factor(ranks) * params * g, across("all_reduce", params * g, ranks, local)
 
-    dense_total, dense_inter = moved(dense_params_per_gpu, group, per_node)
-    expert_total, expert_inter = moved(expert_params_per_gpu, expert_group, expert_per_node)
+    dense_total, dense_inter = moved(dense_params_per_gpu, group, per_domain)
+    expert_total, expert_inter = moved(expert_params_per_gpu, expert_group, expert_per_domain)
     if layout.fsdp == "hybrid":
         pattern = "intra-node reduce-scatter + all-gather per micro-batch, inter-node all-reduce per step"
         window, windows = BACKWARD_SHARE * microbatch_compute_s, 1
@@ -134,20 +156,27 @@ def gradient_traffic(
     return GradientTraffic(
         pattern=pattern,
         group_ranks=group,
-        ranks_per_node=per_node,
+        ranks_per_domain=per_domain,
         bytes_per_step=dense_total + expert_total,
         inter_node_bytes_per_step=dense_inter + expert_inter,
+        inter_node_algorithm=" + ".join(algorithms) or "none",
         window_s=window,
         windows_per_step=windows,
     )
 
 
 def model_gradient_traffic(
-    model: ModelSpec, layout: Parallelism, shape: StepShape, *, microbatch_compute_s: float
+    model: ModelSpec,
+    layout: Parallelism,
+    shape: StepShape,
+    topology: CommTopology,
+    *,
+    microbatch_compute_s: float,
 ) -> GradientTraffic:
-    """:func:`gradient_traffic` of ``model`` under ``layout``: the parameters one GPU holds (the more loaded
-    pipeline stage), gradients reduced in the precision the framework reduces them in, ``shape``'s
-    micro-batches (1 when it leaves them open)."""
+    """:func:`gradient_traffic` of ``model`` under ``layout`` on ``topology``: the parameters one GPU holds
+    (the more loaded pipeline stage), gradients reduced in the precision the framework reduces them in,
+    ``shape``'s micro-batches (1 when it leaves them open). Every caller (``size``, ``plan``'s network check,
+    ``diagnose``) goes through here."""
     dense, expert = parameters_per_gpu(model, layout, shape)
     return gradient_traffic(
         layout,
@@ -155,7 +184,7 @@ def model_gradient_traffic(
         expert_params_per_gpu=expert,
         grad_bytes=gradient_reduce_bytes(layout, shape.precision),
         weight_bytes=weight_bytes_per_param(shape.precision),
-        gpus_per_node=shape.gpus_per_node,
+        topology=topology,
         num_microbatches=shape.num_microbatches or 1,
         microbatch_compute_s=microbatch_compute_s,
     )

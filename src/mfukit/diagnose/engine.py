@@ -99,7 +99,7 @@ def diagnose(
     ctx = Context(
         records=records,
         mfu=estimate,
-        expected=mfu_module.expected_mfu(cluster),
+        expected=mfu_module.expected_mfu(model, training, parallelism, cluster),
         model=model,
         training=training,
         parallelism=parallelism,

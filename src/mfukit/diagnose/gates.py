@@ -7,10 +7,15 @@
    comm's collective model decides only a fail (the fabric cannot hide it even when healthy); without the
    model, exposed communication < 5 %.
 3. Failure rate: the checkpoint interval against Young's optimum sqrt(2 delta M) (``ft.interval``), M the
-   MTBF of the job: the scenario's failure rate, else sacct failures or fatal XIDs over the logged window,
-   else ``ft``'s failure model (``[ft] failure_model``, llama3 by default) for the cluster's size.
+   MTBF of the job: the scenario's failure rate, else sacct failures, fatal XIDs over the logged window or
+   an ``mfukit train`` ledger's restarts over its training time, else ``ft``'s failure model (``[ft]
+   failure_model``, llama3 by default) for the cluster's size. The interval and save time: an ``mfukit
+   train`` ledger's (measured per save), else the checkpoint stalls found in the training log.
 4. Scheduling: GPU allocation utilization > 85 % and idle between jobs < 5 min (sacct).
 5. Storage I/O: a checkpoint's blocking write < 2x a step's compute; the data loader not starving the GPU.
+   Without the job's own saves, an ``mfukit bench checkpoint`` result prices the write of the job's
+   checkpoint (``ft``'s bytes per parameter, one shard per node) at the save rate it measured; without a
+   log or trace, the step's compute is the performance model's step time.
 Targets live in ``data/gates.toml``. An unknown gate names the artifact that would decide it.
 """
 
@@ -28,9 +33,18 @@ from mfukit.diagnose.breakdown import job_fraction, median
 from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import Gate
 from mfukit.diagnose.network import expected_busbw, measured_busbw
-from mfukit.diagnose.records import FAILED_STATES, RankTrace, SlurmJob, XidEvent
+from mfukit.diagnose.records import (
+    FAILED_STATES,
+    BenchCheckpoint,
+    RankTrace,
+    SlurmJob,
+    TrainingLog,
+    TrainLedger,
+    XidEvent,
+)
 from mfukit.diagnose.rules.hardware import catalog
-from mfukit.ft.failures import job_failures, load_failure_model
+from mfukit.ft.checkpoint_io import bytes_per_param, state_convention
+from mfukit.ft.failures import scenario_failures
 from mfukit.ft.interval import young_interval_s
 
 TARGETS = Path(__file__).parent / "data" / "gates.toml"
@@ -117,9 +131,8 @@ def _mtbf_s(ctx: Context) -> tuple[float | None, str]:
     cluster = ctx.cluster
     ft = ctx.ft or FtSection()
     if cluster is not None and cluster.failure_rate_per_1000_node_days:
-        failures = job_failures(load_failure_model(ft.failure_model, source="scenario"),
-                                num_gpus=cluster.num_gpus, num_nodes=cluster.num_nodes,
-                                node_rate_per_1000_node_days=cluster.failure_rate_per_1000_node_days)  # fmt: skip
+        failures, _ = scenario_failures(ft, node_rate_per_1000_node_days=cluster.failure_rate_per_1000_node_days,
+                                        num_gpus=cluster.num_gpus, num_nodes=cluster.num_nodes, source="scenario")  # fmt: skip
         return failures.mtbf_s, "scenario failure rate per 1,000 node-days"
     jobs = [j for j in ctx.of(SlurmJob) if j.start_s and j.end_s and j.end_s > j.start_s]
     failed = [j for j in jobs if j.state in FAILED_STATES]
@@ -134,17 +147,29 @@ def _mtbf_s(ctx: Context) -> tuple[float | None, str]:
     if len(fatal) >= 2:
         stamps = sorted(e.wall_s for e in fatal if e.wall_s is not None)
         return (stamps[-1] - stamps[0]) / (len(fatal) - 1), f"{len(fatal)} fatal XIDs in the kernel logs"
-    if cluster is not None:
-        spec = load_failure_model(ft.failure_model, source="scenario", field="ft.failure_model")
-        failures = job_failures(
-            spec, num_gpus=cluster.num_gpus, num_nodes=cluster.num_nodes, overrides=ft.rates
+    runs = [r.goodput for r in ctx.of(TrainLedger) if r.goodput.failures and r.goodput.training_phase_s > 0]
+    if runs:
+        run = max(runs, key=lambda g: g.training_phase_s)
+        return run.training_phase_s / run.failures, (
+            f"mfukit train ledger: {run.failures} failure(s) in {units.format_duration(run.training_phase_s)} "
+            "of training"
         )
-        return failures.mtbf_s, f"failure model {spec.name} ({spec.display_name}) for {cluster.num_gpus} GPUs"
+    if cluster is not None:
+        failures, _ = scenario_failures(ft, node_rate_per_1000_node_days=None, num_gpus=cluster.num_gpus,
+                                        num_nodes=cluster.num_nodes, source="scenario")  # fmt: skip
+        return failures.mtbf_s, (
+            f"failure model {failures.model} ({failures.display_name}) for {cluster.num_gpus} GPUs"
+        )
     return None, ""
 
 
 def _checkpoint(ctx: Context) -> tuple[float | None, float | None]:
-    """(interval between saves in seconds, blocking seconds per save) from the checkpoint finding."""
+    """(interval between saves in seconds, blocking seconds per save): an ``mfukit train`` ledger's
+    measured ones, else the checkpoint finding's."""
+    for ledger in ctx.of(TrainLedger):
+        interval, blocking = ledger.goodput.interval_s, ledger.goodput.blocking_per_save_s
+        if interval is not None and blocking is not None:
+            return interval, blocking
     finding = ctx.find("checkpoint_stall")
     if finding is None:
         return None, None
@@ -212,7 +237,10 @@ def _storage(ctx: Context) -> Gate:
     data_limit = float(spec["max_dataloader_fraction"])
     target = f"checkpoint write < {limit:.0f}x step compute; data loader < {units.format_percent(data_limit, 0)} of step"
     _, blocking = _checkpoint(ctx)
-    compute = median([r.medians_s["compute_s"] for r in ctx.ranks]) if ctx.ranks else ctx.mfu.step_time_s
+    blocking_basis = "the job's own saves"
+    if blocking is None and (priced := _bench_write(ctx)) is not None:
+        blocking, blocking_basis = priced
+    compute, compute_basis = _step_compute(ctx)
     data = ctx.find("dataloader_stall")
     data_fraction = (
         data.impact.step_fraction
@@ -224,13 +252,54 @@ def _storage(ctx: Context) -> Gate:
     if blocking is not None and compute:
         value = blocking / compute
         failed |= value > limit
-        parts.append(f"checkpoint blocks {units.format_duration(blocking)} = {value:.1f}x a step's compute")
+        parts.append(
+            f"checkpoint write {units.format_duration(blocking)} ({blocking_basis}) = {value:.1f}x a step's "
+            f"compute of {units.format_duration(compute)} ({compute_basis})"
+        )
     if data_fraction is not None:
         failed |= data_fraction > data_limit
         parts.append(f"data loader idles the GPU {units.format_percent(data_fraction)} of the step")
     if not parts:
         return Gate("storage", name, "unknown", None, "—", target, "no checkpoint timing and no trace",
-                    "a training log with checkpoint saves (or Megatron's save-checkpoint timer) and a profiler trace")  # fmt: skip
+                    "a training log with checkpoint saves (or Megatron's save-checkpoint timer, or an mfukit "
+                    "train ledger, or an mfukit bench checkpoint result with the model) and a profiler trace")  # fmt: skip
     shown = f"{value:.1f}x" if value is not None else units.format_percent(data_fraction or 0.0)
     return Gate("storage", name, "fail" if failed else "pass", value if value is not None else data_fraction, shown,
                 target, "; ".join(parts))  # fmt: skip
+
+
+def _step_compute(ctx: Context) -> tuple[float | None, str]:
+    """A step's compute: the traces' (median over ranks), the log's step time, or the performance model's."""
+    if ctx.ranks:
+        return median([r.medians_s["compute_s"] for r in ctx.ranks]), "traced, median over ranks"
+    logged = [s.step_time_s for log in ctx.of(TrainingLog) for s in log.steps if s.step_time_s]
+    if ctx.mfu.step_time_s is not None or logged:
+        return ctx.mfu.step_time_s or median(logged), "the log's median step"
+    if ctx.expected.step_time_s is not None:
+        return ctx.expected.step_time_s, "the performance model's step"
+    return None, ""
+
+
+def _bench_write(ctx: Context) -> tuple[float, str] | None:
+    """How long the job's checkpoint takes to write at the slowest ``mfukit bench checkpoint`` save rate:
+    ``ft``'s resumable bytes per parameter, every node writing its shard at once (the gate's "checkpoint
+    write"; it holds while the storage's aggregate bandwidth keeps up with the nodes)."""
+    benches = ctx.of(BenchCheckpoint)
+    if not benches or ctx.model is None or ctx.cluster is None:
+        return None
+    bench = min(benches, key=lambda b: b.save_bytes_per_s)
+    ft = ctx.ft or FtSection()
+    precision = ctx.training.precision if ctx.training is not None else "bf16"
+    convention = state_convention(ft.checkpoint_state, ctx.parallelism)
+    total = ctx.model.total_params() * bytes_per_param(convention, precision)
+    written = total if ft.checkpoint_mode == "single" else total / ctx.cluster.num_nodes
+    blocks = {
+        "sync": "the training loop waits for it",
+        "single": "one rank writes it all while the others wait",
+        "async": "in the background: the loop blocks only for the staging copy, but it must end before the next save",
+    }[ft.checkpoint_mode]
+    return written / bench.save_bytes_per_s, (
+        f"{units.format_bytes(written)} of a {units.format_bytes(total)} checkpoint written per node at the "
+        f"{units.format_rate(bench.save_bytes_per_s)} save rate of {Path(bench.file).name}; "
+        f"{ft.checkpoint_mode} saves: {blocks}"
+    )

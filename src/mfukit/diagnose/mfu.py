@@ -3,23 +3,30 @@
 Measured MFU = model FLOPs per token x tokens/s per GPU / dense peak (``perf.flops``), with tokens/s
 taken over the whole logged window — wall-clock stamps when the log has them, so checkpoint saves and
 other stalls count (the MFU the job delivers). The steady-state MFU (median step) is reported beside.
-Without a model, the MFU the log itself reports (torchtitan ``mfu:``, Megatron TFLOP/s/GPU, mfukit JSONL
-``mfu``) is used and its source said.
+Without a model, the MFU the log itself reports (torchtitan ``mfu:``, Megatron TFLOP/s/GPU, ``mfu`` in
+mfukit train's metrics.jsonl) is used and its source said.
 
-The expected MFU is, for now, the accelerator's sourced ``typical_mfu`` (:func:`expected_mfu`); the
-performance model's prediction replaces it there and only there.
+The expected MFU (:func:`expected_mfu`) is what the performance model (``perf.estimate``, the engine of
+``mfukit estimate``) predicts for the job's own layout on its cluster, when the model, batch, layout and
+cluster are known; otherwise the accelerator's sourced ``typical_mfu``, with a warning that says what was
+missing. Which of the two it is travels with it (``Expected.basis``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import TrainingSection
 from mfukit.diagnose.breakdown import median
 from mfukit.diagnose.records import StepRecord, TrainingLog
+from mfukit.errors import InputError
+from mfukit.perf.estimate import training_plan
 from mfukit.perf.flops import model_flops_per_token, utilization
+from mfukit.perf.memory import sharding_of
 
 WARMUP_FRACTION = 0.1  # the first 10 % of logged steps (compile, allocator warm-up) are left out
 
@@ -39,17 +46,61 @@ class MfuEstimate:
 class Expected:
     value: float | None
     source: str
+    basis: Literal["performance_model", "typical_mfu"] | None = None
+    step_time_s: float | None = None
+    """the performance model's step time (its basis only)"""
+    warning: str | None = None
+    """why the performance model could not say (the typical MFU stands in)"""
 
 
-def expected_mfu(cluster: Cluster | None) -> Expected:
-    """The MFU this hardware should reach: the accelerator's sourced typical MFU.
-
-    The single place to swap in the performance model's prediction once it exists.
-    """
+def expected_mfu(
+    model: ModelSpec | None,
+    training: TrainingSection | None,
+    layout: Parallelism | None,
+    cluster: Cluster | None,
+) -> Expected:
+    """The MFU this job should reach: the performance model's for its layout, else the typical MFU."""
+    if model and training and training.global_batch_sequences and layout and cluster:
+        predicted, why = _predicted(model, training, layout, cluster)
+        if predicted is not None:
+            return predicted
+    else:
+        needs = (
+            ("the model", model),
+            ("the global batch", training and training.global_batch_sequences),
+            ("the parallel layout (--tp/--pp/--dp or [parallelism])", layout),
+            ("the cluster", cluster),
+        )
+        why = "no " + ", no ".join(what for what, have in needs if not have)
     if cluster is None or cluster.accelerator.typical_mfu is None:
         return Expected(None, "no accelerator given (--gpu or a scenario), or it has no typical MFU")
     typical = cluster.accelerator.typical_mfu
-    return Expected(typical.value, f"{cluster.accelerator.name} typical MFU: {typical.what} ({typical.url})")
+    return Expected(
+        typical.value,
+        f"{cluster.accelerator.name} typical MFU: {typical.what} ({typical.url})",
+        "typical_mfu",
+        warning=f"expected MFU is {cluster.accelerator.name}'s typical MFU, not the performance model's: {why}",
+    )
+
+
+def _predicted(
+    model: ModelSpec, training: TrainingSection, layout: Parallelism, cluster: Cluster
+) -> tuple[Expected | None, str]:
+    try:
+        plan, how = training_plan(
+            model, training, cluster.system, cluster.accelerator, cluster.num_gpus, layout
+        )
+    except InputError as error:
+        return None, f"the performance model cannot run it ({error.message})"
+    if plan is None:
+        return None, how
+    chosen = plan.layout
+    text = (
+        f"performance model (`mfukit estimate`) for TP {chosen.tp} x PP {chosen.pp} x DP {chosen.dp} "
+        f"(recompute {chosen.recompute}, sharding {sharding_of(chosen)}) on {cluster.num_gpus} x "
+        f"{cluster.accelerator.name}, micro-batch {plan.micro_batch_size}: step {plan.step_time_s:.3g} s"
+    )
+    return Expected(plan.mfu, text, "performance_model", plan.step_time_s), ""
 
 
 def _steady(steps: list[StepRecord]) -> list[StepRecord]:

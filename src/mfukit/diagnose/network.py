@@ -55,6 +55,9 @@ def judge_runs(results: list[NcclTestsResult], cluster: Cluster | None) -> list[
         if result.run is None:
             checks.append(NcclCheck(result, None, f"could not be read: {result.problem}"))
             continue
+        if result.problem is not None:
+            checks.append(NcclCheck(result, None, result.problem))
+            continue
         if cluster is None:
             checks.append(
                 NcclCheck(result, None, "no cluster given to compare with (--system or --gpu, and --gpus)")
@@ -109,7 +112,7 @@ class GradientLoad:
 
     @property
     def spans_nodes(self) -> bool:
-        return self.traffic.group_ranks > self.traffic.ranks_per_node
+        return self.traffic.group_ranks > self.traffic.ranks_per_domain
 
     def transfer_s(self, busbw_bytes_per_s: float) -> float:
         return self.bus_bytes_per_step / busbw_bytes_per_s
@@ -156,7 +159,9 @@ def gradient_load(
         precision=training.precision,
         gpus_per_node=cluster.gpus_per_node,
     )
-    traffic = model_gradient_traffic(model, chosen, shape, microbatch_compute_s=microbatch_s)
+    traffic = model_gradient_traffic(
+        model, chosen, shape, topology(cluster, cluster.num_nodes), microbatch_compute_s=microbatch_s
+    )
     bus = traffic.inter_node_bytes_per_step if chosen.fsdp == "hybrid" else traffic.bytes_per_step
     return GradientLoad(traffic, chosen, bus, basis)
 
@@ -204,11 +209,11 @@ def expected_busbw(cluster: Cluster, load: GradientLoad) -> Bandwidth | None:
     ranks = traffic.group_ranks
     if ranks < 2:
         return None
-    nodes = max(1, ranks // traffic.ranks_per_node)
+    nodes = max(1, ranks // traffic.ranks_per_domain)
     size = load.bus_bytes_per_step / float(busbw_factor("all_reduce", ranks))
     try:
         prediction = predict(
-            "all_reduce", size, topology(cluster, nodes), ranks, gpus_per_domain=traffic.ranks_per_node
+            "all_reduce", size, topology(cluster, nodes), ranks, gpus_per_domain=traffic.ranks_per_domain
         )
     except InputError:
         return None

@@ -23,18 +23,31 @@ MAX_WORKERS = 8
 PARALLEL_MIN_BYTES = 256 * 2**20
 
 
+TRAIN_RUN_INTERNALS = ("checkpoints", "data", "faults", "config.json", "goodput.json", "result.json")
+"""What an ``mfukit train`` run directory (the one holding ``ledger.jsonl``) keeps besides its artifacts:
+checkpoint shards, token data, fault markers and its own summaries, none of them evidence of performance.
+Its metrics.jsonl, ledger.jsonl and logs/ (torchrun's output, NCCL lines included) are read."""
+
+
+def _train_internal(path: Path, runs: set[Path]) -> bool:
+    return any(run in path.parents and path.relative_to(run).parts[0] in TRAIN_RUN_INTERNALS for run in runs)
+
+
 def collect(paths: Iterable[Path]) -> list[Path]:
-    """Files under ``paths`` (directories walked recursively, hidden entries skipped), sorted."""
+    """Files under ``paths`` (directories walked recursively, hidden entries and the internals of an
+    ``mfukit train`` run directory skipped), sorted."""
     files: list[Path] = []
     for path in paths:
         if not path.exists():
             raise InputError("no such file or directory", value=str(path), hint="check the path")
         if path.is_dir():
-            files.extend(
+            found = [
                 p
                 for p in sorted(path.rglob("*"))
                 if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-            )
+            ]
+            runs = {p.parent for p in found if p.name == "ledger.jsonl"}
+            files.extend(p for p in found if not _train_internal(p, runs))
         else:
             files.append(path)
     return files

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-if TYPE_CHECKING:  # the parsers of comm load only when a file of theirs is read
+if TYPE_CHECKING:  # the parsers of comm (and train's ledger) load only when a file of theirs is read
     from mfukit.comm.nccl_log import NcclLogReport
     from mfukit.comm.nccl_tests import NcclTestsRun
+    from mfukit.train.ledger import Goodput
 
 TimelineCategory = Literal["compute", "comm", "memcpy"]
 
@@ -237,12 +238,56 @@ class SlurmJob:
 
 @dataclass(frozen=True)
 class NcclTestsResult:
-    """One nccl-tests output (any era, or its ``-J`` JSON report), parsed by ``comm.nccl_tests``."""
+    """One nccl-tests output (any era, or its ``-J`` JSON report, or a collective of ``mfukit bench
+    collectives``), parsed by ``comm.nccl_tests``."""
 
     file: str
     run: NcclTestsRun | None
     problem: str | None = None
-    """Why the output could not be read (``run`` is then None)."""
+    """Why the output could not be read (``run`` is then None), or why it is not to be judged against the
+    cluster (a gloo run on CPU)."""
+
+
+@dataclass(frozen=True)
+class DamagedInput:
+    """A file of a recognised kind that could not be read at all: said as degraded input."""
+
+    file: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class BenchMatmul:
+    """``mfukit bench matmul``: the best GEMM rate per dtype on one device."""
+
+    file: str
+    device: str
+    device_name: str
+    best_flops_per_s: tuple[tuple[str, float], ...]
+    """(dtype, best FLOP/s over the size sweep)"""
+    largest_size: int
+
+
+@dataclass(frozen=True)
+class BenchCheckpoint:
+    """``mfukit bench checkpoint``: DCP save throughput of one node against its disk, measured together."""
+
+    file: str
+    state_bytes: float
+    save_bytes_per_s: float
+    async_blocking_s: float
+    disk_write_bytes_per_s: float
+
+
+@dataclass(frozen=True)
+class TrainLedger:
+    """An ``mfukit train`` run directory's goodput ledger (``ledger.jsonl`` with its ``metrics.jsonl``),
+    accounted by ``train.ledger``: restarts, recoveries, saves and where the wall time went."""
+
+    file: str
+    goodput: Goodput
+    world_size: int | None
+    problems: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,7 @@ def result(diagnosis: Diagnosis) -> dict[str, Any]:
             "tokens_per_s_per_gpu": mfu.tokens_per_s_per_gpu,
             "expected": diagnosis.expected.value,
             "expected_source": diagnosis.expected.source,
+            "expected_basis": diagnosis.expected.basis,
             "after_top_fix": top.mfu_after_fix if top else None,
         },
         "time_breakdown": diagnosis.time_breakdown,
@@ -196,7 +197,7 @@ def notes(diagnosis: Diagnosis) -> list[str]:
     if mfu.measured is not None:
         lines.append(
             f"MFU {units.format_percent(mfu.measured)} measured ({mfu.method}); steady state "
-            f"{_percent(mfu.steady_state)}; expected {_percent(diagnosis.expected.value)} for this hardware"
+            f"{_percent(mfu.steady_state)}; expected {_percent(diagnosis.expected.value)} ({_basis(diagnosis)})"
         )
     else:
         lines.append(f"MFU: {mfu.method}")
@@ -226,12 +227,20 @@ def notes(diagnosis: Diagnosis) -> list[str]:
     return lines
 
 
+def _basis(diagnosis: Diagnosis) -> str:
+    return {
+        "performance_model": "the performance model's prediction for this layout",
+        "typical_mfu": "typical for this GPU",
+        None: "unknown",
+    }[diagnosis.expected.basis]
+
+
 def html_report(diagnosis: Diagnosis, warnings: list[str]) -> Report:
     traces = ranked_traces(traces_of(diagnosis))
     logs = [r for r in diagnosis.records if isinstance(r, TrainingLog)]
     summary = [
         ("MFU measured", _percent(diagnosis.mfu.measured)),
-        ("MFU expected", _percent(diagnosis.expected.value)),
+        (f"MFU expected ({_basis(diagnosis)})", _percent(diagnosis.expected.value)),
     ]
     top = diagnosis.top
     if top is not None:

@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from mfukit.core.hardware import Source
-from mfukit.core.scenario import read_document
+from mfukit.core.scenario import FtSection, read_document
 from mfukit.core.schema import PositiveInt, Seconds, Strict, validate_as
 from mfukit.errors import InputError, UnknownNameError
 from mfukit.units import SECONDS_PER_DAY
@@ -226,3 +226,49 @@ def job_failures(
         num_nodes=num_nodes,
         source=spec.source,
     )
+
+
+def scenario_failures(
+    ft: FtSection,
+    *,
+    node_rate_per_1000_node_days: float | None,
+    num_gpus: int,
+    num_nodes: int,
+    source: str,
+) -> tuple[JobFailures, str]:
+    """The failure process of a scenario's job and the sentence that says where it comes from: ``[ft]
+    failure_model`` with its ``[ft.rates]`` overrides, or ``[cluster] failure_rate_per_1000_node_days`` (given
+    here as ``node_rate_per_1000_node_days``) in place of the preset's unplanned categories."""
+    spec = load_failure_model(ft.failure_model, source=source)
+    failures = job_failures(
+        spec,
+        num_gpus=num_gpus,
+        num_nodes=num_nodes,
+        overrides=ft.rates,
+        node_rate_per_1000_node_days=node_rate_per_1000_node_days,
+        source=source,
+    )
+    if node_rate_per_1000_node_days is not None:
+        how = (
+            f"unplanned failures: {node_rate_per_1000_node_days:g} per 1,000 node-days "
+            f"([cluster] failure_rate_per_1000_node_days) replace the {spec.name} categories"
+        )
+    else:
+        how = f"failure model {spec.name}: {spec.source.what} ({spec.source.url})"
+    return failures, how
+
+
+def observed_failures(interruptions: int, exposure_s: float, *, num_gpus: int, num_nodes: int) -> JobFailures:
+    """The failure process a run showed: ``interruptions`` over ``exposure_s`` seconds of running, as one
+    per-job rate (what a drill or a short run can measure; it says nothing about which component failed)."""
+    rate = interruptions / exposure_s if exposure_s > 0 else 0.0
+    category = Category(
+        name="observed",
+        component="interruptions observed in this run",
+        group="Observed",
+        per="job",
+        rate_per_unit_s=rate,
+        needs_replacement=False,
+        planned=False,
+    )
+    return JobFailures("observed", "observed in this run", (category,), num_gpus, num_nodes, None)

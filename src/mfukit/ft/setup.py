@@ -14,7 +14,7 @@ from mfukit.core.model import ModelSpec
 from mfukit.core.scenario import Scenario, parse_interval
 from mfukit.errors import InputError
 from mfukit.ft import checkpoint_io as ckio
-from mfukit.ft.failures import JobFailures, job_failures, load_failure_model
+from mfukit.ft.failures import JobFailures, scenario_failures
 from mfukit.ft.interval import recommended_interval_s
 from mfukit.ft.restart import restart_parts
 from mfukit.ft.run import Policy, RunModel, effective_save
@@ -98,22 +98,14 @@ def ft_inputs(scenario: Scenario, *, source: str, base_dir: Path | None = None) 
             f"no storage tier given: checkpoint times assume {storage.display_name} ({DEFAULT_STORAGE}); "
             "set --storage to yours"
         )
-    spec = load_failure_model(ft.failure_model, source=source)
-    failures = job_failures(
-        spec,
+    failures, how = scenario_failures(
+        ft,
+        node_rate_per_1000_node_days=scenario.cluster.failure_rate_per_1000_node_days,
         num_gpus=cluster.num_gpus,
         num_nodes=cluster.num_nodes,
-        overrides=ft.rates,
-        node_rate_per_1000_node_days=scenario.cluster.failure_rate_per_1000_node_days,
         source=source,
     )
-    if scenario.cluster.failure_rate_per_1000_node_days is not None:
-        assumptions.append(
-            f"unplanned failures: {scenario.cluster.failure_rate_per_1000_node_days:g} per 1,000 node-days "
-            f"([cluster] failure_rate_per_1000_node_days) replace the {spec.name} categories"
-        )
-    else:
-        assumptions.append(f"failure model {spec.name}: {spec.source.what} ({spec.source.url})")
+    assumptions.append(how)
     if failures.failure_rate_per_s <= 0:
         raise InputError(
             "every failure rate is zero: there is nothing to plan for",

@@ -18,8 +18,7 @@ from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import FtSection, TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf import flops
-from mfukit.perf.estimate import best_plan
-from mfukit.perf.inputs import training_workload
+from mfukit.perf.estimate import training_plan
 
 
 @dataclass(frozen=True)
@@ -48,15 +47,8 @@ def throughput(
         return Throughput(ft.step_time_s, tokens_per_step, rate, f"step time {ft.step_time_s:g} s as given")
     fallback = ""
     if ft.mfu is None and sequences is not None:
-        workload = training_workload(model, training, sequences)
-        micro = training.micro_batch_size if "micro_batch_size" in training.model_fields_set else None
-        plan, chosen = best_plan(
-            workload,
-            cluster.system,
-            cluster.accelerator,
-            cluster.num_gpus,
-            layout=parallelism,
-            micro_batch_size=micro,
+        plan, chosen = training_plan(
+            model, training, cluster.system, cluster.accelerator, cluster.num_gpus, parallelism
         )
         if plan is not None:
             return Throughput(

@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mfukit.core.hardware import Accelerator, System
+from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import LayoutProblem, Parallelism, layout_problems
+from mfukit.core.scenario import TrainingSection
 from mfukit.perf.efficiency import Efficiency, efficiency_for
-from mfukit.perf.inputs import PerfInputs
+from mfukit.perf.inputs import PerfInputs, training_workload
 from mfukit.perf.layouts import Workload, grid_of, step_shape
 from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
 from mfukit.perf.planner import Plan, SearchSpace, evaluate_grid, plan_at, search
@@ -130,3 +132,27 @@ def best_plan(
     if plan is None:
         return None, f"no layout fits on {num_gpus:,} GPUs"
     return plan, f"the best of {result.configs_evaluated:,} layouts searched"
+
+
+def training_plan(
+    model: ModelSpec,
+    training: TrainingSection,
+    system: System,
+    accelerator: Accelerator,
+    num_gpus: int,
+    layout: Parallelism | None,
+) -> tuple[Plan | None, str]:
+    """:func:`best_plan` for a scenario's ``[training]`` (which must give the global batch): its micro-batch
+    when the scenario names one, else the planner's (1 on a given layout)."""
+    sequences = training.global_batch_sequences
+    if sequences is None:
+        return None, "the performance model needs the global batch (--global-batch-tokens)"
+    micro = training.micro_batch_size if "micro_batch_size" in training.model_fields_set else None
+    return best_plan(
+        training_workload(model, training, sequences),
+        system,
+        accelerator,
+        num_gpus,
+        layout=layout,
+        micro_batch_size=micro,
+    )

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from mfukit import units
-from mfukit.comm.traffic import GradientTraffic, nics_to_hide
+from mfukit.comm.topology import from_system
+from mfukit.comm.traffic import GradientTraffic, model_gradient_traffic, nics_to_hide
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, layout_problems
@@ -27,7 +28,6 @@ from mfukit.core.scenario import Precision
 from mfukit.errors import InputError
 from mfukit.perf.flops import AttentionConvention, model_flops_per_token
 from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
-from mfukit.perf.network import layout_traffic
 
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep")
 # What a Megatron-LM run of this size uses unless the scenario says otherwise.
@@ -347,13 +347,16 @@ def finish(inputs: SizingInputs, chosen: Candidate | None, why_not: list[str]) -
         layout = chosen.layout
         model_parallel = layout.tp * layout.pp * layout.cp
         microbatch_flops = flops_per_token * inputs.seq_len * inputs.micro_batch_size
-        traffic = layout_traffic(
+        topology, _ = from_system(
+            inputs.system,
+            inputs.accelerator,
+            num_nodes=math.ceil(layout.world_size / inputs.system.gpus_per_node),
+        )
+        traffic = model_gradient_traffic(
             inputs.model,
             layout,
             _shape(inputs, chosen.num_microbatches),
-            precision=inputs.precision,
-            gpus_per_node=inputs.system.gpus_per_node,
-            num_microbatches=chosen.num_microbatches,
+            topology,
             microbatch_compute_s=microbatch_flops / model_parallel / (peak * inputs.mfu),
         )
         if inputs.global_batch_sequences is not None:

@@ -115,6 +115,10 @@ class Checkpointer:
         self.world_size = dist.get_world_size()
         self.pending: _Pending | None = None
         self.committed: list[int] = []
+        self.last_blocking_s = 0.0
+        """the training loop's wait in the latest save"""
+        self.last_commit_s: float | None = None
+        """start of the latest committed save to its commit, on rank 0 (for an async save: blocking + persist)"""
         # one stager for the whole run: it keeps its host buffers, so later saves only copy (pinned on CUDA)
         pinned = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
         self.stager = DefaultStager(StagingOptions(pinned, False, False, False)) if mode == "async" else None
@@ -151,6 +155,7 @@ class Checkpointer:
             save(self._state(), storage_writer=writer, process_group=self.group)
             self._commit(step, staging, meta)
         blocking_s = time.perf_counter() - started
+        self.last_blocking_s = blocking_s
         if self.rank == 0:
             self.record("checkpoint", step=step, blocking_s=blocking_s, mode=self.mode)
         return blocking_s
@@ -181,13 +186,14 @@ class Checkpointer:
             return
         self.faults.crash_before_commit(step)
         done: Committed = self.store.commit(staging, meta)
+        self.last_commit_s = time.time() - meta.saved_unix_s
         removed = self.store.prune()
         self.record(
             "commit",
             step=step,
             path=str(done.path),
             bytes=done.meta.total_bytes,
-            save_s=time.time() - meta.saved_unix_s,
+            save_s=self.last_commit_s,
             pruned=[p.name for p in removed],
         )
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from mfukit import catalog
+from mfukit import catalog, units
 from mfukit.core.hardware import System
 from mfukit.core.results import Output, Table
 from mfukit.errors import InputError
@@ -35,6 +35,8 @@ from mfukit.train.prepare import Prepared, TrainRequest, catalog_peak, prepare, 
 RDZV_PORT = 29400
 """torchrun's default c10d rendezvous port."""
 SIGNAL_LEAD_S = 300
+SIGNAL_RESOLUTION_S = 60
+"""sbatch(1) --signal: "the signal may be sent up to 60 seconds earlier than specified"."""
 K8S_RUNS = "/runs"
 K8S_CONFIG_DIR = "/etc/mfukit"
 PVC_NAME = "mfukit-runs"
@@ -141,6 +143,8 @@ def emit_job(
             )
         text = sbatch_script(config, request, gpus=gpus, env=nccl, time_limit=time_limit, partition=partition)
         path = prepared.config.out / "train.sbatch"
+        # slurmd opens --output before the script runs: its directory must exist at submission
+        (prepared.config.out / "logs").mkdir(parents=True, exist_ok=True)
         assumptions.append(f"{prepared.config.out} is on storage every node sees (checkpoints, data, logs)")
     prepared.config.out.mkdir(parents=True, exist_ok=True)
     config.write(prepared.config.out / "config.json")
@@ -199,6 +203,50 @@ def _torchrun_args(
     ]
 
 
+def slurm_time_s(text: str) -> float | None:
+    """A Slurm time limit in seconds (None: unlimited). sbatch(1) --time: "minutes", "minutes:seconds",
+    "hours:minutes:seconds", "days-hours", "days-hours:minutes" and "days-hours:minutes:seconds"; 0,
+    UNLIMITED and INFINITE mean no limit."""
+    value = text.strip()
+    if value.upper() in ("UNLIMITED", "INFINITE", "0"):
+        return None
+    days, _, rest = value.rpartition("-") if "-" in value else ("", "", value)
+    try:
+        parts = [int(part) for part in rest.split(":")]
+        whole_days = int(days) if days else 0
+    except ValueError:
+        parts = []
+    if not parts or len(parts) > 3 or any(p < 0 for p in parts):
+        raise InputError(
+            "is not a Slurm time limit",
+            source="command line",
+            field="--time-limit",
+            value=text,
+            hint='e.g. "90" (minutes), "4:00:00", "2-00:00:00"',
+        )
+    minute, hour = units.SECONDS_PER["min"], units.SECONDS_PER_HOUR
+    # minutes[:seconds] without days; hours[:minutes[:seconds]] with days or three fields
+    scale = (minute, 1.0) if not days and len(parts) <= 2 else (hour, minute, 1.0)
+    return whole_days * units.SECONDS_PER_DAY + sum(p * u for p, u in zip(parts, scale, strict=False))
+
+
+def signal_lead_s(time_limit: str) -> int:
+    """Seconds before the time limit that Slurm sends USR1: 300, or a quarter of a limit under 20 min (the
+    save and stop must come after the start, and Slurm may send it up to a minute early)."""
+    limit_s = slurm_time_s(time_limit)
+    if limit_s is None or limit_s >= 4 * SIGNAL_LEAD_S:
+        return SIGNAL_LEAD_S
+    if limit_s <= 2 * SIGNAL_RESOLUTION_S:
+        raise InputError(
+            "leaves no room for the checkpoint-and-requeue warning (USR1 may come up to 60 s early)",
+            source="command line",
+            field="--time-limit",
+            value=time_limit,
+            hint="give more than 2 minutes",
+        )
+    return max(SIGNAL_RESOLUTION_S, int(limit_s // 4))
+
+
 def sbatch_script(
     config: TrainConfig,
     request: TrainRequest,
@@ -212,6 +260,7 @@ def sbatch_script(
     low, _, high = request.nnodes.partition(":")
     nodes = f"{low}-{high}" if high and high != low else low
     out = Path(config.out_dir)
+    lead_s = signal_lead_s(time_limit)
     header = [
         "#!/bin/bash",
         f"#SBATCH --job-name={_job_name(config)}",
@@ -221,7 +270,7 @@ def sbatch_script(
         "#SBATCH --exclusive",
         f"#SBATCH --time={time_limit}",
         "#SBATCH --requeue",
-        f"#SBATCH --signal=B:USR1@{SIGNAL_LEAD_S}",
+        f"#SBATCH --signal=B:USR1@{lead_s}",
         "#SBATCH --open-mode=append",
         f"#SBATCH --output={out}/logs/slurm-%j.out",
     ]
@@ -254,7 +303,7 @@ def sbatch_script(
         "export MASTER_ADDR",
         "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))",
         "",
-        f"# {SIGNAL_LEAD_S} s before the time limit (or on preemption) Slurm sends USR1 to this shell: forward it",
+        f"# {lead_s} s before the time limit (or on preemption) Slurm sends USR1 to this shell: forward it",
         "# to the workers, which checkpoint at the next step and stop, then requeue to resume from that checkpoint",
         "requeue_on_usr1() {",
         '  echo "mfukit: USR1: checkpoint and requeue" >&2',

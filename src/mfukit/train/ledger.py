@@ -11,8 +11,9 @@ available wallclock time of a job run").
 * productive: the duration of the last execution of every step (the one whose result survived);
 * rework: every earlier execution of a step, redone after a restart from an older checkpoint;
 * checkpoint blocking: time the training loop waited on saves (the snapshot, or the previous upload);
-* recovery: per restart, from the failure (the injected fault or detected hang, else the last event of
-  the failed attempt) to the start of the first resumed step: detection, restart, init, load;
+* recovery: per restart, from the failure (the injected fault or detected hang, a graceful stop, else the
+  last event of the failed attempt) to the start of the first resumed step: detection, restart (or a
+  requeue's wait), init, load;
 * startup: launch to the first step of the first attempt; other: the rest (logging, shutdown).
 """
 
@@ -65,6 +66,11 @@ def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:
     return records, bad
 
 
+STOPPED = "stopped by a signal (checkpointed, then relaunched)"
+"""The cause of a restart that was no failure: the job stopped gracefully (Slurm's USR1 before a time limit or
+a preemption) and a new launch (a requeue) resumed it."""
+
+
 @dataclass(frozen=True)
 class Recovery:
     attempt: int
@@ -88,16 +94,52 @@ class Goodput:
     steps_executed: int = 0
     steps_reworked: int = 0
     checkpoints_committed: int = 0
+    saves: int = 0
+    persist_s: float = 0.0
+    """background time from the end of each committed save's blocking part to its commit (async saves)"""
+    commit_s: float = 0.0
+    """start of each committed save to its commit, summed"""
 
     @property
     def ettr(self) -> float:
         return self.productive_s / self.wall_s if self.wall_s > 0 else 0.0
 
     @property
+    def training_phase_s(self) -> float:
+        """The wall time of the training phase: everything but start-up and shutdown."""
+        return self.productive_s + self.rework_s + self.checkpoint_blocking_s + self.recovery_s
+
+    @property
     def ettr_steady_state(self) -> float:
-        """ETTR of the training phase (start-up and shutdown left out): what Kokolis et al.'s estimate models."""
-        busy = self.productive_s + self.rework_s + self.checkpoint_blocking_s + self.recovery_s
+        """ETTR of the training phase (start-up and shutdown left out): what ``mfukit ft``'s model predicts."""
+        busy = self.training_phase_s
         return self.productive_s / busy if busy > 0 else 0.0
+
+    @property
+    def interval_s(self) -> float | None:
+        """Productive compute between two saves, on average (None without a save)."""
+        return self.productive_s / self.saves if self.saves else None
+
+    @property
+    def blocking_per_save_s(self) -> float | None:
+        return self.checkpoint_blocking_s / self.saves if self.saves else None
+
+    @property
+    def persist_per_save_s(self) -> float:
+        return self.persist_s / self.checkpoints_committed if self.checkpoints_committed else 0.0
+
+    @property
+    def commit_per_save_s(self) -> float | None:
+        return self.commit_s / self.checkpoints_committed if self.checkpoints_committed else None
+
+    @property
+    def recovery_per_restart_s(self) -> float | None:
+        return self.recovery_s / self.restarts if self.restarts else None
+
+    @property
+    def failures(self) -> int:
+        """Restarts caused by a failure (not by a graceful stop and relaunch)."""
+        return sum(1 for r in self.recoveries if r.failure != STOPPED)
 
     def buckets(self) -> dict[str, float]:
         return {
@@ -145,8 +187,15 @@ def account(events: list[dict[str, Any]], steps: list[dict[str, Any]]) -> Goodpu
             reworked += 1
         final[number] = duration
     productive = sum(final.values())
-    blocking = sum(float(e.get("blocking_s", 0.0)) for e in events if e.get("kind") == "checkpoint")
-    committed = sum(1 for e in events if e.get("kind") == "commit")
+    saves = [e for e in events if e.get("kind") == "checkpoint"]
+    blocking = sum(float(e.get("blocking_s", 0.0)) for e in saves)
+    commits = [e for e in events if e.get("kind") == "commit"]
+    # the latest save of each step (a save redone after a restart replaces the earlier one)
+    blocked = {int(e.get("step", -1)): float(e.get("blocking_s", 0.0)) for e in saves}
+    commit_s = sum(float(e.get("save_s", 0.0)) for e in commits)
+    persist = sum(
+        max(0.0, float(e.get("save_s", 0.0)) - blocked.get(int(e.get("step", -1)), 0.0)) for e in commits
+    )
 
     # the launcher logs with attempt -1; workers with torchrun's TORCHELASTIC_RESTART_COUNT
     attempts = sorted({int(s["attempt"]) for s in steps} | {int(e.get("attempt", -1)) for e in events} - {-1})
@@ -167,7 +216,10 @@ def account(events: list[dict[str, Any]], steps: list[dict[str, Any]]) -> Goodpu
         recoveries=recoveries,
         steps_executed=len(steps),
         steps_reworked=reworked,
-        checkpoints_committed=committed,
+        checkpoints_committed=len(commits),
+        saves=len(saves),
+        persist_s=persist,
+        commit_s=commit_s,
     )
 
 
@@ -183,10 +235,20 @@ def _recoveries(
             for e in events
             if int(e.get("attempt", -1)) in range(previous, attempt) and e.get("kind") in ("fault", "hang")
         ]
+        stopped = [
+            e
+            for e in events
+            if int(e.get("attempt", -1)) == previous
+            and e.get("kind") == "attempt_end"
+            and e.get("status") == "stopped"
+        ]
         if failure_events:
             first = min(failure_events, key=_time)
             failure_t = _time(first)
             failure = str(first.get("fault") or first.get("kind"))
+        elif stopped:  # a graceful stop (USR1/SIGTERM: preemption, time limit), saved and resumed later
+            failure_t = _time(stopped[0])
+            failure = STOPPED
         else:
             # the last sign of life of the failed attempt: its last step, or a save logged after it
             last = [float(s["t_end"]) for s in steps if int(s["attempt"]) == previous]

@@ -1,5 +1,10 @@
 """Per-step metrics of a run, one JSON line per step in ``metrics.jsonl`` (written by rank 0).
 
+``tokens_per_s`` is the whole job's: the global batch's tokens over the step time (per device it is that
+over the world size). ``mfukit diagnose`` reads the file with the same meaning (``training_log``,
+``mfukit-jsonl``), as it reads ``tokens_per_s`` in every log; ``data_time_s`` (the slowest rank's wait for
+its batch) feeds its data-loader rule.
+
 MFU = model FLOPs per token (``perf.flops``: 3 x forward matmul FLOPs, the attention convention named) x
 tokens per second per device / the device's dense peak (the catalog's, or one measured with
 ``mfukit bench matmul``). Stragglers show in ``rank_compute_s``: each rank's forward time this step (under
@@ -27,6 +32,8 @@ class StepMetrics:
     t_start: float
     t_end: float
     step_time_s: float
+    data_time_s: float
+    """the slowest rank's wait for its batch (sampling, reading, copying to the device), within step_time_s"""
     loss: float
     lr: float
     tokens: int

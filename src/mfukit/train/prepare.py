@@ -6,7 +6,6 @@ for MFU, a scenario field the harness ignores) as a warning.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,9 @@ from mfukit.catalog import resolve
 from mfukit.core.hardware import Dtype
 from mfukit.core.scenario import Scenario, load_scenario, parse_interval
 from mfukit.errors import InputError
+from mfukit.ft.failures import JobFailures, scenario_failures
 from mfukit.train.config import CheckpointPolicy, TrainConfig, check_trainable
 from mfukit.train.faults import parse_all
-from mfukit.train.interval import default_failure_rate, job_mtbf_s
 
 DEFAULT_LR = 1e-3
 DEFAULT_WEIGHT_DECAY = 0.1
@@ -58,6 +57,8 @@ class Prepared:
     world_size: int
     nnodes_min: int
     nnodes_max: int
+    failures: JobFailures
+    """the job's failure process under the scenario's failure model (``mfukit ft``'s)"""
     assumptions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     peak_dtype: Dtype = "fp32"
@@ -160,7 +161,17 @@ def prepare(request: TrainRequest, *, cuda: bool) -> Prepared:
 
     name = request.scenario_path.stem if request.scenario_path else spec.name
     out = request.out or Path("runs") / name
-    checkpoint = _checkpoint_policy(scenario, request.keep, world, source, assumptions)
+    failures, failures_how = scenario_failures(
+        scenario.ft,
+        node_rate_per_1000_node_days=scenario.cluster.failure_rate_per_1000_node_days,
+        num_gpus=world,
+        num_nodes=nnodes_min,
+        source=source,
+    )
+    assumptions.append(
+        f"{failures_how}; for {world} rank(s) on {nnodes_min} node(s), each rank counted as a GPU"
+    )
+    checkpoint = _checkpoint_policy(scenario, request.keep, failures, source, assumptions)
     hang_timeout_s = (
         units.parse_duration_s(request.hang_timeout, field="--hang-timeout")
         if request.hang_timeout
@@ -198,6 +209,7 @@ def prepare(request: TrainRequest, *, cuda: bool) -> Prepared:
         world_size=world,
         nnodes_min=nnodes_min,
         nnodes_max=nnodes_max,
+        failures=failures,
         assumptions=assumptions,
         warnings=warnings,
         peak_dtype=peak_dtype,
@@ -213,7 +225,7 @@ def _accelerator(scenario: Scenario, source: str) -> str | None:
 
 
 def _checkpoint_policy(
-    scenario: Scenario, keep: int, world: int, source: str, assumptions: list[str]
+    scenario: Scenario, keep: int, failures: JobFailures, source: str, assumptions: list[str]
 ) -> CheckpointPolicy:
     ft = scenario.ft
     if ft.checkpoint_interval is not None:
@@ -228,26 +240,20 @@ def _checkpoint_policy(
         return CheckpointPolicy(
             interval_s=value, keep=keep, mode=ft.checkpoint_mode, blocking_s=ft.checkpoint_blocking_s
         )
-    rate = scenario.cluster.failure_rate_per_1000_node_days
-    if rate is None:
-        default = default_failure_rate()
-        rate = default.failure_rate_per_1000_node_days
-        assumptions.append(
-            f"failure rate {rate:g} per 1,000 node-days ({default.source.what}; {default.source.url}) "
-            "since cluster.failure_rate_per_1000_node_days is not set"
+    if failures.failure_rate_per_s <= 0:
+        raise InputError(
+            "every failure rate is zero, so there is no optimum checkpoint interval",
+            source=source,
+            field="ft.checkpoint_interval",
+            hint='give the interval ("30min" or "500steps"), or a failure model with non-zero rates',
         )
-    gpus_per_node = 8
-    if scenario.cluster.system is not None or scenario.cluster.gpu is not None:
-        gpus_per_node = resolve.node(scenario.cluster, source=source)[0].gpus_per_node
-    nodes = max(1, math.ceil(world / gpus_per_node))
-    mtbf_s = job_mtbf_s(rate, nodes)
     assumptions.append(
-        f"checkpoint interval: Daly optimum for a job MTBF of {units.format_duration(mtbf_s)} ({nodes} node(s) of "
-        f"{gpus_per_node} ranks), with the blocking time of the first save measured (train/interval.py; "
-        "set ft.checkpoint_interval or --checkpoint-interval to override)"
+        f"checkpoint interval: `mfukit ft`'s recommended interval (Daly's optimum, no shorter than a step "
+        f"nor than an async save's persist) for a job MTBF of {units.format_duration(failures.mtbf_s)}, with "
+        "the first save's blocking time measured; set ft.checkpoint_interval or --checkpoint-interval to override"
     )
     return CheckpointPolicy(
-        daly_mtbf_s=mtbf_s, keep=keep, mode=ft.checkpoint_mode, blocking_s=ft.checkpoint_blocking_s
+        daly_mtbf_s=failures.mtbf_s, keep=keep, mode=ft.checkpoint_mode, blocking_s=ft.checkpoint_blocking_s
     )
 
 

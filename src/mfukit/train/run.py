@@ -22,7 +22,7 @@ from mfukit.train import launch
 from mfukit.train.commit import CheckpointStore
 from mfukit.train.config import TrainConfig
 from mfukit.train.data import ensure_synthetic, open_token_file
-from mfukit.train.interval import EttrInputs, expected_ettr
+from mfukit.train.ettr import expected_ettr, predicted_ettr
 from mfukit.train.ledger import EventLog, Goodput, account, read_records
 from mfukit.train.prepare import Prepared, TrainRequest, catalog_peak, prepare, synthetic_token_count
 
@@ -191,18 +191,12 @@ def summarize(config: TrainConfig, prepared: Prepared, finished: launch.Finished
             record["step"], first_of_attempt.get(record["attempt"], record["step"])
         )
     steady = [s for s in session if s["step"] != first_of_attempt[s["attempt"]]]  # warm-up steps left out
-    saves = [e for e in events if e.get("kind") == "checkpoint" and float(e["t"]) >= launch_t]
     chosen = [e for e in events if e.get("kind") == "interval" and float(e["t"]) >= launch_t]
-    predicted = None
-    if goodput.productive_s > 0:  # the estimate needs a measured interval: productive time between saves
-        predicted = expected_ettr(
-            EttrInputs(
-                failures_per_s=goodput.restarts / goodput.wall_s,
-                restart_s=(goodput.recovery_s / goodput.restarts) if goodput.restarts else 0.0,
-                interval_s=goodput.productive_s / max(1, len(saves)),
-                blocking_s=goodput.checkpoint_blocking_s / max(1, len(saves)),
-            )
-        )
+    assumptions = [*prepared.assumptions, f"MFU peak: {config.peak_source}"]
+    ft = prepared.scenario.ft
+    nodes = prepared.nnodes_min
+    predicted = predicted_ettr(goodput, ft, num_gpus=prepared.world_size, num_nodes=nodes)
+    expected = expected_ettr(goodput, ft, prepared.failures, assumptions)
     mfus = [float(s["mfu"]) for s in steady if s.get("mfu") is not None]
     ratios = [float(s["straggler_ratio"]) for s in steady]
     slowest = [int(s["slowest_rank"]) for s in steady]
@@ -219,6 +213,7 @@ def summarize(config: TrainConfig, prepared: Prepared, finished: launch.Finished
         "ettr_measured": goodput.ettr,
         "ettr_steady_state": goodput.ettr_steady_state,
         "ettr_predicted": predicted,
+        "ettr_expected": expected,
         "goodput": goodput.buckets() | {"wall_s": goodput.wall_s},
         "mfu": _median(mfus),
         "peak_flops_per_s": config.peak_flops_per_s,
@@ -240,11 +235,14 @@ def summarize(config: TrainConfig, prepared: Prepared, finished: launch.Finished
         "log_path": str(out / "logs" / "train.log"),
         "torchrun_returncode": finished.returncode,
     }
-    assumptions = [*prepared.assumptions, f"MFU peak: {config.peak_source}"]
     assumptions.append(
-        "ettr_predicted: Kokolis et al. (HPCA'25) E[ETTR] with this run's measured failure rate, recovery, "
-        "interval and blocking (train/interval.py, until `mfukit ft` provides it); it models the training "
-        "phase, so compare it with ettr_steady_state (ettr_measured also counts start-up and shutdown)"
+        "ettr_predicted: `mfukit ft`'s expected ETTR (Daly's exact model) with this run's own failures (graceful stops left out), "
+        "recovery per restart, interval, blocking and persist per save; it models the training phase, so "
+        "compare it with ettr_steady_state (ettr_measured also counts start-up and shutdown)"
+    )
+    assumptions.append(
+        f"ettr_expected: the same model and checkpoint policy under the failure model "
+        f"({prepared.failures.display_name}) for {prepared.world_size} rank(s) on {nodes} node(s)"
     )
     exit_code = 0
     if finished.timed_out:

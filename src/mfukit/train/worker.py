@@ -2,7 +2,7 @@
 
 Shape recommended by TorchElastic (torch/distributed/run.py): on every (re)start, load the newest
 complete checkpoint, then train with periodic saves. RANK and WORLD_SIZE may change between restarts;
-TORCHELASTIC_RESTART_COUNT numbers the attempt in the ledger.
+each start is the next attempt in the ledger (:func:`next_attempt`), also across Slurm requeues.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ import math
 import os
 import resource
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from types import FrameType
@@ -29,14 +30,14 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
+from mfukit.ft.interval import recommended_interval_s
 from mfukit.perf.flops import model_flops_per_token
 from mfukit.train.checkpoint import Checkpointer, TrainState, params_sha256
 from mfukit.train.commit import CheckpointStore
 from mfukit.train.config import TrainConfig
 from mfukit.train.data import Sampler, TokenFile, ensure_synthetic, windows
 from mfukit.train.faults import FaultInjector, parse_all
-from mfukit.train.interval import daly_interval_s
-from mfukit.train.ledger import EventLog
+from mfukit.train.ledger import EventLog, read_records
 from mfukit.train.metrics import MetricsLog, StepMetrics, progress_line, say, step_mfu, straggler
 from mfukit.train.model import Transformer
 from mfukit.train.watchdog import Watchdog
@@ -45,6 +46,11 @@ LONG_PHASE_FACTOR = 4.0
 """Start-up, loading and synchronous saves may take this many hang timeouts (at least 120 s)."""
 GRAD_CLIP_NORM = 1.0
 MIN_LR_FRACTION = 0.1
+
+
+def node_name() -> str:
+    """The node a rank runs on: Slurm's name for it (SLURMD_NODENAME, set by srun), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 @dataclass(frozen=True)
@@ -56,12 +62,22 @@ class Env:
 
     @classmethod
     def read(cls) -> Env:
+        """The rank's environment; ``attempt`` is set once the group is up (:func:`next_attempt`)."""
         return cls(
             rank=int(os.environ["RANK"]),
             world_size=int(os.environ["WORLD_SIZE"]),
             local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-            attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+            attempt=0,
         )
+
+
+def next_attempt(ledger: Path) -> int:
+    """One more than the highest attempt the run's ledger holds: every start of the workers is a new attempt,
+    whether torchrun restarted them, Slurm requeued the job, or someone submitted it again (torchrun's
+    TORCHELASTIC_RESTART_COUNT starts from 0 at each of the last two)."""
+    events, _ = read_records(ledger)
+    attempts = [e["attempt"] for e in events if isinstance(e.get("attempt"), int) and e["attempt"] >= 0]
+    return max(attempts, default=-1) + 1
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:
@@ -130,6 +146,10 @@ class Trainer:
         dist.init_process_group(backend=backend, timeout=timedelta(seconds=long_phase_s))
         # checkpoint collectives on their own gloo group (never interleaved with training collectives)
         self.checkpoint_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=long_phase_s))
+        attempt: list[Any] = [next_attempt(self.events.path) if env.rank == 0 else None]
+        dist.broadcast_object_list(attempt, src=0, group=self.checkpoint_group)
+        self.env = env = replace(env, attempt=int(attempt[0]))
+        self.events.attempt = env.attempt
         self.step = 0
         self.resumed_step = 0
         self.faults = FaultInjector(
@@ -205,7 +225,9 @@ class Trainer:
             resumed_from = committed.meta
             if self.config.verify_resume:
                 self._verify(committed.meta.params_sha256)
-        dist.barrier(group=self.checkpoint_group)
+        # which node each rank runs on; a collective, so every rank has loaded before torn saves go
+        nodes: list[Any] = [None] * self.env.world_size
+        dist.all_gather_object(nodes, node_name(), group=self.checkpoint_group)
         if self.env.rank == 0:
             for torn in self.store.discard_torn():
                 self.events.record("torn_checkpoint", path=torn.path.name, reason=torn.reason)
@@ -217,6 +239,7 @@ class Trainer:
             load_s=load_s,
             init_s=time.time() - started,
             device=str(self.device),
+            nodes=nodes,
         )
         self.watchdog.beat(self.long_phase_s)  # the first step may compile or allocate for a while
         if resumed_from is not None and self.env.rank == 0:
@@ -266,9 +289,12 @@ class Trainer:
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-    def train_step(self, step: int) -> tuple[float, float]:
-        """One optimizer step; returns (this rank's mean loss, its forward compute seconds)."""
+    def train_step(self, step: int) -> tuple[float, float, float]:
+        """One optimizer step; returns (this rank's mean loss, its forward compute seconds, the seconds it
+        waited for its batch)."""
+        started = time.perf_counter()
         micro_batches = self._micro_batches()
+        data_s = time.perf_counter() - started
         slow = self.faults.slow_factor()
         loss_sum = 0.0
         compute_s = 0.0
@@ -288,7 +314,7 @@ class Trainer:
             group["lr"] = learning_rate(self.config, step)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss_sum, compute_s
+        return loss_sum, compute_s, data_s
 
     # ------------------------------------------------------------------ the loop
 
@@ -318,7 +344,7 @@ class Trainer:
             self.faults.before_step(step)
             started_t = time.time()
             started = time.perf_counter()
-            loss_local, compute_s = self.train_step(step)
+            loss_local, compute_s, data_s = self.train_step(step)
             local = torch.tensor(
                 [
                     loss_local,
@@ -326,6 +352,7 @@ class Trainer:
                     float(self.stop.requested),
                     float(self._save_due(step)),
                     self.interval_s,
+                    data_s,
                 ],
                 dtype=torch.float64,
             )
@@ -340,14 +367,16 @@ class Trainer:
             stop = bool(table[:, 2].max() > 0)
             save = bool(table[0, 3] > 0) or stop
             self.interval_s = float(table[0, 4])
-            self._log(step, started_t, step_time_s, loss, [float(v) for v in table[:, 1]])
+            self._log(
+                step, started_t, step_time_s, loss, [float(v) for v in table[:, 1]], float(table[:, 5].max())
+            )
             self.checkpointer.poll()
             if save:
                 self.watchdog.beat(self.long_phase_s)
-                blocking_s = self.checkpointer.save(step)
+                self.checkpointer.save(step)
                 self.last_save_t = time.perf_counter()
-                self._maybe_choose_interval(blocking_s)
                 self.watchdog.beat()
+            self._maybe_choose_interval(step_time_s)
             if stop and step < config.steps:
                 stopped = True
                 break
@@ -359,19 +388,40 @@ class Trainer:
             self.events.record("attempt_end", step=self.step, status="stopped" if stopped else "complete")
         self.watchdog.stop()
 
-    def _maybe_choose_interval(self, blocking_s: float) -> None:
-        """Daly mode: after the first save, set the time interval from its measured blocking time."""
+    def _maybe_choose_interval(self, step_time_s: float) -> None:
+        """Daly mode: once the first save is durable, set the time interval to ``mfukit ft``'s recommended one
+        for the measured blocking and persist times (rank 0 decides; the others follow it in the gather)."""
         policy = self.config.checkpoint
-        if policy.daly_mtbf_s is None or not math.isinf(self.interval_s) or self.env.rank != 0:
+        saver = self.checkpointer
+        if (
+            policy.daly_mtbf_s is None
+            or not math.isinf(self.interval_s)
+            or self.env.rank != 0
+            or saver.last_commit_s is None
+        ):
             return
-        delta_s = policy.blocking_s or blocking_s
-        self.interval_s = daly_interval_s(max(delta_s, 1e-6), policy.daly_mtbf_s)
+        blocking_s = policy.blocking_s or saver.last_blocking_s
+        persist_s = max(0.0, saver.last_commit_s - saver.last_blocking_s)
+        self.interval_s = recommended_interval_s(
+            max(blocking_s, 1e-6), persist_s, policy.daly_mtbf_s, step_time_s
+        )
         self.events.record(
-            "interval", interval_s=self.interval_s, checkpoint_s=delta_s, mtbf_s=policy.daly_mtbf_s
+            "interval",
+            interval_s=self.interval_s,
+            checkpoint_s=blocking_s,
+            persist_s=persist_s,
+            step_time_s=step_time_s,
+            mtbf_s=policy.daly_mtbf_s,
         )
 
     def _log(
-        self, step: int, started_t: float, step_time_s: float, loss: float, compute: list[float]
+        self,
+        step: int,
+        started_t: float,
+        step_time_s: float,
+        loss: float,
+        compute: list[float],
+        data_s: float,
     ) -> None:
         if self.env.rank != 0:
             return
@@ -385,6 +435,7 @@ class Trainer:
             t_start=started_t,
             t_end=started_t + step_time_s,
             step_time_s=step_time_s,
+            data_time_s=data_s,
             loss=loss,
             lr=learning_rate(config, step),
             tokens=tokens,

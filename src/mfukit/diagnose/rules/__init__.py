@@ -18,6 +18,7 @@ from mfukit.diagnose.findings import Finding
 RULE_MODULES: tuple[str, ...] = (
     "inputs",
     "throttling",
+    "bench",
     "straggler",
     "data",
     "network",

@@ -2,7 +2,7 @@
 
 From traces: the time the main thread spends in the data loader's ``__next__`` (``enumerate(DataLoader)``
 spans) while the GPU has nothing to run — exposed data loading; data loading that overlaps GPU work
-costs nothing and is not counted. From logs: a data time per step (mfukit JSONL ``data_time_s``,
+costs nothing and is not counted. From logs: a data time per step (mfukit train's ``data_time_s``,
 Megatron's ``batch-generator`` timer) over the step time.
 """
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import Evidence, Finding, Impact
-from mfukit.diagnose.records import PipelineTimeline, RankTrace, TrainingLog
+from mfukit.diagnose.records import DamagedInput, PipelineTimeline, RankTrace, TrainingLog, TrainLedger
 
 # Clocks whose origins differ by more than this are different clocks (relative vs epoch, or hosts
 # without NTP): cross-rank start times are not compared.
@@ -30,9 +30,11 @@ def analyze(ctx: Context) -> list[Finding]:
     findings: list[Finding] = []
     damaged: list[Evidence] = []
     for record in ctx.records:
-        if isinstance(record, RankTrace | TrainingLog | PipelineTimeline):
+        if isinstance(record, RankTrace | TrainingLog | PipelineTimeline | TrainLedger):
             rank = record.rank if isinstance(record, RankTrace) else None
             damaged.extend(Evidence(record.file, problem, rank=rank) for problem in record.problems)
+        elif isinstance(record, DamagedInput):
+            damaged.append(Evidence(record.file, record.problem))
     if damaged:
         findings.append(
             degraded(

@@ -2,10 +2,10 @@
 
 Step times come from the training log. A spike is a step (or logging interval) more than
 ``SPIKE_FACTOR`` x the median. Spikes at a fixed stride, or next to a checkpoint-save line, are
-checkpoint stalls; Megatron leaves saves out of its ``elapsed time per iteration``, so its wall-clock
-stamps are compared with the reported times and the difference is the stall. Spikes with GC lines
-(torchtitan ``[GC]``, mfukit ``"event": "gc"``), or GC spans in traces, are GC pauses; other sporadic
-spikes are reported as suspected GC pauses.
+checkpoint stalls; Megatron (and ``mfukit train``) leave saves out of the logged step time, so the
+wall-clock stamps are compared with the reported times and the difference is the stall (``mfukit train``'s
+saves come from its goodput ledger). Spikes with GC lines (torchtitan ``[GC]``), or GC spans in traces,
+are GC pauses; other sporadic spikes are reported as suspected GC pauses.
 Async checkpointing cut a 7B model's blocking save from 148.8 s to 6.3 s (PyTorch blog "Reducing
 checkpointing times by over 10x with PyTorch Distributed Asynchronous Checkpointing", 2024): the fix
 recovers 1 - 6.3/148.8 = 96 % of the stall.

@@ -36,12 +36,14 @@ class Source:
 SOURCE_MODULES: tuple[str, ...] = (
     "pipeline_timeline",
     "kineto_source",
+    "mfukit_bench",
     "nccl_tests",
     "nvidia_smi",
     "dcgm",
     "dcgmi_diag",
     "sacct",
     "kernel_log",
+    "train_ledger",
     "training_log",
     "nccl_log",
 )

@@ -1,4 +1,4 @@
-"""Training logs: Megatron-LM, torchtitan, Hugging Face Trainer, Lightning, mfukit's JSON lines, generic.
+"""Training logs: Megatron-LM, torchtitan, Hugging Face Trainer, Lightning, mfukit train's metrics.jsonl, generic.
 
 Each line is matched against the framework's own format (detected from the file's head); whatever
 carries a step number with a step time, a throughput, a loss or an MFU becomes a :class:`StepRecord`.
@@ -110,10 +110,18 @@ class _Parser:
         self.events: list[LogEvent] = []
         self.global_batch: int | None = None
         self.last_step: int | None = None
+        self.attempt: object = None
         self.bad_lines = 0
         self.handle: Callable[[int, str], None] = getattr(self, "_" + framework.replace("-", "_"))
 
     def _mfukit_jsonl(self, number: int, line: str) -> None:
+        """One line of ``mfukit train``'s metrics.jsonl (``train.metrics.StepMetrics``, written by rank 0):
+        step, attempt, t_start / t_end (epoch seconds), step_time_s, data_time_s, loss, tokens_per_s, mfu,
+        memory_bytes (not weighed here). ``tokens_per_s`` is the whole job's (global batch tokens / step time), as it is in
+        every log read here; per GPU it is that over the GPUs. A step run again after a restart (not past the
+        furthest step reached) is rework: kept, with ``interval_steps`` 0, so that wall-clock throughput
+        counts progress only; the first step of each later attempt carries no wall stamp, so the restart's
+        gap is not taken for a stall (the run's goodput ledger accounts for it)."""
         if not line.startswith("{"):
             return
         try:
@@ -123,23 +131,22 @@ class _Parser:
             return
         if not isinstance(record, dict) or not isinstance(record.get("step"), int):
             return
-        event = record.get("event")
-        if isinstance(event, str) and event in ("checkpoint", "gc"):
-            duration = record.get("duration_s")
-            self.events.append(
-                LogEvent(event, number, line[:200], record["step"], _float(duration))  # type: ignore[arg-type]
-            )
-            return
+        step = record["step"]
+        attempt = record.get("attempt")
+        restarted = bool(self.steps) and attempt != self.attempt
+        self.attempt = attempt
+        interval = 1 if self.last_step is None else max(0, step - self.last_step)
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
         self.steps.append(
             StepRecord(
-                step=record["step"],
+                step=step,
                 step_time_s=_float(record.get("step_time_s")),
                 tokens_per_s=_float(record.get("tokens_per_s")),
                 loss=_float(record.get("loss")),
                 mfu=_float(record.get("mfu")),
                 data_time_s=_float(record.get("data_time_s")),
-                wall_s=_float(record.get("time_s")),
-                rank=record.get("rank") if isinstance(record.get("rank"), int) else None,
+                wall_s=None if restarted else _float(record.get("t_end")),
+                interval_steps=interval,
             )
         )
 
@@ -313,6 +320,10 @@ def parse(path: Path) -> list[TrainingLog]:
                         parser.handle(number, line)
                     except (ValueError, OverflowError):
                         parser.bad_lines += 1
+    if framework == "mfukit-jsonl":
+        from mfukit.diagnose.sources.train_ledger import checkpoint_events
+
+        parser.events.extend(checkpoint_events(path))
     if parser.bad_lines:
         problems.append(f"{parser.bad_lines} lines could not be read and were skipped")
     if framework in ("huggingface", "lightning"):
@@ -324,7 +335,7 @@ def parse(path: Path) -> list[TrainingLog]:
 
 SOURCE = Source(
     kind="training_log",
-    description="training log: Megatron-LM, torchtitan, HF Trainer, Lightning, mfukit JSONL, generic",
+    description="training log: Megatron-LM, torchtitan, HF Trainer, Lightning, mfukit train metrics.jsonl, generic",
     detect=detect,
     parse=parse,  # type: ignore[arg-type]
 )

@@ -1,0 +1,122 @@
+"""``low_gemm_throughput``: an ``mfukit bench matmul`` result below what the performance model assumes.
+
+The performance model times every 16-bit GEMM at a fitted fraction of the dense peak
+(``perf.efficiency``: ``gemm_peak_fraction``, fitted on measured training runs of the accelerator family).
+The bench's large square GEMMs are the easiest a
+GPU gets (a training step's are smaller and less regular), so a healthy GPU reaches at least that; a bench
+below it means this GPU cannot reach the MFU the model predicts: clocks held down (power or thermal
+throttling, a lowered power limit), a software stack that misses the tensor cores, or a faulty part.
+
+Cost: the GEMMs of a step take ``1/r`` as long at ``r`` = measured / assumed, so the step loses
+``compute share x (1 - r)``, the compute share from the traces. Without traces the cost is not quantified.
+A bench measured on a CPU, or with no accelerator given, is not judged (degraded input). Throttling
+found in the telemetry explains the shortfall.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from mfukit import units
+from mfukit.core.hardware import Dtype
+from mfukit.diagnose.breakdown import job_fraction
+from mfukit.diagnose.context import Context
+from mfukit.diagnose.findings import Evidence, Finding, Impact, severity_for
+from mfukit.diagnose.records import BenchMatmul
+from mfukit.diagnose.rules.inputs import degraded
+from mfukit.perf.efficiency import DEFAULT_FRAMEWORK, efficiency_for
+
+JUDGED: tuple[Dtype, ...] = ("bf16", "fp16")
+"""The dtypes the performance model prices with ``gemm_peak_fraction`` (training runs in them)."""
+
+
+def analyze(ctx: Context) -> list[Finding]:
+    benches = ctx.of(BenchMatmul)
+    cluster = ctx.cluster
+    if not benches:
+        return []
+    if cluster is None:
+        return [
+            _not_judged(benches, "no accelerator given to compare with (--gpu or --system, or a scenario)")
+        ]
+    gpu = [b for b in benches if b.device.startswith("cuda")]
+    findings = []
+    if len(gpu) < len(benches):
+        findings.append(
+            _not_judged(
+                [b for b in benches if b not in gpu],
+                f"measured on a CPU, not on a {cluster.accelerator.name}",
+            )
+        )
+    accelerator = cluster.accelerator
+    framework = ctx.training.framework if ctx.training is not None else DEFAULT_FRAMEWORK
+    fraction = efficiency_for(accelerator, framework).gemm_peak_fraction
+    slow: list[tuple[BenchMatmul, str, float, float]] = []
+    for bench in gpu:
+        for dtype, rate in bench.best_flops_per_s:
+            peak = accelerator.peak_flops_per_s.get(cast(Dtype, dtype))
+            if dtype in JUDGED and peak is not None and rate < fraction * peak:
+                slow.append((bench, dtype, rate, peak))
+    if slow:
+        findings.append(_slow(ctx, slow, fraction))
+    return findings
+
+
+def _not_judged(benches: list[BenchMatmul], why: str) -> Finding:
+    return degraded(
+        f"{len(benches)} bench matmul result(s) not judged",
+        why,
+        [Evidence(b.file, f"device {b.device} ({b.device_name})") for b in benches],
+        "run `mfukit bench matmul --dtype bf16 --gpu <accelerator>` on the training nodes and give the "
+        "cluster (--gpu/--system and --gpus)",
+    )
+
+
+def _slow(ctx: Context, slow: list[tuple[BenchMatmul, str, float, float]], fraction: float) -> Finding:
+    accelerator = ctx.cluster.accelerator.name if ctx.cluster else "the accelerator"
+    worst = min(slow, key=lambda item: item[2] / (fraction * item[3]))
+    ratio = worst[2] / (fraction * worst[3])
+    share = job_fraction(ctx.ranks, "compute") if ctx.ranks else None
+    lost = share * (1.0 - ratio) if share is not None else None
+    evidence = [
+        Evidence(
+            bench.file,
+            f"{dtype}: {units.format_flops_rate(rate)} at best ({bench.largest_size}^3 GEMMs at most), "
+            f"{rate / peak:.0%} of the {units.format_flops_rate(peak)} dense peak; the performance model "
+            f"assumes {fraction:.0%}",
+            gpu=bench.device_name,
+        )
+        for bench, dtype, rate, peak in slow
+    ]
+    return Finding(
+        id="low_gemm_throughput",
+        title=f"GEMMs run at {ratio:.0%} of what the performance model assumes for {accelerator}",
+        severity=severity_for(lost) if lost is not None else ("error" if ratio < 0.5 else "warning"),
+        summary=(
+            f"mfukit bench matmul reaches {worst[2] / worst[3]:.0%} of the dense {worst[1]} peak; the performance "
+            f"model (and its expected MFU) assumes {fraction:.0%} (perf.efficiency gemm_peak_fraction, fitted on "
+            "measured training runs): every GEMM of a step takes "
+            f"{1 / ratio:.2f}x as long on this GPU"
+        ),
+        evidence=evidence,
+        impact=ctx.impact(lost, "compute share of the traced step x (1 - measured / assumed GEMM rate)")
+        if lost is not None
+        else Impact(None, basis="not quantified without a profiler trace (the compute share is unknown)"),
+        fix=[
+            "see why the clocks are held: nvidia-smi -q -d PERFORMANCE,CLOCK (Clocks Event Reasons: SW/HW power "
+            "cap, HW slowdown, thermal) and nvidia-smi -q -d POWER (restore the default power limit with "
+            "nvidia-smi -pl <default W>)",
+            "run the vendor diagnostic on the node: dcgmi diag -r 3; drain it (scontrol update nodename=<node> "
+            "state=drain reason=gemm) and RMA the GPU if it fails",
+            "re-run `mfukit bench matmul --dtype bf16` inside the training container: a torch/cuBLAS build "
+            "without the GPU's tensor-core kernels shows as the same shortfall on every node",
+        ],
+        prevention=[
+            "gate node admission on `mfukit bench matmul --dtype bf16 --gpu <accelerator>`: drain nodes whose "
+            "GEMM rate falls below the performance model's assumption"
+        ],
+        recoverable_fraction=lost,
+        mfu_after_fix=ctx.mfu_after(lost),
+        explained_by="gpu_throttling" if ctx.find("gpu_throttling") is not None else None,
+        details={"measured_to_assumed": ratio, "assumed_fraction_of_peak": fraction},
+    )
