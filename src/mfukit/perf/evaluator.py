@@ -41,7 +41,8 @@ class Evaluator:
         for index, case in enumerate(self.cases):
             nodes = math.ceil(case.num_gpus / case.system.gpus_per_node)
             workload = replace(case.workload, global_batch_sequences=1)
-            keyed[(workload, case.system, case.accelerator.name, nodes)].append(index)
+            # a System holds mappings (its NCCL environment), so it is keyed by its JSON
+            keyed[(workload, case.system.model_dump_json(), case.accelerator.name, nodes)].append(index)
         self.groups: list[_Group] = []
         for indices in keyed.values():
             members = [self.cases[i] for i in indices]
