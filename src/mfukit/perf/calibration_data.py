@@ -7,7 +7,8 @@ Sources (column notes in ``shared/reference/perf-model.md`` §2):
   for a few), TP = PP = 1, flash attention, MPT's GeLU/LayerNorm/ALiBi/tied shape; grad accumulation from the
   notes; 8 x 200 Gb/s (A100) and 8 x 400 Gb/s (H100) per node. Throughput: reported tokens/s/GPU.
 * ``vtrain_multi`` / ``vtrain_single`` - vTrain's measured Megatron-DeepSpeed GPT iterations on A100 (64-512
-  GPUs; one 8-GPU node): full recompute, DDP (no ZeRO), fp16, 1F1B, 800 Gb/s per node; Megatron-DeepSpeed's
+  GPUs; one 8-GPU node): full recompute, DDP (no ZeRO), fp16, 1F1B, on vTrain's cluster (``vtrain-a100-cluster``:
+  800 Gb/s per node, four NICs shared by two GPUs each); Megatron-DeepSpeed's
   fused softmax attention (no flash attention: the released configs do not turn it on). Their throughput is
   HFU-style; it is compared through tokens/s, which is the same comparison in any FLOP accounting.
 * ``ultrascale_playbook`` - the Ultra-Scale Playbook sweep on AWS p5.48xlarge nodes (8 x H100, EFA;
@@ -109,10 +110,8 @@ def _ints(row: dict[str, str], *names: str) -> list[int]:
     return [int(float(row[name])) for name in names]
 
 
-def _system(name: str, **changes: int) -> tuple[System, Accelerator]:
+def _system(name: str) -> tuple[System, Accelerator]:
     system = catalog.system(name)
-    if changes:
-        system = system.model_copy(update=changes)
     return system, catalog.accelerator(system.accelerator)
 
 
@@ -249,7 +248,7 @@ def _vtrain(row: dict[str, str], source: str) -> Case:
         precision="fp16",
         micro_batch=micro,
         microbatches=batch // (dp * micro),
-        machine=_system("dgx-a100-80gb", nics_per_node=4),  # vTrain: 800 Gb/s per node
+        machine=_system("vtrain-a100-cluster"),  # 800 Gb/s per node: two GPUs per 200 Gb/s NIC
         accounting="hardware",
         framework="megatron-deepspeed",
         flash=False,

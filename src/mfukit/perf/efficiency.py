@@ -29,7 +29,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from mfukit.core.hardware import Accelerator
+from mfukit.core.hardware import Accelerator, System
 from mfukit.core.scenario import read_document
 from mfukit.core.schema import Strict, validate_as
 from mfukit.errors import UnknownNameError
@@ -126,10 +126,11 @@ NETWORK_FIELDS = ("efficiency", "step_latency_s")
 
 
 class NetworkProfile(Strict):
-    """How NCCL runs on one scale-out network (a catalog link) where NCCL's InfiniBand constants do not hold:
-    the fraction of the NICs' line rate collectives move, and an extra latency per network step."""
+    """How NCCL runs on one scale-out network (a catalog link, or one cluster's network: a catalog system)
+    where NCCL's InfiniBand constants do not hold: the fraction of the NICs' line rate collectives move, and an
+    extra latency per network step."""
 
-    name: str = Field(description="the catalog link (fabrics/) it describes")
+    name: str = Field(description="the catalog link (fabrics/) or system (systems/) it describes")
     why: str = ""
     efficiency: float | None = Field(default=None, gt=0, le=1)
     step_latency_s: float | None = Field(default=None, ge=0)
@@ -207,6 +208,13 @@ def _resolved(
         f"{profile.name}: fitted on {fit.rows} measured runs ({', '.join(fit.sources)}), "
         f"median error {fit.median_abs_rel_error:.1%} on them"
     )
+
+
+def network_name(system: System, file: EfficiencyFile | None = None) -> str:
+    """The network profile that describes ``system``'s scale-out network: the system's own, for a cluster whose
+    collectives run apart from its link's (NICs shared by GPUs), else its link's."""
+    names = {profile.name for profile in (file or efficiency_file()).network}
+    return system.name if system.name in names else system.scale_out_fabric
 
 
 def network_profile_of(link: str, file: EfficiencyFile | None = None) -> NetworkProfile | None:

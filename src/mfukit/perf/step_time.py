@@ -53,6 +53,7 @@ from mfukit.perf.efficiency import (
     Efficiency,
     NetworkProfile,
     efficiency_for,
+    network_name,
     network_profile_of,
 )
 from mfukit.perf.gemm import GemmCurve
@@ -110,22 +111,22 @@ def machine_for(
     system: System, accelerator: Accelerator, num_gpus: int, *, topology: CommTopology | None = None
 ) -> Machine:
     """The machine of ``num_gpus`` GPUs of ``system`` (its network built by :func:`comm.topology.from_system`,
-    with the fitted profile of its scale-out link where it has one)."""
+    with the fitted profile of its network where it has one)."""
     notes: list[str] = []
     if topology is None:
         topology, notes = from_system(
             system, accelerator, num_nodes=math.ceil(num_gpus / system.gpus_per_node)
         )
-        topology, notes = with_network_profile(topology, system.scale_out_fabric, notes)
+        topology, notes = with_network_profile(topology, network_name(system), notes)
     return Machine(system, accelerator, topology, tuple(notes))
 
 
 def with_network_profile(
-    topology: CommTopology, link: str, notes: list[str], profile: NetworkProfile | None = None
+    topology: CommTopology, name: str, notes: list[str], profile: NetworkProfile | None = None
 ) -> tuple[CommTopology, list[str]]:
-    """``topology`` with the fitted NCCL efficiency and step latency of scale-out link ``link`` (``profile``,
-    or the installed one), if it has them."""
-    profile = profile or network_profile_of(link)
+    """``topology`` with the fitted NCCL efficiency and step latency of network ``name`` (a scale-out link or a
+    system; ``profile``, or the installed one), if it has them."""
+    profile = profile or network_profile_of(name)
     if profile is None or profile.efficiency is None or profile.step_latency_s is None:
         return topology, notes
     fitted = topology.with_options(
@@ -133,7 +134,7 @@ def with_network_profile(
     )
     return fitted, [
         *notes,
-        f"network profile {link}: collectives move {profile.efficiency:.0%} of the NICs' line rate, "
+        f"network profile {name}: collectives move {profile.efficiency:.0%} of the NICs' line rate, "
         f"+{profile.step_latency_s * 1e6:.1f} us per network step (fitted, perf/data/efficiency.toml)",
     ]
 
