@@ -81,3 +81,18 @@ def test_profiles_record_the_data_they_were_fitted_on() -> None:
 
     folder = calibration_dir()
     assert file_digests(folder) == provenance.files, "the data changed: run python -m mfukit.perf.calibrate"
+
+
+def test_evaluator_predicts_measured_runs_on_catalog_systems() -> None:
+    """Runs are grouped by their system, whose catalog entry may hold mappings (its NCCL environment)."""
+    from mfukit.perf.calibration_data import load_cases
+    from mfukit.perf.evaluator import Evaluator
+
+    cases = load_cases(sources=("torchtitan",))
+    by_name = {case.accelerator.name: case.accelerator for case in cases}
+    predicted = Evaluator(cases).predict(
+        lambda accelerator, framework: efficiency_for(by_name[accelerator], framework)
+    )
+    measured = [case.measured_tokens_per_s_per_gpu for case in cases]
+    assert len(predicted) == len(cases) == 22
+    assert all(0.5 < p / m < 2.0 for p, m in zip(predicted, measured, strict=True))

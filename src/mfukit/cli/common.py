@@ -109,6 +109,20 @@ SCENARIO_FLAGS: dict[str, Flag] = {
             "Training framework whose fitted overheads the step-time model uses: megatron (default), "
             "fsdp, nanotron, torchtitan.",
         ),
+        Flag(
+            "--compile",
+            "training.compile",
+            "torch.compile the model: element-wise ops fused into few kernels (frameworks whose eager ops "
+            "are composite, like torchtitan, get faster).",
+            boolean=True,
+        ),
+        Flag(
+            "--tp-comm-overlap",
+            "training.tp_comm_overlap",
+            "TP collectives overlapped with the GEMMs they feed (torchtitan async TP, Megatron "
+            "--tp-comm-overlap); with sequence parallelism.",
+            boolean=True,
+        ),
         Flag("--system", "cluster.system", "Node preset (`mfukit catalog list systems`)."),
         Flag(
             "--gpu",

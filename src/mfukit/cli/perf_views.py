@@ -26,6 +26,8 @@ PERF_FLAGS = (
     "precision",
     "attention_flops",
     "framework",
+    "compile",
+    "tp_comm_overlap",
     "system",
     "gpu",
     "gpus",

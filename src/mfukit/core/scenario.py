@@ -42,6 +42,15 @@ class TrainingSection(Strict):
         description="training framework whose fitted overheads the step-time model uses "
         "(megatron, fsdp, nanotron, torchtitan)",
     )
+    compile: bool = Field(
+        default=False,
+        description="torch.compile of the model (Inductor): element-wise ops fuse into few kernels",
+    )
+    tp_comm_overlap: bool = Field(
+        default=False,
+        description="TP collectives split into chunks that overlap the GEMMs they feed (torchtitan's async TP, "
+        "Megatron's --tp-comm-overlap); needs sequence parallelism",
+    )
 
     @property
     def global_batch_sequences(self) -> int | None:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from mfukit.perf.calibration_data import Case
-from mfukit.perf.efficiency import Efficiency, FitRecord, NetworkProfile
+from mfukit.perf.efficiency import Efficiency, FitRecord, NetworkProfile, network_name
 from mfukit.perf.evaluator import Evaluator, error_summary, levenberg_marquardt, soft_l1
 from mfukit.perf.layouts import Floats
 
@@ -27,13 +27,14 @@ _EFFICIENCY_BOUNDS = (math.log(0.02 / 0.98), math.log(0.99 / 0.01))
 _LATENCY_BOUNDS = (math.log(1e-7), math.log(2e-3))
 
 
-def network_cases(cases: Sequence[Case], link: str) -> list[Case]:
-    """The fit-split runs that cross ``link`` with no pipeline stage boundary on it."""
+def network_cases(cases: Sequence[Case], name: str) -> list[Case]:
+    """The fit-split runs that cross network ``name`` (a link, or one system's network) with no pipeline stage
+    boundary on it."""
     return [
         case
         for case in cases
         if case.fitted
-        and case.system.scale_out_fabric == link
+        and network_name(case.system) == name
         and case.num_gpus > case.system.gpus_per_node
         and case.layout.pp == 1
     ]

@@ -7,7 +7,8 @@ Sources (column notes in ``shared/reference/perf-model.md`` §2):
   for a few), TP = PP = 1, flash attention, MPT's GeLU/LayerNorm/ALiBi/tied shape; grad accumulation from the
   notes; 8 x 200 Gb/s (A100) and 8 x 400 Gb/s (H100) per node. Throughput: reported tokens/s/GPU.
 * ``vtrain_multi`` / ``vtrain_single`` - vTrain's measured Megatron-DeepSpeed GPT iterations on A100 (64-512
-  GPUs; one 8-GPU node): full recompute, DDP (no ZeRO), fp16, 1F1B, 800 Gb/s per node; Megatron-DeepSpeed's
+  GPUs; one 8-GPU node): full recompute, DDP (no ZeRO), fp16, 1F1B, on vTrain's cluster (``vtrain-a100-cluster``:
+  800 Gb/s per node, four NICs shared by two GPUs each); Megatron-DeepSpeed's
   fused softmax attention (no flash attention: the released configs do not turn it on). Their throughput is
   HFU-style; it is compared through tokens/s, which is the same comparison in any FLOP accounting.
 * ``ultrascale_playbook`` - the Ultra-Scale Playbook sweep on AWS p5.48xlarge nodes (8 x H100, EFA;
@@ -15,7 +16,8 @@ Sources (column notes in ``shared/reference/perf-model.md`` §2):
   and Adam), grad accumulation from the notes, nanotron's cost-balanced pipeline split; runs that did not
   complete are skipped.
 * ``torchtitan`` - Llama 3.1 8B/70B/405B on Grand Teton hosts (H100 96 GB HBM2e at 500 W, its own catalog
-  entry, 400 Gb/s RDMA per GPU), FSDP2, float8, CP, async TP, torch.compile; never fitted, only tested.
+  entry, 400 Gb/s RDMA per GPU), FSDP2, Float8 (``fp8``), CP, async TP (``tp_comm_overlap``) and
+  torch.compile (``compile``) as each table's header or row says; never fitted, only tested.
 
 The split is deterministic: a row is fitted when the SHA-256 of ``"<source>:<row_id>"`` is 0 modulo 10 to 2
 modulo 10 (30 %), tested otherwise; torchtitan rows are always tested.
@@ -29,7 +31,7 @@ import math
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -108,10 +110,8 @@ def _ints(row: dict[str, str], *names: str) -> list[int]:
     return [int(float(row[name])) for name in names]
 
 
-def _system(name: str, **changes: int) -> tuple[System, Accelerator]:
+def _system(name: str) -> tuple[System, Accelerator]:
     system = catalog.system(name)
-    if changes:
-        system = system.model_copy(update=changes)
     return system, catalog.accelerator(system.accelerator)
 
 
@@ -248,7 +248,7 @@ def _vtrain(row: dict[str, str], source: str) -> Case:
         precision="fp16",
         micro_batch=micro,
         microbatches=batch // (dp * micro),
-        machine=_system("dgx-a100-80gb", nics_per_node=4),  # vTrain: 800 Gb/s per node
+        machine=_system("vtrain-a100-cluster"),  # 800 Gb/s per node: two GPUs per 200 Gb/s NIC
         accounting="hardware",
         framework="megatron-deepspeed",
         flash=False,
@@ -323,12 +323,21 @@ _TITAN_MODELS = {
 }
 
 
+# torchtitan's benchmark tables that ran every row with torch.compile (their headers, and the async-TP
+# note's commands, which all pass --training.compile); Tables 1 and 3 name it per row
+_TITAN_COMPILED = ("Table 2", "Table 4", "Table 5", "Table 6", "asyncTP_")
+_TITAN_ASYNC_TP = ("Table 5", "Table 6")  # "+ AsyncTP" in their headers; other rows name it in their notes
+
+
 def torchtitan_cases(folder: Path) -> Iterator[Case]:
     for row in _rows(folder / "published_runs_calibration.csv"):
         if row["source_group"] != "torchtitan":
             continue
         tp, pp, dp, cp = _ints(row, "tp", "pp", "dp", "cp")
         local = int(row["micro_batch"])
+        detail, notes = row["source_detail"], row["notes"].lower()
+        compiled = "compile" in notes or any(table in detail for table in _TITAN_COMPILED)
+        async_tp = "asynctp" in notes.replace(" ", "") or any(table in detail for table in _TITAN_ASYNC_TP)
         model = catalog.model(_TITAN_MODELS[row["model_name"]])
         uneven: dict[str, int] = {}
         if model.num_hidden_layers % pp:  # 126 layers on 8 stages: 15 + 6 x 16 + 15
@@ -347,19 +356,23 @@ def torchtitan_cases(folder: Path) -> Iterator[Case]:
             vpp=2 if "Interleaved" in row["notes"] else 1,
             **uneven,
         )
-        # torchtitan's "local batch" is per DP rank; with PP it runs as micro-batches of one sequence.
-        yield _case(
+        # torchtitan's "local batch" is per DP rank; with PP it is split into as many micro-batches as there are
+        # pipeline stages (pipelining_utils.build_pipeline_schedule: pipeline_parallel_microbatches defaults to
+        # pp x stages per rank), so 1F1B on 8 ranks runs 8 micro-batches and the looped schedule 16.
+        microbatches = pp * layout.vpp if pp > 1 else 1
+        case = _case(
             row,
             "torchtitan",
             model,
             layout,
             precision="fp8" if "fp8" in row["precision"] else "bf16",
-            micro_batch=1 if pp > 1 else local,
-            microbatches=local if pp > 1 else 1,
+            micro_batch=local // microbatches,
+            microbatches=microbatches,
             machine=_system("grand-teton-h100"),  # 96 GB HBM2e at 500 W
             accounting="model",
             framework="torchtitan",
         )
+        yield replace(case, workload=replace(case.workload, compile=compiled, tp_comm_overlap=async_tp))
 
 
 def load_cases(folder: Path | None = None, sources: tuple[str, ...] = SOURCES) -> list[Case]:

@@ -25,10 +25,11 @@ from __future__ import annotations
 from datetime import date
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
-from mfukit.core.hardware import Accelerator
+from mfukit.core.hardware import Accelerator, System
 from mfukit.core.scenario import read_document
 from mfukit.core.schema import Strict, validate_as
 from mfukit.errors import UnknownNameError
@@ -47,7 +48,7 @@ FRAMEWORK_FIELDS = ("host_layer_s", "microbatch_overhead_s", "collective_overhea
 # What a framework does, read from its code rather than fitted: how much of the data-parallel gradient
 # reduction hides under the last micro-batch's backward, how much of a sharded optimizer's weight all-gather
 # hides under the next forward, and the gradient's bytes in the reduction (None: the sharding's convention).
-FRAMEWORK_FACTS: dict[str, float | None] = {
+FRAMEWORK_FACTS: dict[str, float | str | None] = {
     "grad_reduce_overlap": 1.0,
     "param_gather_overlap": 1.0,
     "grad_reduce_bytes": None,
@@ -55,7 +56,22 @@ FRAMEWORK_FACTS: dict[str, float | None] = {
     # 1: with a pipeline, FSDP keeps each stage's weights gathered across micro-batches and reduce-scatters
     # the gradients once, at the last one (one gather and one reduction per step instead of per micro-batch)
     "fsdp_gathers_once_with_pipeline": 0.0,
+    # its element-wise ops without torch.compile: fused kernels (Megatron's and Transformer Engine's fused norm,
+    # bias-GeLU/SwiGLU and RoPE, apex/Triton norms), or composite PyTorch ops that each read and write HBM
+    "eager_elementwise": "fused",
+    # what "selective" recompute repeats: the core attention (Megatron, Korthikanti et al. 2022), or, as
+    # torchtitan's op-level policy, every second matmul of a layer and every element-wise op (attention kept)
+    "selective_recompute": "attention",
+    # FP8 scaling, bytes moved per element: of an FP8 GEMM's activation input (amax, scale and cast, the
+    # transposed copy its weight gradient reads), of its output gradient in the backward, and of its weight
+    # per micro-batch. Defaults: Transformer Engine's delayed scaling (the amax comes out of the cast kernel;
+    # cast-transpose writes both layouts; FP8 weights are cast once per step and cached across micro-batches)
+    "fp8_input_cast_bytes": 4.0,
+    "fp8_grad_cast_bytes": 4.0,
+    "fp8_weight_cast_bytes": 0.0,
 }
+EagerElementwise = Literal["fused", "composite"]
+SelectiveRecompute = Literal["attention", "alternate-matmuls"]
 
 
 class FitRecord(Strict):
@@ -95,6 +111,11 @@ class FrameworkProfile(Strict):
     grad_reduce_bytes: float | None = Field(default=None, gt=0)
     grad_bucket_params: float | None = Field(default=None, gt=0)
     fsdp_gathers_once_with_pipeline: float | None = Field(default=None, ge=0, le=1)
+    eager_elementwise: EagerElementwise | None = None
+    selective_recompute: SelectiveRecompute | None = None
+    fp8_input_cast_bytes: float | None = Field(default=None, ge=0)
+    fp8_grad_cast_bytes: float | None = Field(default=None, ge=0)
+    fp8_weight_cast_bytes: float | None = Field(default=None, ge=0)
     facts_source: str | None = Field(
         default=None, description="where the overlap and gradient facts come from"
     )
@@ -105,10 +126,11 @@ NETWORK_FIELDS = ("efficiency", "step_latency_s")
 
 
 class NetworkProfile(Strict):
-    """How NCCL runs on one scale-out network (a catalog link) where NCCL's InfiniBand constants do not hold:
-    the fraction of the NICs' line rate collectives move, and an extra latency per network step."""
+    """How NCCL runs on one scale-out network (a catalog link, or one cluster's network: a catalog system)
+    where NCCL's InfiniBand constants do not hold: the fraction of the NICs' line rate collectives move, and an
+    extra latency per network step."""
 
-    name: str = Field(description="the catalog link (fabrics/) it describes")
+    name: str = Field(description="the catalog link (fabrics/) or system (systems/) it describes")
     why: str = ""
     efficiency: float | None = Field(default=None, gt=0, le=1)
     step_latency_s: float | None = Field(default=None, ge=0)
@@ -155,6 +177,11 @@ class Efficiency(Strict):
     grad_reduce_bytes: float | None = Field(default=None, gt=0)
     grad_bucket_params: float | None = Field(default=None, gt=0)
     fsdp_gathers_once_with_pipeline: float = Field(ge=0, le=1)
+    eager_elementwise: EagerElementwise
+    selective_recompute: SelectiveRecompute
+    fp8_input_cast_bytes: float = Field(ge=0)
+    fp8_grad_cast_bytes: float = Field(ge=0)
+    fp8_weight_cast_bytes: float = Field(ge=0)
 
 
 @cache
@@ -166,9 +193,9 @@ def _resolved(
     profile: HardwareProfile | FrameworkProfile,
     others: dict[str, HardwareProfile] | dict[str, FrameworkProfile],
     names: tuple[str, ...],
-) -> tuple[dict[str, float | None], str]:
+) -> tuple[dict[str, object], str]:
     base = others[profile.borrows] if profile.borrows else profile
-    values: dict[str, float | None] = {}
+    values: dict[str, object] = {}
     for name in names:
         own = getattr(profile, name)
         values[name] = own if own is not None else getattr(base, name)
@@ -181,6 +208,13 @@ def _resolved(
         f"{profile.name}: fitted on {fit.rows} measured runs ({', '.join(fit.sources)}), "
         f"median error {fit.median_abs_rel_error:.1%} on them"
     )
+
+
+def network_name(system: System, file: EfficiencyFile | None = None) -> str:
+    """The network profile that describes ``system``'s scale-out network: the system's own, for a cluster whose
+    collectives run apart from its link's (NICs shared by GPUs), else its link's."""
+    names = {profile.name for profile in (file or efficiency_file()).network}
+    return system.name if system.name in names else system.scale_out_fabric
 
 
 def network_profile_of(link: str, file: EfficiencyFile | None = None) -> NetworkProfile | None:

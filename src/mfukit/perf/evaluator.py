@@ -17,7 +17,7 @@ import numpy as np
 
 from mfukit.comm.topology import from_system
 from mfukit.perf.calibration_data import Case
-from mfukit.perf.efficiency import Efficiency, NetworkProfile
+from mfukit.perf.efficiency import Efficiency, NetworkProfile, network_name
 from mfukit.perf.layouts import Floats, grid_of, with_changes
 from mfukit.perf.step_time import Machine, Prepared, evaluate, machine_for, prepare, with_network_profile
 
@@ -41,7 +41,8 @@ class Evaluator:
         for index, case in enumerate(self.cases):
             nodes = math.ceil(case.num_gpus / case.system.gpus_per_node)
             workload = replace(case.workload, global_batch_sequences=1)
-            keyed[(workload, case.system, case.accelerator.name, nodes)].append(index)
+            # a System holds mappings (its NCCL environment), so it is keyed by its JSON
+            keyed[(workload, case.system.model_dump_json(), case.accelerator.name, nodes)].append(index)
         self.groups: list[_Group] = []
         for indices in keyed.values():
             members = [self.cases[i] for i in indices]
@@ -78,14 +79,14 @@ class Evaluator:
 
 
 def _machine(case: Case, num_gpus: int, networks: dict[str, NetworkProfile]) -> Machine:
-    """The case's machine, its scale-out network under ``networks[link]`` where given (else the installed)."""
-    link = case.system.scale_out_fabric
-    if link not in networks:
+    """The case's machine, its scale-out network under ``networks[name]`` where given (else the installed)."""
+    name = network_name(case.system)
+    if name not in networks:
         return machine_for(case.system, case.accelerator, num_gpus)
     topology, notes = from_system(
         case.system, case.accelerator, num_nodes=math.ceil(num_gpus / case.system.gpus_per_node)
     )
-    topology, notes = with_network_profile(topology, link, notes, networks[link])
+    topology, notes = with_network_profile(topology, name, notes, networks[name])
     return machine_for(case.system, case.accelerator, num_gpus, topology=topology)
 
 

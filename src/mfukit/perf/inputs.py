@@ -49,6 +49,8 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
         precision=training.precision,
         attention=training.attention_flops,
         framework=training.framework,
+        compile=training.compile,
+        tp_comm_overlap=training.tp_comm_overlap,
     )
 
 

@@ -57,6 +57,8 @@ class Workload:
     kernels: Kernels = "fused"
     flash_attention: bool = True
     framework: str = "megatron"  # a framework profile of mfukit.perf.efficiency
+    compile: bool = False  # torch.compile: element-wise ops fused by Inductor
+    tp_comm_overlap: bool = False  # TP collectives decomposed under the GEMMs (async TP, --tp-comm-overlap)
 
     @property
     def tokens_per_step(self) -> int:

@@ -78,6 +78,8 @@ class CommTimes:
     """Every collective of a step, per configuration, before overlap with compute."""
 
     tp_fwd_s: Floats  # per layer, forward: two all-reduces, or two all-gathers + two reduce-scatters (SP)
+    tp_all_gather_s: Floats  # one all-gather of a micro-batch's hidden states over TP (SP)
+    tp_reduce_scatter_s: Floats  # one reduce-scatter of them
     tp_bwd_blocking_s: Floats  # per layer, backward, that compute waits for (SP all-gathers)
     tp_bwd_overlappable_s: Floats  # per layer, backward, that can run under the column-parallel GEMMs
     cp_fwd_step_s: Floats  # one ring step of context parallelism, forward (K and V of a chunk)
@@ -177,6 +179,8 @@ def communication_times(g: LayoutGrid, x: CommInputs, topology: CommTopology) ->
     pp_crosses = g.tp * g.cp * g.dp * g.pp > domain
     return CommTimes(
         tp_fwd_s=tp_fwd,
+        tp_all_gather_s=all_gather,
+        tp_reduce_scatter_s=reduce_scatter,
         tp_bwd_blocking_s=tp_bwd_blocking,
         tp_bwd_overlappable_s=tp_bwd_overlappable,
         cp_fwd_step_s=np.where(g.cp > 1, p2p_s(x.kv_chunk_bytes, cp_crosses, topology), 0.0),

@@ -7,11 +7,23 @@ vocab-parallel (V / tp). MLA's down-projections are replicated across TP ranks. 
 experts (each split tp ways, Megatron-Core's expert tensor parallelism = tp) and, with balanced routing,
 receives tokens x top-k of them, so each local expert multiplies tokens x top-k x ep / E rows.
 
-Element-wise traffic per token and layer in the forward pass (bf16 elements; backward moves twice as much):
-two norms (read + write h each), two residual adds (two reads, one write), RoPE on Q and K (read + write),
-the activation (SwiGLU reads gate and up and writes their product: 3 f; GeLU 2 f), MoE permutation and
-un-permutation of the routed copies (read + write, twice). Tensors of width h are split over TP only with
-sequence parallelism. The loss reads the logits and writes fp32 softmax and gradients: 20 bytes per logit.
+Element-wise traffic per token and layer in the forward pass (bf16 elements; backward moves twice as much),
+as fused kernels run it: two norms (read + write h each), two residual adds (two reads, one write), RoPE on
+Q and K (read + write), the activation (SwiGLU reads gate and up and writes their product: 3 f; GeLU 2 f),
+MoE permutation and un-permutation of the routed copies (read + write, twice). Composite eager PyTorch ops
+(torchtitan without torch.compile) move more: ``nn.RMSNorm`` upcasts to fp32, squares, averages, multiplies
+by the reciprocal root, casts back and multiplies by the weight, each a kernel through HBM (36 B per element
+against 4 fused); RoPE through ``view_as_complex`` upcasts, multiplies and casts back (20 B against 4);
+``silu(w1 x) * w3 x`` is two kernels (10 B per element of f against 6). Tensors of width h are split over TP
+only with sequence parallelism. The loss reads the logits and writes fp32 softmax and gradients: 20 bytes per
+logit.
+
+FP8 (``precision = "fp8"``) runs the transformer layers' linear GEMMs with FP8 inputs; the output layer and
+the MoE router stay 16-bit in every FP8 recipe (Megatron's output layer is not a Transformer Engine module,
+LLM Foundry's MPT ties it to the embedding, torchtitan's float8 converter filters ``output``), and so does
+attention. Each GEMM records whether it runs in FP8 and, for torchtitan's op-level selective recompute
+(every second ``aten.mm`` of a layer recomputed, in execution order wq, wk, wv, wo, w1, w3, w2), the share of
+its FLOPs that policy recomputes.
 """
 
 from __future__ import annotations
@@ -21,12 +33,18 @@ from functools import cached_property
 
 import numpy as np
 
+from mfukit.perf.efficiency import EagerElementwise as ElementwiseKernels
 from mfukit.perf.gemm import Shapes
 from mfukit.perf.layouts import Floats, LayoutGrid, Workload
 from mfukit.perf.memory import weight_bytes_per_param
 from mfukit.perf.memory_grid import stage_layer_kinds
 
-NORM_AND_RESIDUAL_ELEMENTS = 10  # per h-wide element: 2 norms x (read + write) + 2 adds x (2 reads + 1 write)
+# Element accesses of the activation dtype per element, fused kernels vs composite eager ops (module docstring)
+NORM_ACCESSES = {"fused": 2.0, "composite": 18.0}
+ROPE_ACCESSES = {"fused": 2.0, "composite": 10.0}
+SWIGLU_ACCESSES = {"fused": 3.0, "composite": 5.0}
+GELU_ACCESSES = 2.0  # one kernel either way
+RESIDUAL_ADD_ACCESSES = 3.0  # two reads, one write
 LOSS_BYTES_PER_LOGIT = 20.0  # 16-bit logits read, fp32 copy written and read, softmax/grad written (fused CE)
 MOE_PERMUTE_ELEMENTS = 4  # each routed copy of a token is written and read on dispatch and on combine
 # Without flash attention the scores are materialised between two batched GEMMs (QK^T, then probabilities x V,
@@ -51,6 +69,8 @@ class Gemm:
     in_bytes: float
     out_bytes: float
     batch: Floats | float = 1.0
+    fp8: bool = False  # its inputs are FP8 (the FP8 GEMM curve, the recipe's casts)
+    alternate: float = 0.0  # share of its FLOPs an every-second-matmul recompute policy repeats
 
     @property
     def flops(self) -> Floats:
@@ -87,13 +107,14 @@ class LayerShapes:
     last_counts: tuple[Floats, Floats]
 
 
-def layer_shapes(w: Workload, g: LayoutGrid) -> LayerShapes:
+def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "fused") -> LayerShapes:
+    """The shapes of ``w`` on every layout of ``g``, its element-wise ops run as ``kernels``."""
     model = w.model
     h, heads, vocab = float(model.hidden_size), float(model.num_attention_heads), float(model.vocab_size)
     tp = g.tp.astype(np.float64)
     t = g.mbs * w.seq_len / g.cp.astype(np.float64)
     act = 4.0 if w.precision == "fp32" else 2.0
-    gemm_in = 1.0 if w.precision == "fp8" else act
+    fp8 = w.precision == "fp8"
     share = np.where(g.sp, 1.0 / tp, 1.0)
 
     def gemm(
@@ -104,20 +125,29 @@ def layer_shapes(w: Workload, g: LayoutGrid) -> LayerShapes:
         count: Floats | float = 1.0,
         window: bool = False,
         batch: Floats | float = 1.0,
+        linear: bool = True,
+        alternate: float = 0.5,
     ) -> Gemm:
+        """A GEMM; ``linear``: a projection of the layer (FP8 under an FP8 recipe); ``alternate``: the share
+        of its FLOPs recomputed by an every-second-matmul policy (half, on average, where the order is not
+        spelled out)."""
+        low = fp8 and linear
         return Gemm(
             np.asarray(m, dtype=np.float64) * np.ones_like(t),
             np.asarray(k, dtype=np.float64) * np.ones_like(t),
             np.asarray(n, dtype=np.float64) * np.ones_like(t),
             count,
             window,
-            gemm_in,
+            1.0 if low else act,
             act,
             np.asarray(batch, dtype=np.float64) * np.ones_like(t),
+            fp8=low,
+            alternate=alternate if linear else 0.0,
         )
 
-    mlp_gate = 2.0 if model.mlp == "swiglu" else 1.0  # SwiGLU's first GEMM computes gate and up together
-    act_elements = 3.0 if model.mlp == "swiglu" else 2.0
+    swiglu = model.mlp == "swiglu"
+    mlp_gate = 2.0 if swiglu else 1.0  # SwiGLU's first GEMM computes gate and up together
+    act_elements = SWIGLU_ACCESSES[kernels] if swiglu else GELU_ACCESSES
     if model.mla is not None:
         mla = model.mla
         qk, v = float(mla.qk_nope_head_dim + mla.qk_rope_head_dim), float(mla.v_head_dim)
@@ -131,17 +161,25 @@ def layer_shapes(w: Workload, g: LayoutGrid) -> LayerShapes:
             gemm(t, mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + v) / tp),
             gemm(t, heads * v / tp, h),
         ]
-        rope = 2.0 * (heads * mla.qk_rope_head_dim / tp + mla.qk_rope_head_dim)
+        rope = ROPE_ACCESSES[kernels] * (heads * mla.qk_rope_head_dim / tp + mla.qk_rope_head_dim)
         kv_width = heads * (qk + v) / tp
     else:
         d, kv = float(model.head_size), float(model.kv_heads)
         qk = v = d
-        attention = [gemm(t, h, (heads + 2 * kv) * d / tp, window=True), gemm(t, heads * d / tp, h)]
-        rope = 2.0 * (heads + kv) * d / tp
+        # in execution order wq (1), wk (2), wv (3), wo (4): wk and wo are the second and fourth matmuls
+        attention = [
+            gemm(t, h, (heads + 2 * kv) * d / tp, window=True, alternate=kv / (heads + 2 * kv)),
+            gemm(t, heads * d / tp, h, alternate=1.0),
+        ]
+        rope = ROPE_ACCESSES[kernels] * (heads + kv) * d / tp
         kv_width = 2 * kv * d / tp
     ffn = float(model.intermediate_size)
-    dense_mlp = [gemm(t, h, mlp_gate * ffn / tp, window=True), gemm(t, ffn / tp, h)]
-    common = NORM_AND_RESIDUAL_ELEMENTS * h * share + rope
+    # then w1 (5) and w3 (6), w2 (7) with SwiGLU; w1 (5), w2 (6) with GeLU
+    dense_mlp = [
+        gemm(t, h, mlp_gate * ffn / tp, window=True, alternate=0.5 if swiglu else 0.0),
+        gemm(t, ffn / tp, h, alternate=0.0 if swiglu else 1.0),
+    ]
+    common = (2 * NORM_ACCESSES[kernels] + 2 * RESIDUAL_ADD_ACCESSES) * h * share + rope
     memory = {"dense": act * t * (common + act_elements * ffn / tp)}
     moe_mlp: list[Gemm] = []
     dispatch = np.zeros_like(t)
@@ -155,7 +193,7 @@ def layer_shapes(w: Workload, g: LayoutGrid) -> LayerShapes:
         rows = t * top_k * g.ep / experts
         local = experts / g.ep
         moe_mlp = [
-            gemm(t, h, experts),
+            gemm(t, h, experts, linear=False),  # the router
             gemm(rows, h, mlp_gate * width / tp, count=local, window=True),
             gemm(rows, width / tp, h, count=local),
         ]
@@ -188,8 +226,8 @@ def layer_shapes(w: Workload, g: LayoutGrid) -> LayerShapes:
         attention_flops = np.zeros_like(t)
         queries, per_micro_batch = w.seq_len / g.cp.astype(np.float64), g.mbs * heads_here
         core = [
-            gemm(queries, qk, float(w.seq_len), batch=per_micro_batch),
-            gemm(queries, float(w.seq_len), v, batch=per_micro_batch),
+            gemm(queries, qk, float(w.seq_len), batch=per_micro_batch, linear=False),
+            gemm(queries, float(w.seq_len), v, batch=per_micro_batch, linear=False),
         ]
         scores = t * w.seq_len * heads_here
         score_bytes = (scores * SCORE_BYTES_FORWARD, scores * SCORE_BYTES_BACKWARD)
@@ -206,7 +244,7 @@ def layer_shapes(w: Workload, g: LayoutGrid) -> LayerShapes:
         gemms={
             "dense": attention + dense_mlp,
             "moe": attention + moe_mlp,
-            "head": [gemm(t, h, vocab / tp)],
+            "head": [gemm(t, h, vocab / tp, linear=False)],
             "core": core,
         },
         attention_flops=attention_flops,

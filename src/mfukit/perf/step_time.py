@@ -46,10 +46,18 @@ import numpy as np
 from mfukit.comm.topology import CommTopology, from_system
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.parallelism import Parallelism
+from mfukit.core.scenario import Precision
 from mfukit.perf import flops
-from mfukit.perf.efficiency import Efficiency, NetworkProfile, efficiency_for, network_profile_of
+from mfukit.perf.efficiency import (
+    EagerElementwise,
+    Efficiency,
+    NetworkProfile,
+    efficiency_for,
+    network_name,
+    network_profile_of,
+)
 from mfukit.perf.gemm import GemmCurve
-from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, LayoutGrid, Workload, sharding_fields
+from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, Ints, LayoutGrid, Workload, sharding_fields
 from mfukit.perf.memory import gradient_reduce_bytes
 from mfukit.perf.memory_grid import stage_params_grid
 from mfukit.perf.step_comm import CommInputs, CommTimes, DataParallelTimes, communication_times
@@ -60,6 +68,12 @@ ADAM_STEP_BYTES_PER_PARAM = (
 )
 GRAD_PASS_BYTES_PER_PARAM = 8.0  # reading the fp32 main gradients for the norm and zeroing them
 HOST_BACKWARD_TO_FORWARD = 2.0  # kernels autograd launches for a layer's backward per forward kernel
+# Kernels a GPT/Llama layer's forward launches: fused (Megatron-DeepSpeed, which the host floor is fitted on:
+# layer norm, QKV, scores, fused softmax, dropout, values, the output copy, projection, bias-dropout-add,
+# layer norm, two MLP GEMMs with fused bias-GeLU, bias-dropout-add; torch.compile's Inductor graph launches as
+# many) against torchtitan's eager Llama layer (two composite RMSNorms of 8 kernels, wq/wk/wv, RoPE of 3
+# kernels on Q and on K, two repeat_kv copies, SDPA, the output copy, wo, two adds, w1, silu, w3, mul, w2).
+LAYER_KERNELS = {"fused": 14.0, "composite": 38.0}
 BREAKDOWN = (
     "compute",
     "memory_bound",
@@ -97,22 +111,22 @@ def machine_for(
     system: System, accelerator: Accelerator, num_gpus: int, *, topology: CommTopology | None = None
 ) -> Machine:
     """The machine of ``num_gpus`` GPUs of ``system`` (its network built by :func:`comm.topology.from_system`,
-    with the fitted profile of its scale-out link where it has one)."""
+    with the fitted profile of its network where it has one)."""
     notes: list[str] = []
     if topology is None:
         topology, notes = from_system(
             system, accelerator, num_nodes=math.ceil(num_gpus / system.gpus_per_node)
         )
-        topology, notes = with_network_profile(topology, system.scale_out_fabric, notes)
+        topology, notes = with_network_profile(topology, network_name(system), notes)
     return Machine(system, accelerator, topology, tuple(notes))
 
 
 def with_network_profile(
-    topology: CommTopology, link: str, notes: list[str], profile: NetworkProfile | None = None
+    topology: CommTopology, name: str, notes: list[str], profile: NetworkProfile | None = None
 ) -> tuple[CommTopology, list[str]]:
-    """``topology`` with the fitted NCCL efficiency and step latency of scale-out link ``link`` (``profile``,
-    or the installed one), if it has them."""
-    profile = profile or network_profile_of(link)
+    """``topology`` with the fitted NCCL efficiency and step latency of network ``name`` (a scale-out link or a
+    system; ``profile``, or the installed one), if it has them."""
+    profile = profile or network_profile_of(name)
     if profile is None or profile.efficiency is None or profile.step_latency_s is None:
         return topology, notes
     fitted = topology.with_options(
@@ -120,7 +134,7 @@ def with_network_profile(
     )
     return fitted, [
         *notes,
-        f"network profile {link}: collectives move {profile.efficiency:.0%} of the NICs' line rate, "
+        f"network profile {name}: collectives move {profile.efficiency:.0%} of the NICs' line rate, "
         f"+{profile.step_latency_s * 1e6:.1f} us per network step (fitted, perf/data/efficiency.toml)",
     ]
 
@@ -159,11 +173,12 @@ class StepEstimate:
 
 def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
     """Shapes and collective times of every layout of ``grid`` (the efficiency-independent half)."""
-    shapes = layer_shapes(workload, grid)
+    # the gradient's bytes and buckets in the DP reduction: the framework's own (facts), or the sharding's;
+    # its element-wise ops fused (torch.compile, or a framework whose eager kernels are fused) or composite
+    facts = efficiency_for(machine.accelerator, workload.framework)
+    shapes = layer_shapes(workload, grid, kernels=elementwise_kernels(workload, facts))
     first = stage_params_grid(workload, grid, 0, machine.gpus_per_node)
     last = stage_params_grid(workload, grid, 1, machine.gpus_per_node)
-    # the gradient's bytes and buckets in the DP reduction: the framework's own (facts), or the sharding's
-    facts = efficiency_for(machine.accelerator, workload.framework)
     reduce_bytes = facts.grad_reduce_bytes
     layouts_grad = np.asarray(
         [
@@ -226,6 +241,11 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
     )
 
 
+def elementwise_kernels(workload: Workload, facts: Efficiency) -> EagerElementwise:
+    """How the workload's element-wise ops run: fused under torch.compile, else as its framework's eager ops."""
+    return "fused" if workload.compile else facts.eager_elementwise
+
+
 def _sharding_layout(name: str) -> Parallelism:
     return Parallelism.model_validate(sharding_fields(name))
 
@@ -236,17 +256,20 @@ class _PerLayer:
 
     gemm: Floats
     window: Floats  # the QKV and first MLP GEMMs: their weight gradients hide the TP reduction
+    alternate: Floats  # the GEMM time an every-second-matmul recompute policy repeats
     attention: Floats  # the core attention (scores, softmax, values), forward
     attention_backward: Floats
     memory: Floats
+    casts: Floats  # FP8 scaling and casts, forward
+    casts_backward: Floats
 
     @property
     def forward(self) -> Floats:
-        return self.gemm + self.attention + self.memory
+        return self.gemm + self.attention + self.memory + self.casts
 
     @property
     def backward(self) -> Floats:
-        return 2 * self.gemm + self.attention_backward + 2 * self.memory
+        return 2 * self.gemm + self.attention_backward + 2 * self.memory + self.casts_backward
 
 
 class _Timer:
@@ -257,40 +280,65 @@ class _Timer:
             eff.attention_peak_fraction
         )
         self.hbm = accelerator.hbm_bytes_per_s * eff.hbm_fraction
-        self.curve = GemmCurve(
-            peak_flops_per_s=accelerator.peak_flops(precision)
-            * (eff.fp8_gemm_peak_fraction if precision == "fp8" else eff.gemm_peak_fraction),
-            compute_units=accelerator.compute_units,
-            tile_half_dim=eff.gemm_tile_half_dim,
-            k_overhead=eff.gemm_k_overhead,
-            latency_s=eff.gemm_latency_s,
-            hbm_bytes_per_s=self.hbm,
-        )
+        wide: Precision = "bf16" if precision == "fp8" else precision  # the output layer's and router's dtype
+        self.curves = {
+            fp8: GemmCurve(
+                peak_flops_per_s=accelerator.peak_flops("fp8" if fp8 else wide)
+                * (eff.fp8_gemm_peak_fraction if fp8 else eff.gemm_peak_fraction),
+                compute_units=accelerator.compute_units,
+                tile_half_dim=eff.gemm_tile_half_dim,
+                k_overhead=eff.gemm_k_overhead,
+                latency_s=eff.gemm_latency_s,
+                hbm_bytes_per_s=self.hbm,
+            )
+            for fp8 in ((False, True) if precision == "fp8" else (False,))
+        }
+        self.cast_bytes = (eff.fp8_input_cast_bytes, eff.fp8_grad_cast_bytes, eff.fp8_weight_cast_bytes)
         self.shapes = p.shapes
 
-    def gemms(self, name: str) -> tuple[Floats, Floats]:
-        """Forward time of the GEMMs of ``name`` (a layer kind or the head), and of its window GEMMs."""
+    def gemms(self, name: str) -> tuple[Floats, Floats, Floats]:
+        """Forward time of the GEMMs of ``name`` (a layer kind or the head), of its window GEMMs and of the share
+        an every-second-matmul recompute repeats."""
         total = np.zeros_like(self.shapes.tokens)
         window = np.zeros_like(self.shapes.tokens)
+        alternate = np.zeros_like(self.shapes.tokens)
         for gemm in self.shapes.gemms[name]:
-            time = np.where(gemm.count > 0, gemm.count * self.curve.time_s(gemm.distinct), 0.0)
+            time = np.where(gemm.count > 0, gemm.count * self.curves[gemm.fp8].time_s(gemm.distinct), 0.0)
             total = total + time
+            alternate = alternate + gemm.alternate * time
             if gemm.window:
                 window = window + time
-        return total, window
+        return total, window, alternate
+
+    def casts(self, name: str) -> tuple[Floats, Floats]:
+        """FP8 scaling of the GEMMs of ``name``, forward and backward (seconds): the recipe's bytes per element
+        of each FP8 GEMM's input (M x K) and weight (K x N) in the forward, of its output gradient (M x N) in
+        the backward."""
+        input_bytes, grad_bytes, weight_bytes = self.cast_bytes
+        forward = np.zeros_like(self.shapes.tokens)
+        backward = np.zeros_like(self.shapes.tokens)
+        for gemm in self.shapes.gemms[name]:
+            if gemm.fp8:
+                forward = forward + gemm.count * gemm.k * (gemm.m * input_bytes + gemm.n * weight_bytes)
+                backward = backward + gemm.count * gemm.m * gemm.n * grad_bytes
+        return forward / self.hbm, backward / self.hbm
 
     def layer(self, name: str) -> _PerLayer:
-        gemm, window = self.gemms(name)
+        gemm, window, alternate = self.gemms(name)
         s = self.shapes
         flash = s.attention_flops / self.attention_peak
-        batched, _ = self.gemms("core")  # unfused attention: its GEMMs (backward 2x) and score traffic
+        batched, _, _ = self.gemms("core")  # unfused attention: its GEMMs (backward 2x) and score traffic
         scores_forward, scores_backward = (bytes_ / self.hbm for bytes_ in s.score_bytes)
+        casts, casts_backward = self.casts(name)
         return _PerLayer(
             gemm,
             window,
+            alternate,
             flash + batched + scores_forward,
             FLASH_BACKWARD_TO_FORWARD * flash + 2 * batched + scores_backward,
             s.memory_bytes[name] / self.hbm,
+            casts,
+            casts_backward,
         )
 
 
@@ -330,7 +378,11 @@ def _stage(
     def per_layer(kind: _PerLayer, routed: bool) -> dict[str, Floats]:
         # the column-parallel GEMMs' backward: weight gradients only, or (SP) input gradients too
         window = np.where(g.sp, 2.0, 1.0) * kind.window
-        tp = c.tp_fwd_s + c.tp_bwd_blocking_s + np.maximum(0.0, c.tp_bwd_overlappable_s - window)
+        tp_fwd = c.tp_fwd_s
+        tp = tp_fwd + c.tp_bwd_blocking_s + np.maximum(0.0, c.tp_bwd_overlappable_s - window)
+        if p.workload.tp_comm_overlap:
+            overlapped_fwd, overlapped = tp_overlapped_s(c, kind, g.tp)
+            tp_fwd, tp = np.where(g.sp, overlapped_fwd, tp_fwd), np.where(g.sp, overlapped, tp)
         tp = tp + tp_calls * eff.collective_overhead_s
         cp_fwd = (
             np.maximum(0.0, cp_ring * c.cp_fwd_step_s - kind.attention) + cp_ring * eff.collective_overhead_s
@@ -339,12 +391,19 @@ def _stage(
         cp_bwd = cp_bwd + cp_ring * eff.collective_overhead_s
         all_to_all = c.ep_all_to_all_s + np.where(g.ep > 1, eff.collective_overhead_s, 0.0)
         ep = 4 * all_to_all if routed else np.zeros_like(all_to_all)
-        full = kind.forward + c.tp_fwd_s + cp_fwd + tp_forward_calls * eff.collective_overhead_s + ep / 2
+        full = kind.forward + tp_fwd + cp_fwd + tp_forward_calls * eff.collective_overhead_s + ep / 2
+        # selective: Megatron's core attention again, or torchtitan's op-level policy: every second matmul of
+        # the layer and its element-wise ops (attention and the other matmuls' outputs are saved)
+        selective = (
+            kind.attention
+            if eff.selective_recompute == "attention"
+            else kind.alternate + kind.memory + kind.casts
+        )
         parts = {
             "compute": 3 * kind.gemm + kind.attention + kind.attention_backward,
-            "memory_bound": 3 * kind.memory,
+            "memory_bound": 3 * kind.memory + kind.casts + kind.casts_backward,
             "recompute": np.where(
-                recompute == "full", full, np.where(recompute == "selective", kind.attention, 0.0)
+                recompute == "full", full, np.where(recompute == "selective", selective, 0.0)
             ),
             "tp_comm": tp,
             "cp_comm": cp_fwd + cp_bwd,
@@ -356,11 +415,13 @@ def _stage(
         # The host launches the layer's kernels while the GPU runs earlier ones: it only costs time when it
         # is the slower of the two (small layers: the step is launch-bound). Backward launches about twice
         # the forward's kernels (input and weight gradients); full recompute launches the forward again.
-        host = eff.host_layer_s * (1 + HOST_BACKWARD_TO_FORWARD + (recompute == "full"))
+        host = eff.host_layer_s * (1 + HOST_BACKWARD_TO_FORWARD + (recompute == "full")) * launches
         gpu = np.sum(np.stack(list(parts.values())), axis=0)
         parts["other"] = np.maximum(0.0, host - gpu)
         return parts
 
+    # the host floor was fitted on fused layers; composite eager ops launch more kernels per layer
+    launches = LAYER_KERNELS[elementwise_kernels(p.workload, eff)] / LAYER_KERNELS["fused"]
     d, m = per_layer(dense, routed=False), per_layer(moe, routed=True)
     parts = {name: n_dense * d[name] + n_moe * m[name] for name in d}
     parts["compute"] = parts["compute"] + 3 * head
@@ -369,6 +430,27 @@ def _stage(
     parts["fsdp_comm"] = parts["fsdp_comm"] + np.where(layers > 0, dp.unit_gather_s + dp.unit_reduce_s, 0.0)
     parts["other"] = parts["other"] + eff.microbatch_overhead_s
     return parts
+
+
+def tp_overlapped_s(c: CommTimes, kind: _PerLayer, tp: Ints) -> tuple[Floats, Floats]:
+    """Exposed TP communication of one layer, forward and forward + backward, when each sequence-parallel
+    all-gather and reduce-scatter runs in ``tp`` chunks pipelined with the GEMM it feeds or drains (torchtitan's
+    async TP, micro-pipelined over symmetric memory; Megatron's --tp-comm-overlap; Wang et al., ASPLOS 2023):
+    a collective of time C split with its GEMM of time G over n chunks exposes (n - 1)/n max(0, C - G), and a
+    reduce-scatter also its last chunk C/n. The all-gathers feed the column-parallel GEMMs (QKV, first MLP) and
+    the reduce-scatters drain the row-parallel ones; backward, the output-gradient all-gathers feed the
+    row-parallel input-gradient GEMMs, the input-gradient reduce-scatters drain the column-parallel ones, and
+    the re-gathered inputs hide under the column-parallel weight gradients as without the overlap."""
+    n = np.maximum(tp, 1).astype(np.float64)
+    column, row = kind.window, kind.gemm - kind.window
+    gather, scatter = 2 * c.tp_all_gather_s, 2 * c.tp_reduce_scatter_s
+
+    def fed(comm: Floats, gemm: Floats) -> Floats:
+        return (n - 1) / n * np.maximum(0.0, comm - gemm)
+
+    forward = fed(gather, column) + fed(scatter, row) + scatter / n
+    backward = fed(gather, row) + fed(scatter, column) + scatter / n + np.maximum(0.0, gather - column)
+    return forward, forward + backward
 
 
 def _total(parts: dict[str, Floats]) -> Floats:
@@ -381,7 +463,7 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
     g, s = p.grid, p.shapes
     timer = _Timer(p, eff)
     dense, moe = timer.layer("dense"), timer.layer("moe")
-    head, _ = timer.gemms("head")
+    head, _, _ = timer.gemms("head")
     head_memory = s.memory_bytes["head"] / timer.hbm
     embedding_memory = s.memory_bytes["embedding"] / timer.hbm
     zero = np.zeros_like(head)
