@@ -17,12 +17,8 @@ from mfukit.sched.nodes import Nodes
 
 
 def _bits(mask: int) -> list[int]:
-    nodes = []
-    while mask:
-        low = mask & -mask
-        nodes.append(low.bit_length() - 1)
-        mask ^= low
-    return nodes
+    """The set bits of ``mask``, lowest first."""
+    return [index for index, bit in enumerate(reversed(bin(mask))) if bit == "1"]
 
 
 def consecutive_best_fit(
@@ -64,10 +60,8 @@ def consecutive_best_fit(
             ):
                 best, best_sufficient = index, sufficient
         run = runs[best]
-        if left == 1:
-            taken = [run[0] if free is None else min(run, key=free.__getitem__)]
-        else:
-            taken = run[:left]
+        # the last node: Slurm's single-node best fit within the run
+        taken = run[:left] if left > 1 else [run[0] if free is None else min(run, key=free.__getitem__)]
         picked.extend(taken)
         left -= len(taken)
         runs[best] = []
@@ -145,7 +139,9 @@ class Plan:
                     current[level] |= gained
 
     # --------------------------------------------------------------------------------------- search
-    def find(self, job: Job, duration_s: float, max_switches: int = 0) -> tuple[float, tuple[int, ...]] | None:
+    def find(
+        self, job: Job, duration_s: float, max_switches: int = 0
+    ) -> tuple[float, tuple[int, ...]] | None:
         """Earliest slot start at which ``job`` fits for ``duration_s``."""
         times, masks = self.times, self.masks
         need, gpus = job.num_nodes, job.gpus_per_node

@@ -75,6 +75,7 @@ class Controller(ABC):
     def due(self, now: float) -> list[ControllerPass]:
         """The passes to run at ``now``, in order."""
 
+    @abstractmethod
     def changed(self, now: float, *, queue_pass: bool) -> None:
         """Something changed at ``now`` (a start, an end, a submission, a node); ``queue_pass``: one
         that asks for a main pass (a submission, an end, a node back: ``queue_job_scheduler``)."""
@@ -101,7 +102,9 @@ class PeriodicController(Controller):
         if queue_pass and (self.requested_s is None or self.requested_s < now):
             self.requested_s = math.floor(now) + 1.0  # the background loop's next wake
             if self.last_main_s > -math.inf:
-                self.requested_s = max(self.requested_s, math.ceil(self.last_main_s + self.batch_sched_delay_s))
+                self.requested_s = max(
+                    self.requested_s, math.ceil(self.last_main_s + self.batch_sched_delay_s)
+                )
 
     def _next_full(self, now: float) -> float:
         return math.ceil(now / self.sched_interval_s) * self.sched_interval_s
@@ -139,6 +142,9 @@ class LogController(Controller):
         self.passes = sorted(passes, key=lambda p: p.at_s)
         self.position = 0
         self._released_s = released_s or {}
+
+    def changed(self, now: float, *, queue_pass: bool) -> None:
+        """The log fixes when passes ran: nothing the simulation does moves them."""
 
     def released_s(self, job: Job, now: float) -> float:
         return max(now, self._released_s.get(job.job_id, now))
@@ -180,7 +186,9 @@ class SlurmPolicy(Policy):
         self.bf_max_job_test = bf_max_job_test
         self.bf_max_time_s = int(bf_interval_s if bf_max_time_s is None else bf_max_time_s)
         self.clock_origin_s = clock_origin_s
-        self.controller = controller or PeriodicController(sched_interval_s, bf_interval_s, batch_sched_delay_s)
+        self.controller = controller or PeriodicController(
+            sched_interval_s, bf_interval_s, batch_sched_delay_s
+        )
         self.planned: list[Planned] = []  # the last backfill cycle's plan for the jobs left waiting
         self._pass = ControllerPass(0.0, MAIN)  # the pass running now
         self._slurm_start_s: dict[int, int] = {}  # running job -> its Slurm start (whole epoch s)

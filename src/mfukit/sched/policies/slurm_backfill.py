@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from mfukit.sched.job import Job
 from mfukit.sched.nodes import Nodes
-from mfukit.sched.policies.plan import pick_nodes
+from mfukit.sched.policies.plan import eligible_mask, pick_nodes
 
 WILL_RUN_WINDOW_S = 30  # cons_tres _will_run_test: time_window = 30, doubled after every group
 WILL_RUN_GROUP_MAX = 200  # ... and a group stops being tested after this many releases (rm_job_cnt)
@@ -56,7 +56,11 @@ class NodeSpace:
     def __init__(self, now_s: int, resolution_s: int, window_s: int, usable: int) -> None:
         self.resolution_s = resolution_s
         self.records = [
-            _Record(now_s // resolution_s * resolution_s, (now_s + window_s) // resolution_s * resolution_s, usable)
+            _Record(
+                now_s // resolution_s * resolution_s,
+                (now_s + window_s) // resolution_s * resolution_s,
+                usable,
+            )
         ]
 
     def scan(self, usable: int, start_s: int, end_s: int) -> tuple[int, int]:
@@ -78,9 +82,7 @@ class NodeSpace:
 
     def overlaps(self, nodes: int, start_s: int, end_s: int) -> bool:
         """Whether ``nodes`` are reserved anywhere in ``[start_s, end_s)`` (``_test_resv_overlap``)."""
-        return any(
-            r.end > start_s and r.begin < end_s and nodes & ~r.avail for r in self.records
-        )
+        return any(r.end > start_s and r.begin < end_s and nodes & ~r.avail for r in self.records)
 
     def reserve(self, start_s: int, end_s: int, nodes: int) -> None:
         """``_add_reservation``: take ``nodes`` out of ``[start_s, end_s)``, splitting records at the
@@ -146,23 +148,32 @@ class WillRun:
     def __init__(self, nodes: Nodes, running: Sequence[tuple[int, Job]]) -> None:
         self.nodes = nodes
         self.running = sorted(running, key=lambda item: item[0])
+        self._masks = [_mask(job.nodes) for _, job in self.running]
         self.usable = _mask(n for n, ok in enumerate(nodes.accepting) if ok)
+        # the answer depends only on the request and the usable nodes while nothing starts or ends
+        self._answers: dict[tuple[int, int, int, int, int], tuple[int, tuple[int, ...]] | None] = {}
 
-    def _fitting(self, free: Sequence[int], gpus: int, avail: int) -> int:
-        mask = 0
-        for node in range(len(free)):
-            if free[node] >= gpus and avail >> node & 1:
-                mask |= 1 << node
-        return mask & self.usable
+    def _pick(self, fit: int, job: Job, switches: int, free: Sequence[int]) -> tuple[int, ...] | None:
+        if fit.bit_count() < job.num_nodes:
+            return None
+        return pick_nodes(self.nodes, fit, job.num_nodes, switches, free)
 
     def test(self, job: Job, avail: int, now_s: int, switches: int) -> tuple[int, tuple[int, ...]] | None:
         """(start, nodes) for ``job`` on the nodes of ``avail``, or None if it never fits there."""
-        need, gpus = job.num_nodes, job.gpus_per_node
+        key = (job.num_nodes, job.gpus_per_node, avail, switches, now_s)
+        if key not in self._answers:
+            self._answers[key] = self._test(job, avail, now_s, switches)
+        return self._answers[key]
+
+    def _test(self, job: Job, avail: int, now_s: int, switches: int) -> tuple[int, tuple[int, ...]] | None:
+        gpus = job.gpus_per_node
         free = list(self.nodes.free)
-        picked = pick_nodes(self.nodes, self._fitting(free, gpus, avail), need, switches, free)
+        usable = avail & self.usable
+        fit = eligible_mask(self.nodes, gpus) & usable  # usable nodes with room for the job
+        picked = self._pick(fit, job, switches, free)
         if picked is not None:
             return now_s, picked
-        running = self.running
+        running, masks = self.running, self._masks
         count = len(running)
         position, anchor, window = 0, 0, WILL_RUN_WINDOW_S
         more = True
@@ -177,13 +188,15 @@ class WillRun:
                     break
                 end, other = running[position]
                 position += 1
-                if not avail & _mask(other.nodes):
+                if not avail & masks[position - 1]:
                     continue  # runs on none of the usable nodes
                 if not anchor:
                     anchor = end + (WILL_RUN_WINDOW_S - end % WILL_RUN_WINDOW_S)
                 last = end
                 for node in other.nodes:
                     free[node] += other.gpus_per_node
+                    if free[node] >= gpus and usable >> node & 1:
+                        fit |= 1 << node
                 if position >= count:
                     more = False
                     break
@@ -201,7 +214,7 @@ class WillRun:
             window *= 2
             while upcoming is not None and upcoming > anchor + window:
                 window *= 2
-            picked = pick_nodes(self.nodes, self._fitting(free, gpus, avail), need, switches, free)
+            picked = self._pick(fit, job, switches, free)
             if picked is not None:
                 return last, picked
         return None

@@ -105,7 +105,12 @@ def wait_done(cluster: DevCluster, ids: list[str], timeout_s: float) -> None:
 
 
 def capture(
-    cluster: DevCluster, since_s: float, path: Path, *, json_format: bool = False, ids: list[str] | None = None
+    cluster: DevCluster,
+    since_s: float,
+    path: Path,
+    *,
+    json_format: bool = False,
+    ids: list[str] | None = None,
 ) -> Path:
     """Write ``sacct`` output for every job since ``since_s`` (only ``ids`` if given) to ``path``
     (-P, or --json)."""

@@ -96,7 +96,12 @@ def _fresh(job: Job, *, submit_s: float | None = None, run_s: float | None = Non
 
 
 def _one_pass(
-    real: list[Job], log: ControllerLog, logged: LoggedPass, options: ClusterOptions, num_nodes: int, gpus: int
+    real: list[Job],
+    log: ControllerLog,
+    logged: LoggedPass,
+    options: ClusterOptions,
+    num_nodes: int,
+    gpus: int,
 ) -> PassCheck:
     names = node_names(num_nodes)
     index = {name: position for position, name in enumerate(names)}
