@@ -59,6 +59,32 @@ def test_simulate_with_failures_from_a_scenario(mfukit, tmp_path: Path) -> None:
     assert any("500 per 1,000 node-days" in a for a in run.json()["assumptions"])
 
 
+def test_node_failures_from_a_failure_model(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # llama3: 419 unplanned interruptions over 2,048 nodes x 54 days = 3.79 per 1,000 node-days per
+    # 8-GPU node; 63 of them (software bugs, NCCL timeouts, dependencies) leave the node in service
+    run = mfukit(
+        "sched", "simulate", "synthetic", "--jobs", "50", "--nodes", "4", "--failure-model", "llama3",
+        "--format", "json",
+    )  # fmt: skip
+    assert run.exit_code == 0, run.stderr
+    assumption = next(a for a in run.json()["assumptions"] if a.startswith("node failures"))
+    assert "3.79 per 1,000 node-days" in assumption and "llama3" in assumption and "85.0 %" in assumption
+    # the scenario's [ft] failure model with a per-category override (failures per 1,000 node-days)
+    scenario = tmp_path / "s.toml"
+    scenario.write_text(
+        '[model]\npreset = "llama-65b"\n[ft]\nfailure_model = "meta-rsc1"\n[ft.rates]\ninfrastructure = 500.0\n'
+    )
+    run = mfukit(
+        "sched", "simulate", "synthetic", "--jobs", "300", "--nodes", "16", "--scenario", str(scenario),
+        "--node-repair", "1h", "--format", "json",
+    )  # fmt: skip
+    assert run.exit_code == 0, run.stderr
+    assert run.json()["result"]["node_failures"] > 0
+    assert any("500 per 1,000 node-days" in a and "meta-rsc1" in a for a in run.json()["assumptions"])
+    unknown = mfukit("sched", "simulate", "synthetic", "--nodes", "4", "--failure-model", "llama4")
+    assert unknown.exit_code == 2 and "llama3" in unknown.stderr
+
+
 def test_bad_inputs_exit_2_without_traceback(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     unknown = mfukit("sched", "simulate", "synthetic", "--nodes", "4", "--policy", "easi")
     assert unknown.exit_code == 2 and "did you mean easy" in unknown.stderr
@@ -80,6 +106,9 @@ def test_analyze_sacct_from_the_dev_cluster(mfukit) -> None:  # type: ignore[no-
     assert result["jobs"] == 40 and result["capacity_gpus"] == 64
     assert result["scheduling_gate"]["pass"] is False
     assert 0 < result["backfill_share"] < 1
+    # whole-node jobs on 8-GPU nodes leave no partly free node: nothing is stranded, but GPUs sat
+    # free while jobs waited (a 4-node job behind running 1- and 2-node jobs)
+    assert result["stranded_gpu_frac"] == 0 and 0 < result["idle_with_queue_gpu_frac"] < 1
     table = mfukit("sched", "analyze", str(DATA / "devslurm_sacct.json"))
     assert table.exit_code == 1 and "MFU gate" in table.stdout and "FAIL" in table.stdout
 
@@ -113,3 +142,21 @@ def test_switches_hold_multi_node_jobs_to_one_leaf(mfukit) -> None:  # type: ign
     assert any("leaf switch" in a for a in held["assumptions"])
     bad = mfukit(*args, "--switches", "x")
     assert bad.exit_code == 2 and "--switches" in bad.stderr
+
+
+def test_dev_cluster_check_a_captured_replay(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("sched", "dev-cluster", "check", str(DATA / "replays" / "seed7"), "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    result = run.json()["result"]
+    assert result["agrees"] and result["passes_agreeing"] == result["passes"] > 20
+    assert result["starts_agreeing"] == result["starts"] == 40 and result["max_start_difference_s"] == 0
+    # a replay directory whose log lacks the scheduler's lines is bad input, not a traceback
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("trace.json", "sacct.txt"):
+        (broken / name).write_text((DATA / "replays" / "seed7" / name).read_text())
+    (broken / "slurmctld.log").write_text("[2026-11-29T19:19:33.267] slurmctld version 22.05.8 started\n")
+    bad = mfukit("sched", "dev-cluster", "check", str(broken))
+    assert bad.exit_code == 2 and "DebugFlags=Backfill" in bad.stderr and "Traceback" not in bad.stderr
+    none = mfukit("sched", "dev-cluster", "replay", str(tmp_path / "out"), "--workdir", str(tmp_path / "no"))
+    assert none.exit_code == 2 and "no dev cluster" in none.stderr

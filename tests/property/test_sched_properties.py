@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mfukit.sched.engine import ClusterSpec, Qos, simulate
 from mfukit.sched.job import Job
+from mfukit.sched.metrics import queue_idle_gpu_s
 from mfukit.sched.policies import POLICIES
 from mfukit.sched.policies.slurm import SlurmPolicy
 
@@ -97,3 +101,22 @@ def test_every_job_that_fits_finishes_without_failures(
     result = run(jobs, calm, name, seed)
     assert not result.never_started
     assert all(j.end_s is not None and j.start_s is not None for j in result.jobs)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios())
+def test_fragmentation_rebuilt_from_the_schedule_is_what_the_simulator_integrated(
+    scenario: tuple[list[Job], ClusterSpec, str, int],
+) -> None:
+    """``sched analyze`` rebuilds free GPUs and waiting jobs from accounting; on a simulated schedule
+    (no failures or preemption, so every job has one attempt) it must find the simulator's figures."""
+    jobs, spec, name, seed = scenario
+    calm = ClusterSpec(spec.num_nodes, spec.gpus_per_node, spec.nodes_per_leaf)
+    result = run(jobs, calm, name, seed)
+    done = result.jobs
+    window = (min(j.submit_s for j in done), max(j.end_s or 0.0 for j in done))
+    waits = [(j.submit_s, j.start_s or 0.0, j.gpus_per_node) for j in done]
+    nodes: dict[Hashable, int] = {node: calm.gpus_per_node for node in range(calm.num_nodes)}
+    stranded, idle = queue_idle_gpu_s(done, waits, nodes, window)
+    assert stranded == pytest.approx(result.stranded_gpu_s, abs=1e-6)
+    assert idle == pytest.approx(result.idle_with_queue_gpu_s, abs=1e-6)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mfukit.sched.job import COMPLETED, FAILED, Job
-from mfukit.sched.metrics import Timeline, idle_gaps_s, measure
+from mfukit.sched.metrics import Timeline, idle_gaps_s, measure, queue_idle_gpu_s
 
 
 def done(
@@ -54,3 +54,15 @@ def test_timeline_integrates_inside_a_window() -> None:
     assert timeline.gpu_seconds(20, 30) == 0
     times, values = timeline.sampled(0, 20, points=2)
     assert times == [0.0, 10.0] and values == [4.0, 8.0]
+
+
+def test_fragmentation_counts_free_gpus_no_waiting_job_fits() -> None:
+    # one 8-GPU node; A holds 6 GPUs over [0, 10). B waits [2, 10) for 4 GPUs on a node: the 2 free
+    # GPUs are stranded, except over [4, 6) while C, asking 1 GPU, waits too. Free while jobs wait:
+    # 2 GPUs over [2, 10); a node no job used adds its 8 GPUs over the same 8 s, never stranded.
+    a = Job(1, 0.0, 10.0, 10.0, 1, 6)
+    a.start_s, a.end_s, a.node_names = 0.0, 10.0, ("n1",)
+    waits = [(2.0, 10.0, 4), (4.0, 6.0, 1)]
+    assert queue_idle_gpu_s([a], waits, {"n1": 8}, (0.0, 10.0)) == (2 * 6.0, 2 * 8.0)
+    assert queue_idle_gpu_s([a], waits, {"n1": 8}, (0.0, 10.0), unseen_free_gpus=8) == (12.0, 16.0 + 64.0)
+    assert queue_idle_gpu_s([a], waits, {"n1": 8}, (3.0, 5.0)) == (2 * 1.0, 2 * 2.0)  # clipped to the window

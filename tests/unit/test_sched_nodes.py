@@ -35,7 +35,21 @@ def test_down_nodes_take_no_work() -> None:
 
 def test_consecutive_best_fit_is_slurms_choice() -> None:
     mask = sum(1 << n for n in (0, 1, 3, 4, 5, 7))  # runs [0-1], [3-5], [7]
-    assert consecutive_best_fit(mask, 2) == (0, 1)  # the smallest run that holds the request
+    assert consecutive_best_fit(mask, 1) == (7,)  # the smallest run that holds the request
+    assert consecutive_best_fit(mask, 2) == (0, 1)
     assert consecutive_best_fit(mask, 3) == (3, 4, 5)
-    assert consecutive_best_fit(mask, 4) == (0, 3, 4, 5)  # largest runs first, then the next
+    # no run holds 4: the largest goes first ([3-5]); then 1 node is left, which [7] holds tightest
+    assert consecutive_best_fit(mask, 4) == (3, 4, 5, 7)
     assert consecutive_best_fit(mask, 7) is None
+
+
+def test_consecutive_best_fit_weighs_runs_by_free_resources() -> None:
+    # runs [0-1] and [3-4]; node 3 has 2 free, the others 8: the tighter run [3-4] wins for 2 nodes,
+    # and for 1 node the emptiest-but-fitting node of the tightest run
+    free = [8, 8, 0, 2, 8]
+    mask = sum(1 << n for n in (0, 1, 3, 4))
+    assert consecutive_best_fit(mask, 2, free) == (3, 4)
+    assert consecutive_best_fit(mask, 1, free) == (3,)
+    # 3 nodes: no run holds them, so the one with the most free goes first ([0-1], 16 > 10); the last
+    # node comes from [3-4], the emptiest node that fits (3)
+    assert consecutive_best_fit(mask, 3, free) == (0, 1, 3)

@@ -83,9 +83,16 @@ def test_priority_order_and_nice() -> None:
 
 
 class TestSlurm:
+    """Slurm's defaults: main pass every 60 s on the whole minute and 1 s after a submission or an end
+    (3 s after the last pass at the earliest); backfill 30 s after its last cycle, then every second
+    once something changed. Worked out by hand in the comments."""
+
     def test_a_blocked_job_stops_the_main_pass_for_every_partition(self) -> None:
-        # job 2 (p1) is blocked, so job 3 in p2 cannot use the free node in the main pass; backfill
-        # (every 30 s) starts it at t=30 since it ends (limit 50) before job 2's reservation at 100.
+        # 2 nodes. t=0: job 1 starts (the main pass on the minute). t=3: the pass for job 2's
+        # submission: job 2 (p1, 2 nodes) is blocked, so job 3 in p2 may not take the free node.
+        # t=30, backfill: job 1 ends by its limit at 100, so job 2 is planned [100, 200) on both
+        # nodes, and job 3 (limit 50) fits now and ends before: it starts at 30. Job 1's end at 100
+        # queues a main pass at 101, which starts job 2.
         spec = ClusterSpec(2, 8, partitions=(Partition("p1"), Partition("p2")))
         jobs = [
             job(1, 0, 100, partition="p1"),
@@ -95,25 +102,35 @@ class TestSlurm:
         result = simulate(jobs, spec, SlurmPolicy(bf_resolution_s=1))
         assert starts(result.jobs) == {1: 0, 2: 101, 3: 30}
         assert result.jobs[2].backfilled
-        # with the default bf_resolution=60 the reservation starts at 60 (rounded down): job 3's
-        # [30, 80) overlaps it, so job 3 waits until job 2 is done (at 201, seen at 202)
+        # with the default bf_resolution=60 job 2's reservation is rounded down to [60, 180): job 3's
+        # [30, 80] overlaps it, and job 3 is planned after it. Nothing changes until job 1 ends at
+        # 100, when the backfill thread (checking every second since 60) starts job 2; job 3 follows
+        # when job 2 ends at 200.
         result = simulate(jobs, spec, SlurmPolicy())
-        assert starts(result.jobs) == {1: 0, 2: 101, 3: 202}
+        assert starts(result.jobs) == {1: 0, 2: 100, 3: 200}
 
     def test_completions_start_work_at_the_next_controller_pass(self) -> None:
-        # job 1 ends at 10.5; the background loop runs at 11, not at 10.5 (and not at the 30 s grid)
+        # job 1 ends at 10.5; its end queues a main pass at the background loop's next wake, 11
         result = simulate([job(1, 0, 10.5), job(2, 1, 5, 1)], ClusterSpec(1, 8), SlurmPolicy())
         assert starts(result.jobs) == {1: 0, 2: 11}
+
+    def test_the_main_pass_waits_for_batch_sched_delay(self) -> None:
+        # sched_interval 60: the pass at 0 starts job 1; job 2's submission at 1 asks for a pass,
+        # which waits until 3 s after the last one (t=3); job 3's at 5 gets one at 6.
+        jobs = [job(1, 0, 100, 1), job(2, 1, 100, 1), job(3, 5, 100, 1)]
+        result = simulate(jobs, ClusterSpec(3, 8), SlurmPolicy(bf_interval_s=1000))
+        assert starts(result.jobs) == {1: 0, 2: 3, 3: 6}
 
     def test_bf_window_leaves_far_jobs_without_reservation(self) -> None:
         # 2 nodes. job 1 holds a node for 10,000 s (limit). job 2 needs both: its reservation would
         # start at 10,000 s, beyond a 1,000 s bf_window, so none is made and job 3 (1 node, limit
-        # 20,000 s) may backfill; with the default 1-day window it may not.
+        # 20,000 s) backfills at the cycle at 30; with the default 1-day window it may not, and
+        # follows job 2 (10,000-10,100: the backfill thread sees job 1's end at once).
         jobs = lambda: [job(1, 0, 10_000), job(2, 1, 100, 2), job(3, 2, 20_000)]  # noqa: E731
         narrow = simulate(jobs(), ClusterSpec(2, 8), SlurmPolicy(bf_interval_s=30, bf_window_s=1000))
         assert starts(narrow.jobs)[3] == 30
         wide = simulate(jobs(), ClusterSpec(2, 8), SlurmPolicy(bf_interval_s=30))
-        assert starts(wide.jobs)[3] == 10_102  # job 2 runs 10,001-10,101; the next pass is at 10,102
+        assert starts(wide.jobs) == {1: 0, 2: 10_000, 3: 10_100}
 
     def test_bf_max_job_test_limits_the_cycle(self) -> None:
         # 3 nodes; job 2 (all nodes) is blocked behind job 1; jobs 3 and 4 fit on the 2 free nodes.

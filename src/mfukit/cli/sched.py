@@ -13,12 +13,13 @@ from mfukit import units
 from mfukit.cli.common import emit, format_option, progress, report_option, scenario_options
 from mfukit.cli.render import Format
 from mfukit.core.results import Output, Table
-from mfukit.core.scenario import ClusterSection, load_scenario
+from mfukit.core.scenario import ClusterSection, FtSection, load_scenario
 from mfukit.core.schema import validate_as
 from mfukit.errors import InputError, UnknownNameError
 from mfukit.sched import summary
 from mfukit.sched.engine import ClusterSpec, Drain
 from mfukit.sched.engine import simulate as run_simulation
+from mfukit.sched.failures import node_failures
 from mfukit.sched.policies import POLICIES, Policy, PriorityWeights
 from mfukit.sched.policies.easy import EasyBackfill
 from mfukit.sched.policies.slurm import (
@@ -26,6 +27,7 @@ from mfukit.sched.policies.slurm import (
     BF_MAX_JOB_TEST,
     BF_RESOLUTION_S,
     BF_WINDOW_S,
+    SCHED_INTERVAL_S,
     SlurmPolicy,
 )
 from mfukit.sched.traces import FORMATS, read_trace
@@ -86,6 +88,7 @@ def _policy(name: str, weights: PriorityWeights, bf: dict[str, Any]) -> Policy:
             bf_resolution_s=bf["bf_resolution"] or BF_RESOLUTION_S,
             bf_window_s=bf["bf_window"] or BF_WINDOW_S,
             bf_max_job_test=bf["bf_max_job_test"] or BF_MAX_JOB_TEST,
+            sched_interval_s=bf["sched_interval"] or SCHED_INTERVAL_S,
         )
     return POLICIES[name](weights if weights.any else None)
 
@@ -142,9 +145,9 @@ def _policy(name: str, weights: PriorityWeights, bf: dict[str, Any]) -> Policy:
     "scenario_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Scenario file: cluster.failure_rate_per_1000_node_days is used.",
+    help="Scenario file: [cluster] failure_rate_per_1000_node_days and [ft] failure_model / rates are used.",
 )
-@scenario_options("failure_rate")
+@scenario_options("failure_rate", "failure_model")
 @click.option(
     "--node-repair",
     default=None,
@@ -154,6 +157,7 @@ def _policy(name: str, weights: PriorityWeights, bf: dict[str, Any]) -> Policy:
     "--drain", "drain_specs", multiple=True, help="NODES@START+DURATION, e.g. 0-15@2h+4h (repeatable)."
 )
 @click.option("--requeue-delay", default=None, help="Delay before a preempted job may start again.")
+@click.option("--sched-interval", default=None, help="slurm policy: full main-scheduler pass (default 60s).")
 @click.option("--bf-interval", default=None, help="slurm policy: backfill interval (default 30s).")
 @click.option("--bf-resolution", default=None, help="slurm policy: backfill time resolution (default 60s).")
 @click.option("--bf-window", default=None, help="slurm policy: backfill window (default 1440min).")
@@ -196,6 +200,7 @@ def simulate(
     node_repair: str | None,
     drain_specs: tuple[str, ...],
     requeue_delay: str | None,
+    sched_interval: str | None,
     bf_interval: str | None,
     bf_resolution: str | None,
     bf_window: str | None,
@@ -212,19 +217,33 @@ def simulate(
     """Simulate TRACE (a trace file, or `synthetic`) on NODES x GPUS-PER-NODE under a policy.
 
     Policies: fifo, priority (strict multifactor order), easy (EASY backfill), conservative
-    (conservative backfill), slurm (Slurm's main + backfill schedulers with bf_* knobs).
+    (conservative backfill), slurm (Slurm 22.05's main and backfill schedulers on slurmctld's timers,
+    with the sched_interval and bf_* knobs). Node failures: --failure-model (a fault-tolerance
+    preset: llama3, meta-rsc1, meta-rsc2, or a file) and/or --failure-rate.
     """
     if scenario_path is not None:
-        cluster = load_scenario(scenario_path, overrides).cluster
+        scenario = load_scenario(scenario_path, overrides)
+        cluster, ft = scenario.cluster, scenario.ft
     else:
-        fields = {key.split(".", 1)[1]: value for key, value in overrides.items()}
-        cluster = validate_as(ClusterSection, fields, source="command line")
-    failure_rate = cluster.failure_rate_per_1000_node_days or 0.0
+
+        def section(name: str) -> dict[str, Any]:
+            return {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith(name + ".")}
+
+        cluster = validate_as(ClusterSection, section("cluster"), source="command line")
+        ft = validate_as(FtSection, section("ft"), source="command line")
+    failures = node_failures(
+        model=ft.failure_model if "failure_model" in ft.model_fields_set else None,
+        rates=ft.rates,
+        rate_per_1000_node_days=cluster.failure_rate_per_1000_node_days,
+        gpus_per_node=gpus_per_node,
+        source=str(scenario_path) if scenario_path is not None else "command line",
+    )
     spec = ClusterSpec(
         num_nodes,
         gpus_per_node,
         nodes_per_switch,
-        failure_rate_per_1000_node_days=failure_rate,
+        failure_rate_per_1000_node_days=failures.rate_per_1000_node_days if failures else 0.0,
+        replacement_frac=failures.replacement_frac if failures else 1.0,
         repair_s=_duration(node_repair, "--node-repair") or 0.0,
         drains=_drains(drain_specs, num_nodes),
         requeue_delay_s=_duration(requeue_delay, "--requeue-delay") or 0.0,
@@ -273,6 +292,7 @@ def simulate(
         )
     weights = PriorityWeights(weight_age, weight_fairshare, weight_job_size, weight_partition, weight_qos)
     bf = {
+        "sched_interval": _duration(sched_interval, "--sched-interval"),
         "bf_interval": _duration(bf_interval, "--bf-interval"),
         "bf_resolution": _duration(bf_resolution, "--bf-resolution"),
         "bf_window": _duration(bf_window, "--bf-window"),
@@ -296,13 +316,20 @@ def simulate(
         "node_failures": result.node_failures,
         "preemptions": result.preemptions,
     }
-    assumptions += [
-        "utilization is measured over the arrival window (first to last submission)",
-        f"node failures: {failure_rate:g} per 1,000 node-days, Poisson; "
-        f"a failed node is out for {units.format_duration(spec.repair_s)}; its jobs are requeued (JobRequeue=1), at most MaxBatchRequeue=5 times"
-        if failure_rate
-        else "no node failures (set --failure-rate or cluster.failure_rate_per_1000_node_days)",
-    ]
+    assumptions += ["utilization is measured over the arrival window (first to last submission)"]
+    if failures is None or failures.rate_per_1000_node_days <= 0:
+        assumptions.append("no node failures (set --failure-model, --failure-rate, or the scenario's)")
+    else:
+        assumptions.append(
+            f"node failures: {failures.rate_per_1000_node_days:.3g} per 1,000 node-days per node, Poisson, from "
+            f"{failures.basis}; {units.format_percent(failures.replacement_frac)} of them take the node out "
+            f"for {summary.duration(spec.repair_s)} (--node-repair), the rest "
+            "only kill its jobs; killed jobs are requeued (JobRequeue=1), at most MaxBatchRequeue=5 times"
+        )
+        if failures.left_out:
+            warnings.append(
+                f"per-job failure categories are not node failures and were left out: {', '.join(failures.left_out)}"
+            )
     if result.rejected:
         warnings.append(f"{len(result.rejected)} job(s) ask for more than the cluster has and were rejected")
     if result.never_started:
@@ -394,13 +421,12 @@ def analyze(
     assumptions = [
         "wait is measured from eligibility (sacct Eligible) to the first start",
         "idle gap: per node, from each job end to the next job start on that node (sacct has no per-GPU index)",
+        "fragmentation: free GPUs on nodes with fewer free than every waiting job asks per node; a job's "
+        "GPUs split evenly over its nodes (sacct -X has no per-node count); jobs still waiting when sacct "
+        "ran have no AllocTRES and are not counted as waiting",
     ]
+    nodes = summary.node_gpus(attempts)
     if capacity is None:
-        nodes: dict[str, int] = {}
-        for attempt in attempts:
-            per_node = attempt.num_gpus // max(1, len(attempt.node_names) or attempt.num_nodes)
-            for name in attempt.node_names:
-                nodes[name] = max(nodes.get(name, 0), per_node)
         capacity = sum(nodes.values())
         assumptions.append(
             f"capacity {capacity} GPUs = {len(nodes)} nodes seen in the data x the most GPUs each was given "
@@ -502,5 +528,106 @@ def dev_cluster_down(workdir: Path, fmt: Format) -> int:
         inputs={"workdir": str(workdir)},
         result={"stopped": stopped},
         tables=[table],
+    )
+    return emit(output, fmt)
+
+
+@dev_cluster.command("replay")
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--workdir", type=click.Path(file_okay=False, path_type=Path), default=DEFAULT_WORKDIR, show_default=True
+)
+@click.option("--seed", type=int, default=7, show_default=True, help="Seed of the 40-job mixed trace.")
+@format_option
+def dev_cluster_replay(out_dir: Path, workdir: Path, seed: int, fmt: Format) -> int:
+    """Replay the 40-job mixed trace on a running dev cluster, write OUT_DIR, check the simulator.
+
+    Needs `dev-cluster up --nodes 8 --gpus-per-node 8 --with-db`. OUT_DIR gets trace.json, sacct -P
+    and --json output and the slurmctld log lines the check reads; then the `slurm` policy replays
+    every pass and the whole trace against them (as `dev-cluster check`). Exits 1 on any difference.
+    """
+    from mfukit.sched.slurm import devcluster, replay
+
+    cluster = devcluster.DevCluster.load(workdir)
+    shape = (len(cluster.nodes), cluster.gpus_per_node)
+    if shape != (replay.MIXED_TRACE_NODES, replay.MIXED_TRACE_GPUS_PER_NODE) or not cluster.with_db:
+        raise InputError(
+            f"the mixed trace needs 8 nodes x 8 GPUs with accounting; this cluster has {shape[0]} x {shape[1]}"
+            + ("" if cluster.with_db else " without --with-db"),
+            source=str(workdir),
+            hint="mfukit sched dev-cluster up --nodes 8 --gpus-per-node 8 --with-db",
+        )
+    with progress("replaying on Slurm (about a minute)"):
+        replay.run(cluster, replay.mixed_trace(seed), out_dir)
+    return _agreement(out_dir, "sched.dev-cluster.replay/1", fmt)
+
+
+@dev_cluster.command("check")
+@click.argument("replay_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@format_option
+def dev_cluster_check(replay_dir: Path, fmt: Format) -> int:
+    """Check the `slurm` policy against a replay directory written by `dev-cluster replay`.
+
+    Every logged pass is re-run from the real state before it (jobs started, planned starts and
+    reservations, nodes), and the whole trace is simulated open loop on the controller's clock
+    (every job must start in the same pass on the same nodes). Exits 1 on any difference.
+    """
+    return _agreement(replay_dir, "sched.dev-cluster.check/1", fmt)
+
+
+def _agreement(directory: Path, schema: str, fmt: Format) -> int:
+    from mfukit.sched.slurm.conf import ClusterOptions
+    from mfukit.sched.slurm.validate import check_replay, load_replay
+
+    options = ClusterOptions()
+    agreement = check_replay(load_replay(directory), options)
+    wrong = [c for c in agreement.passes if not c.agrees]
+    late = [c for c in agreement.starts if not c.agrees]
+    plans = sum(len(c.real_planned) for c in agreement.passes)
+    difference = agreement.max_start_difference_s
+    table = Table(f"simulator vs Slurm: {directory.name}", ["check", "agree", "of"])
+    for kind in ("main", "backfill"):
+        passes = [c for c in agreement.passes if c.kind == kind]
+        table.add(f"{kind} passes (starts{' and plans' if kind == 'backfill' else ''})",
+                  sum(c.agrees for c in passes), len(passes))  # fmt: skip
+    table.add("planned starts checked in those passes", plans, "")
+    table.add(
+        "job starts replayed open loop (same pass, same nodes)",
+        agreement.starts_agreeing,
+        len(agreement.starts),
+    )
+    table.add("start order", "same" if agreement.order_matches else "differs", "")
+    table.add("largest start difference", "—" if difference is None else summary.duration(difference), "")
+    warnings = [
+        f"pass at {c.at_s:.3f} ({c.kind}): Slurm started {sorted(c.real_started)}, the simulator "
+        f"{sorted(c.simulated_started)}; plans differ for "
+        f"{sorted(j for j in set(c.real_planned) | set(c.simulated_planned) if c.real_planned.get(j) != c.simulated_planned.get(j))}"
+        for c in wrong[:5]
+    ] + [f"job {c.job_id}: Slurm started it at {c.real_s:.3f} on {','.join(c.real_nodes)}, the simulator at "
+         f"{c.simulated_s} on {','.join(c.simulated_nodes)}" for c in late[:5]]  # fmt: skip
+    output = Output(
+        schema=schema,
+        inputs={"replay_dir": str(directory)},
+        result={
+            "agrees": agreement.agrees,
+            "passes": len(agreement.passes),
+            "passes_agreeing": agreement.passes_agreeing,
+            "plans_compared": plans,
+            "starts": len(agreement.starts),
+            "starts_agreeing": agreement.starts_agreeing,
+            "order_matches": agreement.order_matches,
+            "max_start_difference_s": difference,
+        },
+        assumptions=[
+            f"the dev cluster's scheduler settings: sched_interval={options.sched_interval_s}s, "
+            f"bf_interval={options.bf_interval_s}s, bf_max_time={options.bf_max_time_s}s, "
+            f"bf_resolution={options.bf_resolution_s}s, bf_window={options.bf_window_min}min",
+            "the open-loop replay runs on the controller's clock (the logged instants of its passes, each job "
+            "as long as it really ran); on the simulator's own clock a job that ends waits 0-1 s less for the "
+            "next pass than on the real one, and those waits add up along chains of jobs",
+        ],
+        warnings=warnings,
+        tables=[table],
+        exit_code=0 if agreement.agrees else 1,
     )
     return emit(output, fmt)

@@ -6,9 +6,10 @@ what it will. Submissions are merged from the time-sorted trace rather than push
 the heap only holds what is running and what the cluster will do. Job ends are scheduled at
 ``start + min(run, limit)``: a job past its time limit is killed (TIMEOUT), as Slurm does.
 
-Node failures form a Poisson process at ``failure_rate_per_1000_node_days`` per node (the scenario's
-``cluster.failure_rate_per_1000_node_days``); a failed node kills its jobs (NODE_FAIL; requeued, as
-Slurm's ``JobRequeue=1`` does) and returns after ``repair_s``. Ties at one instant are broken by a
+Node failures form a Poisson process at ``failure_rate_per_1000_node_days`` per node (a flat rate, or
+one node's rate from a failure model: :mod:`mfukit.sched.failures`); a failed node kills its jobs
+(NODE_FAIL; requeued, as Slurm's ``JobRequeue=1`` does) and, with probability ``replacement_frac``,
+stays out for ``repair_s`` (else it takes work again at once). Ties at one instant are broken by a
 sequence number, so a seed fixes the whole event log.
 """
 
@@ -73,6 +74,7 @@ class ClusterSpec:
     nodes_per_leaf: int = 0  # 0: every node under one switch (no topology constraint can bind)
     failure_rate_per_1000_node_days: float = 0.0
     repair_s: float = 0.0
+    replacement_frac: float = 1.0  # the share of node failures after which the node is out for repair_s
     drains: tuple[Drain, ...] = ()
     partitions: tuple[Partition, ...] = (Partition("batch"),)
     qos: tuple[Qos, ...] = (Qos("normal"),)
@@ -267,7 +269,8 @@ class Simulation:
             self.kill(job, NODE_FAIL)
         self.nodes.stop_accepting(node)
         self._down_since[node] = self.now
-        self._push(self.now + self.spec.repair_s, REPAIR, node)
+        replaced = self.spec.replacement_frac >= 1.0 or self.rng.random() < self.spec.replacement_frac
+        self._push(self.now + (self.spec.repair_s if replaced else 0.0), REPAIR, node)
 
     def _repair_node(self, node: int) -> None:
         self.result.down_node_s += self.now - self._down_since.pop(node)

@@ -7,7 +7,9 @@
   Sevcik & Wong, "Theory and practice in parallel job scheduling", JSSPP 1997; tau = 10 s);
 * GPU idle gap between jobs: for every job end on a node, the time until the next job starts on that
   node (sacct has no per-GPU index, so this is per node, as in the reference recipe);
-* stranded (fragmented) GPUs: free GPUs on nodes where no waiting job fits (simulator only);
+* fragmentation (stranded GPUs): free GPUs on nodes with fewer free than any waiting job asks per
+  node, so no queued job can use them, integrated over time; and all free GPUs while jobs wait
+  (:func:`queue_idle_gpu_s`, the same quantities the simulator integrates as it runs);
 * the MFU-first scheduling gate: mean idle gap under 5 min and utilization above 85 %.
 """
 
@@ -104,6 +106,65 @@ def idle_gaps_s(attempts: Sequence[Job]) -> list[float]:
         found = index < node_starts.size
         gaps.extend((node_starts[index[found]] - at[found]).tolist())
     return gaps
+
+
+def queue_idle_gpu_s(
+    attempts: Sequence[Job],
+    waits: Sequence[tuple[float, float, int]],
+    node_gpus: dict[Hashable, int],
+    window_s: tuple[float, float],
+    *,
+    unseen_free_gpus: int = 0,
+) -> tuple[float, float]:
+    """(stranded GPU-seconds, free-while-jobs-wait GPU-seconds) inside ``window_s``.
+
+    ``attempts`` hold GPUs on their nodes (``node_names`` or ``nodes``; a job's GPUs split evenly
+    over them) from start to end; ``waits`` are (from, until, GPUs asked per node) of every wait of
+    a job; ``node_gpus`` the nodes' GPU counts, plus ``unseen_free_gpus`` on nodes no job used
+    (whole free nodes: never stranded). Between events the free GPUs are kept as a histogram over
+    the free count, so a step costs O(GPUs per node), not O(nodes).
+    """
+    # (time, order, node or None for a wait, GPUs: per node held, or asked, delta); at one instant
+    # releases come first (order 0), so a job that starts as another ends never overfills a node
+    events: list[tuple[float, int, Hashable | None, int, int]] = []
+    for attempt in attempts:
+        nodes: Sequence[Hashable] = attempt.node_names or attempt.nodes
+        if attempt.start_s is None or attempt.end_s is None or not nodes:
+            continue
+        per_node = attempt.num_gpus // len(nodes)
+        for node in nodes:
+            events.append((attempt.start_s, 1, node, per_node, -1))
+            events.append((attempt.end_s, 0, node, per_node, 1))
+    for begin, until, ask in waits:
+        if until > begin:
+            events.append((begin, 1, None, ask, 1))
+            events.append((until, 1, None, ask, -1))
+    events.sort(key=lambda e: (e[0], e[1]))
+    top = max(node_gpus.values(), default=0)
+    free = dict(node_gpus)
+    nodes_with = [0] * (top + 1)  # nodes with f free GPUs
+    for gpus in free.values():
+        nodes_with[gpus] += 1
+    waiting = [0] * (top + 2)  # waits asking g GPUs per node (asks above any node's size land at top+1)
+    start, end = window_s
+    stranded = idle = 0.0
+    last = start
+    for at, _, node, gpus, delta in events:
+        if at > last and any(waiting):
+            span = min(at, end) - last
+            if span > 0:
+                smallest = next(g for g, n in enumerate(waiting) if n)
+                stranded += span * sum(f * nodes_with[f] for f in range(min(smallest, top + 1)))
+                idle += span * (sum(f * n for f, n in enumerate(nodes_with)) + unseen_free_gpus)
+        last = max(last, min(at, end))
+        if node is not None:
+            before = free[node]
+            nodes_with[before] -= 1
+            free[node] = min(max(before + delta * gpus, 0), node_gpus[node])
+            nodes_with[free[node]] += 1
+        else:
+            waiting[min(gpus, top + 1)] += delta
+    return stranded, idle
 
 
 @dataclass

@@ -93,14 +93,19 @@ class Nodes:
         return tuple(picked)
 
     def _pick_within_leaves(self, num_nodes: int, gpus: int, max_switches: int) -> tuple[int, ...] | None:
-        per_leaf = self.eligible_by_leaf(gpus)
-        single = [nodes for nodes in per_leaf if len(nodes) >= num_nodes]
+        return self.pick_within_leaves(self.eligible_by_leaf(gpus), num_nodes, max_switches)
+
+    @staticmethod
+    def pick_within_leaves(per_leaf: list[list[int]], need: int, max_switches: int) -> tuple[int, ...] | None:
+        """``need`` of the candidate nodes listed per leaf switch: one leaf if any holds them all (the
+        tightest), else the fullest leaves first, at most ``max_switches`` of them."""
+        single = [nodes for nodes in per_leaf if len(nodes) >= need]
         if single:
-            return tuple(min(single, key=len)[:num_nodes])
+            return tuple(min(single, key=len)[:need])
         picked: list[int] = []
         for nodes in sorted(per_leaf, key=len, reverse=True)[:max_switches]:
-            picked.extend(nodes[: num_nodes - len(picked)])
-        return tuple(picked) if len(picked) == num_nodes else None
+            picked.extend(nodes[: need - len(picked)])
+        return tuple(picked) if len(picked) == need else None
 
     def take_nodes(self, nodes: tuple[int, ...], gpus: int) -> None:
         free = self.free

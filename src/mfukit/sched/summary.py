@@ -3,6 +3,8 @@ with the same layout for both so a simulated replay and reality read alike."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,14 @@ from mfukit.report.html import Chart, Report, Section, write_report
 from mfukit.report.plots import figure
 from mfukit.sched.engine import SimResult
 from mfukit.sched.job import Job, size_class
-from mfukit.sched.metrics import GATE_IDLE_GAP_S, GATE_UTILIZATION, Metrics, Timeline, measure
+from mfukit.sched.metrics import (
+    GATE_IDLE_GAP_S,
+    GATE_UTILIZATION,
+    Metrics,
+    Timeline,
+    measure,
+    queue_idle_gpu_s,
+)
 
 
 def simulation_metrics(result: SimResult) -> Metrics:
@@ -38,11 +47,52 @@ def simulation_metrics(result: SimResult) -> Metrics:
     return metrics
 
 
+def node_gpus(attempts: list[Job]) -> dict[Hashable, int]:
+    """GPUs per node as sacct shows them: the most that one job was given on it (a job's GPUs split
+    evenly over its nodes; sacct -X has no per-node count)."""
+    nodes: dict[Hashable, int] = {}
+    for attempt in attempts:
+        per_node = attempt.num_gpus // max(1, len(attempt.node_names) or attempt.num_nodes)
+        for name in attempt.node_names:
+            nodes[name] = max(nodes.get(name, 0), per_node)
+    return nodes
+
+
+def job_waits(jobs: list[Job], attempts: list[Job], until_s: float) -> list[tuple[float, float, int]]:
+    """(from, until, GPUs asked per node) of every wait: submission (eligibility) to the first start,
+    and a requeued job's end to its next start; a job that never started waits until ``until_s``."""
+    by_job: dict[str, list[Job]] = defaultdict(list)
+    for attempt in attempts:
+        by_job[attempt.name].append(attempt)
+    waits = []
+    for job in jobs:
+        tries = sorted(by_job.get(job.name, []), key=lambda a: a.start_s or 0.0)
+        since = job.submit_s
+        for attempt in tries:
+            if attempt.start_s is not None:
+                waits.append((since, attempt.start_s, job.gpus_per_node))
+            since = attempt.end_s if attempt.end_s is not None else until_s
+        if not tries:
+            waits.append((since, until_s, job.gpus_per_node))
+    return waits
+
+
 def analysis_metrics(
     jobs: list[Job], attempts: list[Job], capacity_gpus: int, window: tuple[float, float]
 ) -> Metrics:
     timeline = Timeline.from_attempts(attempts, window[1])
     metrics = measure(jobs, attempts, timeline, capacity_gpus, window)
+    nodes = node_gpus(attempts)
+    stranded, idle = queue_idle_gpu_s(
+        attempts,
+        job_waits(jobs, attempts, window[1]),
+        nodes,
+        window,
+        unseen_free_gpus=max(0, capacity_gpus - sum(nodes.values())),
+    )
+    span = max(window[1] - window[0], 1e-9) * capacity_gpus
+    metrics.stranded_gpu_frac = stranded / span
+    metrics.idle_with_queue_gpu_frac = idle / span
     metrics.extra["timeline"] = timeline
     metrics.extra["jobs"] = jobs
     return metrics
@@ -83,8 +133,8 @@ def result_dict(metrics: Metrics) -> dict[str, Any]:
     }
 
 
-def _duration(value_s: float) -> str:
-    """A duration, with no wait shown as "0 s" (not a tiny unit)."""
+def duration(value_s: float) -> str:
+    """A duration, with none shown as "0 s" (``units.format_duration`` prints 0 as "0.0 ns")."""
     return "0 s" if value_s == 0 else units.format_duration(value_s)
 
 
@@ -94,7 +144,6 @@ def _fraction(value: float) -> str:
 
 def tables(metrics: Metrics, title: str) -> list[Table]:
     summary = Table(title, ["metric", "value"], csv_columns=["metric", "value"])
-    duration = _duration
     rows: list[tuple[str, Any]] = [
         ("GPU utilization (allocated / capacity)", shown(metrics.utilization, _fraction)),
         ("wait mean", shown(metrics.wait_s["mean"], duration)),
@@ -104,7 +153,7 @@ def tables(metrics: Metrics, title: str) -> list[Table]:
             "GPU idle gap between jobs mean / p95",
             f"{_opt(metrics.idle_gap_s['mean'])} / {_opt(metrics.idle_gap_s['p95'])}",
         ),
-        ("stranded GPUs (no waiting job fits)", shown(metrics.stranded_gpu_frac, _fraction)),
+        ("fragmentation: free GPUs no waiting job fits", shown(metrics.stranded_gpu_frac, _fraction)),
         ("free GPUs while jobs wait", shown(metrics.idle_with_queue_gpu_frac, _fraction)),
         ("jobs started by backfill", shown(metrics.backfill_share, _fraction)),
         ("makespan", shown(metrics.makespan_s, duration)),
@@ -148,7 +197,7 @@ def tables(metrics: Metrics, title: str) -> list[Table]:
 
 
 def _opt(value: float | None) -> str:
-    return "—" if value is None else _duration(value)
+    return "—" if value is None else duration(value)
 
 
 def write(

@@ -10,25 +10,30 @@ reservations take GPUs out of the slots they cover. Nodes that are down or drain
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from mfukit.sched.job import Job
 from mfukit.sched.nodes import Nodes
 
 
 def _bits(mask: int) -> list[int]:
-    nodes = []
-    while mask:
-        low = mask & -mask
-        nodes.append(low.bit_length() - 1)
-        mask ^= low
-    return nodes
+    """The set bits of ``mask``, lowest first."""
+    return [index for index, bit in enumerate(reversed(bin(mask))) if bit == "1"]
 
 
-def consecutive_best_fit(candidates: int, need: int) -> tuple[int, ...] | None:
-    """Slurm's node choice (select/cons_tres ``_eval_nodes``, from select/linear): split the eligible
-    nodes into runs of consecutive indices; take the lowest nodes of the smallest run that holds the
-    whole request, or else the largest runs first. None when there are too few nodes."""
+def consecutive_best_fit(
+    candidates: int, need: int, free: Sequence[int] | None = None
+) -> tuple[int, ...] | None:
+    """Slurm's node choice among ``candidates`` (select/cons_tres ``_eval_nodes``, 22.05).
+
+    The candidates split into runs of consecutive node indices. Until ``need`` nodes are taken, the
+    next run is the first that is *sufficient* (holds every node still needed) with the least
+    resources, or, while none is sufficient, the one with the most; a run's resources are the sum of
+    ``free`` over its nodes (Slurm sums the CPUs each node can give the job; the simulator tracks
+    GPUs, which rank nodes alike when CPUs follow GPUs; uniform when ``free`` is None). From the
+    chosen run the lowest nodes are taken, or, for the last node, the one with the least free.
+    None when there are too few candidates.
+    """
     nodes = _bits(candidates)
     if len(nodes) < need:
         return None
@@ -38,15 +43,53 @@ def consecutive_best_fit(candidates: int, need: int) -> tuple[int, ...] | None:
             runs[-1].append(node)
         else:
             runs.append([node])
-    fitting = [run for run in runs if len(run) >= need]
-    if fitting:
-        return tuple(min(fitting, key=len)[:need])
+    size = [len(run) if free is None else sum(free[node] for node in run) for run in runs]
     picked: list[int] = []
-    for run in sorted(runs, key=len, reverse=True):
-        picked.extend(run[: need - len(picked)])
-        if len(picked) == need:
-            break
+    left = need
+    while left > 0:
+        best, best_sufficient = -1, False
+        for index, run in enumerate(runs):
+            if not run:
+                continue
+            sufficient = len(run) >= left
+            if (
+                best < 0
+                or (sufficient and not best_sufficient)
+                or (sufficient and size[index] < size[best])
+                or (not sufficient and size[index] > size[best])
+            ):
+                best, best_sufficient = index, sufficient
+        run = runs[best]
+        # the last node: Slurm's single-node best fit within the run
+        taken = run[:left] if left > 1 else [run[0] if free is None else min(run, key=free.__getitem__)]
+        picked.extend(taken)
+        left -= len(taken)
+        runs[best] = []
     return tuple(sorted(picked))
+
+
+def pick_nodes(
+    nodes: Nodes, candidates: int, need: int, max_switches: int = 0, free: Sequence[int] | None = None
+) -> tuple[int, ...] | None:
+    """``need`` nodes among ``candidates``: Slurm's consecutive best fit, or, for a ``--switches``
+    request on a tree of leaf switches, the nodes of one leaf if any holds them all (the tightest),
+    else of the fullest leaves (at most ``max_switches``)."""
+    if max_switches <= 0 or nodes.num_leaves <= 1:
+        return consecutive_best_fit(candidates, need, free)
+    per_leaf: list[list[int]] = [[] for _ in range(nodes.num_leaves)]
+    for node in _bits(candidates):
+        per_leaf[nodes.leaf[node]].append(node)
+    return nodes.pick_within_leaves(per_leaf, need, max_switches)
+
+
+def take_best_fit(nodes: Nodes, job: Job, max_switches: int, busy: int = 0) -> tuple[int, ...] | None:
+    """Take the nodes Slurm gives ``job`` now (:func:`pick_nodes` among the nodes it fits on, less
+    the ``busy`` mask), or None when it does not fit."""
+    candidates = eligible_mask(nodes, job.gpus_per_node) & ~busy
+    picked = pick_nodes(nodes, candidates, job.num_nodes, max_switches, nodes.free)
+    if picked is not None:
+        nodes.take_nodes(picked, job.gpus_per_node)
+    return picked
 
 
 def eligible_mask(nodes: Nodes, gpus: int) -> int:
@@ -94,21 +137,18 @@ class Plan:
             if gained:
                 for level in range(1, top + 1):
                     current[level] |= gained
-        self._leaf_masks: list[int] | None = None
 
     # --------------------------------------------------------------------------------------- search
     def find(
-        self, job: Job, duration_s: float, latest_start_s: float, max_switches: int = 0
+        self, job: Job, duration_s: float, max_switches: int = 0
     ) -> tuple[float, tuple[int, ...]] | None:
-        """Earliest slot start (<= ``latest_start_s``) at which ``job`` fits for ``duration_s``."""
+        """Earliest slot start at which ``job`` fits for ``duration_s``."""
         times, masks = self.times, self.masks
         need, gpus = job.num_nodes, job.gpus_per_node
         count = len(times)
         index = 0
         while index < count:
             start = times[index]
-            if start > latest_start_s:
-                return None
             common = masks[index][gpus]
             if common.bit_count() < need:
                 index += 1
@@ -121,30 +161,13 @@ class Plan:
                     break
                 later += 1
             else:
-                picked = self._pick(common, need, max_switches)
+                picked = pick_nodes(self.nodes, common, need, max_switches)
                 if picked is not None:
                     return start, picked
                 index += 1
                 continue
             index = later + 1  # every start up to slot `later` overlaps it: skip them all
         return None
-
-    def _pick(self, candidates: int, need: int, max_switches: int) -> tuple[int, ...] | None:
-        if max_switches <= 0 or self.nodes.num_leaves <= 1:
-            return consecutive_best_fit(candidates, need)
-        if self._leaf_masks is None:
-            leaf_masks = [0] * self.nodes.num_leaves
-            for node, leaf in enumerate(self.nodes.leaf):
-                leaf_masks[leaf] |= 1 << node
-            self._leaf_masks = leaf_masks
-        per_leaf = [candidates & leaf for leaf in self._leaf_masks]
-        single = [m for m in per_leaf if m.bit_count() >= need]
-        if single:
-            return tuple(_bits(min(single, key=int.bit_count))[:need])
-        picked: list[int] = []
-        for mask in sorted(per_leaf, key=int.bit_count, reverse=True)[:max_switches]:
-            picked.extend(_bits(mask)[: need - len(picked)])
-        return tuple(picked) if len(picked) == need else None
 
     # ------------------------------------------------------------------------------------- reserve
     def _boundary(self, at: float) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mfukit.sched.engine import ClusterSpec, Partition, Qos
 from mfukit.sched.policies.base import PriorityWeights
-from mfukit.sched.policies.slurm import SlurmPolicy
+from mfukit.sched.policies.slurm import Controller, SlurmPolicy
 
 CLUSTER_NAME = "mfukitdev"
 CPUS_PER_NODE = 16  # declared, not real: SlurmdParameters=config_overrides
@@ -21,6 +21,9 @@ class ClusterOptions:
     """Scheduler knobs (slurm.conf names) shared by the dev cluster and the simulator."""
 
     bf_interval_s: int = 1
+    # a cycle takes ~10 ms; with the default bf_max_time (= bf_interval) one that crosses a second is
+    # cut wherever the kernel's coarse clock ticks over, which no log can tell to the millisecond
+    bf_max_time_s: int = 30
     bf_resolution_s: int = 60
     bf_window_min: int = 1440
     bf_max_job_test: int = 500
@@ -37,13 +40,18 @@ class ClusterOptions:
             job_size=self.weight_job_size, partition=self.weight_partition, qos=self.weight_qos
         )
 
-    def policy(self) -> SlurmPolicy:
+    def policy(self, controller: Controller | None = None, *, clock_origin_s: int = 0) -> SlurmPolicy:
+        """The ``slurm`` policy with these knobs (on slurmctld's own timers unless ``controller``)."""
         return SlurmPolicy(
             self.weights(),
             bf_interval_s=self.bf_interval_s,
             bf_resolution_s=self.bf_resolution_s,
             bf_window_s=self.bf_window_min * 60.0,
             bf_max_job_test=self.bf_max_job_test,
+            bf_max_time_s=self.bf_max_time_s,
+            sched_interval_s=self.sched_interval_s,
+            clock_origin_s=clock_origin_s,
+            controller=controller,
         )
 
     def spec(self, num_nodes: int, gpus_per_node: int) -> ClusterSpec:
@@ -77,7 +85,8 @@ def render(
     hosts = _hostlist(names)
     first_port = ports["slurmd"]
     sched = (
-        f"bf_interval={options.bf_interval_s},bf_resolution={options.bf_resolution_s},"
+        f"bf_interval={options.bf_interval_s},bf_max_time={options.bf_max_time_s},"
+        f"bf_resolution={options.bf_resolution_s},"
         f"bf_window={options.bf_window_min},bf_max_job_test={options.bf_max_job_test},"
         f"sched_interval={options.sched_interval_s}"
     )
@@ -95,6 +104,10 @@ def render(
         f"SlurmctldPidFile={w}/run/slurmctld.pid",
         f"SlurmdPidFile={w}/run/slurmd-%n.pid",
         f"SlurmctldLogFile={w}/log/slurmctld.log",
+        # what mfukit.sched.slurm.ctldlog reads: every pass, start, plan and release, to the millisecond
+        "SlurmctldDebug=debug",
+        "DebugFlags=Backfill,TraceJobs",
+        "LogTimeFormat=iso8601_ms",
         f"SlurmdLogFile={w}/log/slurmd-%n.log",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",

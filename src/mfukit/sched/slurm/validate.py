@@ -1,37 +1,90 @@
-"""Does the simulator decide as Slurm did? Put the simulator in the real cluster's state at every
-instant Slurm started jobs, let the ``slurm`` policy decide once, and compare.
+"""Does the simulator decide as Slurm did? Two checks against a real replay's slurmctld log
+(:mod:`~mfukit.sched.slurm.ctldlog`) and its sacct accounting.
 
-At each whole second ``t`` at which the real cluster started jobs (from sacct): jobs that started
-before ``t`` and had not ended by ``t`` run on their real nodes with their real time limits; jobs
-eligible by ``t`` that had not started wait. The simulator's main pass and backfill cycle then start
-a set S. Agreement means every job Slurm started at ``t`` is in S, and every other job in S was
-started by Slurm within ``tolerance_s``. Decisions are checked one instant at a time, so the
-sub-second latencies of a real controller (and sacct's whole seconds) cannot accumulate into drift.
+* :func:`check_passes` — every pass on its own: put the simulator in the real cluster's state just
+  before the pass (jobs started and not yet ended, on their real nodes; eligible jobs waiting), run
+  the same pass (main or backfill) at the same instant, and compare the jobs started and their nodes
+  and, for backfill, every planned start, reservation end and node set that slurmctld logged.
+* :func:`replay_on_controller_clock` — the whole trace open loop: the simulator schedules every job
+  itself from submission to end and only borrows the controller's clock (the instants of its
+  passes; each job runs as long as it really ran). Every job must start in the same pass, hence at
+  the same instant, on the same nodes.
+
+Why the controller's clock and not the simulator's own (:class:`~mfukit.sched.policies.slurm.
+PeriodicController`): slurmctld's timers free-run (a backfill cycle starts a second after the last
+one *ended*, the main pass every ``sched_interval`` on the background loop), so a job that ends
+waits a phase-dependent 0-1 s for the next pass, and that wait accumulates along every chain of jobs
+that follow one another; and two jobs ending within milliseconds are seen by one pass or by two
+depending on where the pass falls. An open-loop replay on a model clock therefore drifts by about
+half a second per generation of jobs and can take different but equally valid decisions; on the
+controller's clock it must be exact.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-from mfukit.sched.engine import Simulation
-from mfukit.sched.job import RUNNING, Job
+from pydantic import Field
+
+from mfukit.core.schema import PositiveInt, Strict, validate_as
+from mfukit.errors import InputError
+from mfukit.sched.engine import Simulation, simulate
+from mfukit.sched.job import Job
+from mfukit.sched.policies.slurm import ControllerPass, LogController, SlurmPolicy
 from mfukit.sched.slurm.conf import ClusterOptions, node_names
+from mfukit.sched.slurm.ctldlog import ControllerLog, LoggedPass, read_controller_log
+from mfukit.sched.slurm.replay import TRACE_FILE
+from mfukit.sched.traces import read_trace
+
+Plan = dict[int, tuple[float, float, tuple[str, ...]]]
 
 
 @dataclass(frozen=True)
-class Decision:
+class PassCheck:
     at_s: float
-    real: tuple[int, ...]  # job ids Slurm started at this second
-    simulated: tuple[int, ...]  # job ids the simulator starts in the same state
-    missing: tuple[int, ...]  # started by Slurm, not by the simulator
-    early: tuple[int, ...]  # started by the simulator, by Slurm only later than the tolerance
+    kind: str
+    real_started: dict[int, tuple[str, ...]]
+    simulated_started: dict[int, tuple[str, ...]]
+    real_planned: Plan
+    simulated_planned: Plan
+
+    @property
+    def agrees(self) -> bool:
+        return self.real_started == self.simulated_started and self.real_planned == self.simulated_planned
 
 
-def _fresh(job: Job) -> Job:
+@dataclass(frozen=True)
+class StartCheck:
+    job_id: int
+    real_s: float
+    simulated_s: float | None
+    real_nodes: tuple[str, ...]
+    simulated_nodes: tuple[str, ...]
+
+    @property
+    def agrees(self) -> bool:
+        return self.real_s == self.simulated_s and self.real_nodes == self.simulated_nodes
+
+
+def _controller_pass(logged: LoggedPass, real: dict[int, Job]) -> ControllerPass:
+    """The logged pass as the simulator replays it; a job it started is timed by its sacct start,
+    Slurm's own whole-second start time (the log's millisecond stamp may be a kernel tick ahead)."""
+    clocks = {job_id: tuple(times) for job_id, times in logged.job_clock_s.items()}
+    for job_id in logged.started:
+        start = real[job_id].start_s
+        if start is not None:
+            clocks[job_id] = (start,)
+    return ControllerPass(logged.at_s, logged.kind, clocks, logged.end_s)
+
+
+def _fresh(job: Job, *, submit_s: float | None = None, run_s: float | None = None) -> Job:
     return Job(
         job.job_id,
-        job.submit_s,
-        job.run_s,
+        job.submit_s if submit_s is None else submit_s,
+        job.run_s if run_s is None else run_s,
         job.limit_s,
         job.num_nodes,
         job.gpus_per_node,
@@ -42,68 +95,183 @@ def _fresh(job: Job) -> Job:
     )
 
 
-def _decide(
+def _one_pass(
     real: list[Job],
-    at: float,
+    log: ControllerLog,
+    logged: LoggedPass,
     options: ClusterOptions,
     num_nodes: int,
-    gpus_per_node: int,
-    *,
-    ended_by_now: bool,
-) -> tuple[int, ...]:
-    """Job ids the simulator starts at ``at`` from the real state there.
-
-    ``ended_by_now``: whether jobs that sacct says ended in the same whole second ``at`` count as
-    finished (Slurm stores whole seconds, so a pass in that second may have run before or after them).
-    """
-    index = {name: position for position, name in enumerate(node_names(num_nodes))}
-    sim = Simulation([], options.spec(num_nodes, gpus_per_node), options.policy())
-    for job in real:
-        if job.start_s is None or job.start_s >= at:
-            continue
-        if job.end_s is not None and (job.end_s < at or (ended_by_now and job.end_s == at)):
-            continue
-        copy = _fresh(job)
-        nodes = tuple(index[name] for name in job.node_names)
-        sim.nodes.take_nodes(nodes, copy.gpus_per_node)
-        sim.now = job.start_s
-        sim.pending_count += 1  # start() counts the job out of the queue
-        sim.pending_per_gpus[copy.gpus_per_node] += 1
-        sim.start(copy, nodes)
-    sim.now = at
+    gpus: int,
+) -> PassCheck:
+    names = node_names(num_nodes)
+    index = {name: position for position, name in enumerate(names)}
+    at = logged.at_s
+    policy = options.policy()
+    sim = Simulation([], options.spec(num_nodes, gpus), policy)
     waiting = []
     for job in real:
-        if job.submit_s <= at and job.start_s is not None and job.start_s >= at:
+        started = log.started_s.get(job.job_id)
+        if started is not None and started < at:
+            if log.completed_s.get(job.job_id, at) < at:
+                released = log.released_s.get(job.job_id, at)
+                if released > at:  # ended, but its nodes are still COMPLETING
+                    for name in job.node_names:
+                        policy.completing_until[index[name]] = released
+                continue
             copy = _fresh(job)
-            sim.enqueue(copy)
-            waiting.append(copy)
-    sim.policy.schedule(at, freed=True, arrived=len(waiting), tick=True)
-    return tuple(sorted(j.job_id for j in waiting if j.state == RUNNING))
+            nodes = tuple(index[name] for name in job.node_names)
+            sim.nodes.take_nodes(nodes, copy.gpus_per_node)
+            sim.now = job.start_s or started  # sacct's start: Slurm's whole-second start time
+            sim.pending_count += 1  # start() counts the job out of the queue
+            sim.pending_per_gpus[copy.gpus_per_node] += 1
+            sim.start(copy, nodes)
+        elif job.submit_s <= int(at):
+            waiting.append(_fresh(job))
+    sim.now = at
+    for job in waiting:
+        sim.enqueue(job)
+    policy.run_pass(_controller_pass(logged, {job.job_id: job for job in real}), at)
+    started_now = {j.job_id: tuple(names[n] for n in j.nodes) for j in waiting if j.start_s is not None}
+    planned = {
+        p.job_id: (float(p.start_s), float(p.end_s), tuple(names[n] for n in p.nodes))
+        for p in (policy.planned if logged.kind == "backfill" else [])
+    }
+    return PassCheck(at, logged.kind, logged.started, started_now, logged.planned, planned)
 
 
-def check_decisions(
-    real: list[Job], options: ClusterOptions, num_nodes: int, gpus_per_node: int, tolerance_s: float
-) -> list[Decision]:
-    """One :class:`Decision` per second at which Slurm started jobs (``real`` from a sacct read).
+def check_passes(
+    real: list[Job], log: ControllerLog, options: ClusterOptions, num_nodes: int, gpus_per_node: int
+) -> list[PassCheck]:
+    """One :class:`PassCheck` per logged pass that found jobs waiting (``real``: the jobs as sacct
+    recorded them, with Slurm's job ids, eligible times as ``submit_s`` and their ``nice``)."""
+    checks = []
+    for logged in log.passes:
+        check = _one_pass(real, log, logged, options, num_nodes, gpus_per_node)
+        if check.real_started or check.real_planned or check.simulated_started or check.simulated_planned:
+            checks.append(check)
+    return checks
 
-    Both readings of that second are tried (jobs ending in it finished before the pass, or not);
-    the decision agrees when either does.
-    """
-    started = {job.job_id: job.start_s for job in real if job.start_s is not None}
-    decisions = []
-    for at in sorted({s for s in started.values() if s is not None}):
-        now_real = tuple(sorted(i for i, s in started.items() if s == at))
-        candidates = []
-        for ended_by_now in (False, True):
-            simulated = _decide(real, at, options, num_nodes, gpus_per_node, ended_by_now=ended_by_now)
-            candidates.append(
-                Decision(
-                    at,
-                    now_real,
-                    simulated,
-                    tuple(i for i in now_real if i not in simulated),
-                    tuple(i for i in simulated if (started[i] or 0.0) > at + tolerance_s),
-                )
+
+def replay_on_controller_clock(
+    real: list[Job], log: ControllerLog, options: ClusterOptions, num_nodes: int, gpus_per_node: int
+) -> list[StartCheck]:
+    """Simulate ``real`` from submission to end on the logged passes' instants; one
+    :class:`StartCheck` per job. Each job runs from its pass to its logged completion."""
+    names = node_names(num_nodes)
+    jobs = []
+    for job in real:
+        origin = log.started_in(job.job_id)
+        done = log.completed_s.get(job.job_id)
+        if origin is None or done is None:
+            raise ValueError(f"job {job.job_id} did not start and end within the log")
+        jobs.append(_fresh(job, run_s=done - origin.at_s))
+    by_id = {job.job_id: job for job in real}
+    controller = LogController([_controller_pass(p, by_id) for p in log.passes], log.released_s)
+    policy: SlurmPolicy = options.policy(controller)
+    result = simulate(jobs, options.spec(num_nodes, gpus_per_node), policy)
+    checks = []
+    for job in sorted(result.jobs, key=lambda j: j.job_id):
+        origin = log.started_in(job.job_id)
+        assert origin is not None
+        checks.append(
+            StartCheck(
+                job.job_id,
+                origin.at_s,
+                job.start_s,
+                origin.started[job.job_id],
+                tuple(names[n] for n in job.nodes),
             )
-        decisions.append(min(candidates, key=lambda d: len(d.missing) + len(d.early)))
-    return decisions
+        )
+    return checks
+
+
+class _TraceJob(Strict):
+    id: int
+    slurm_id: int
+    submit_s: float = Field(ge=0)
+    run_s: float = Field(gt=0)
+    limit_s: float = Field(gt=0)
+    nodes: PositiveInt
+    gpus_per_node: PositiveInt
+    partition: str
+    qos: str
+    nice: int
+
+
+class _Cluster(Strict):
+    nodes: PositiveInt
+    gpus_per_node: PositiveInt
+
+
+class _Trace(Strict):
+    cluster: _Cluster
+    start_epoch_s: float
+    jobs: list[_TraceJob] = Field(min_length=1)
+
+
+@dataclass
+class Replay:
+    """A replay directory (:mod:`~mfukit.sched.slurm.replay`), read back."""
+
+    real: list[Job]  # as sacct recorded them: Slurm job ids, eligible times as submit_s, nice from the trace
+    log: ControllerLog
+    num_nodes: int
+    gpus_per_node: int
+
+
+def load_replay(directory: Path) -> Replay:
+    path = directory / TRACE_FILE
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as error:
+        raise InputError(f"cannot read the replay's trace: {error}", source=str(path)) from None
+    trace = validate_as(_Trace, data, source=str(path))
+    nice = {job.slurm_id: job.nice for job in trace.jobs}
+    gpus = trace.cluster.nodes * trace.cluster.gpus_per_node
+    read = read_trace(directory / "sacct.txt", gpus_per_node=trace.cluster.gpus_per_node, cluster_gpus=gpus)
+    real = [job for job in read.jobs if job.job_id in nice]
+    if len(real) != len(nice):
+        raise InputError(
+            f"sacct lists {len(real)} of the trace's {len(nice)} jobs", source=str(directory / "sacct.txt")
+        )
+    for job in real:
+        job.nice = nice[job.job_id]  # sacct does not record nice
+    log = read_controller_log(directory / "slurmctld.log")
+    return Replay(real, log, trace.cluster.nodes, trace.cluster.gpus_per_node)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    passes: list[PassCheck]
+    starts: list[StartCheck]
+
+    @property
+    def passes_agreeing(self) -> int:
+        return sum(check.agrees for check in self.passes)
+
+    @property
+    def starts_agreeing(self) -> int:
+        return sum(check.agrees for check in self.starts)
+
+    @property
+    def order_matches(self) -> bool:
+        """Whether the simulator started the jobs in Slurm's order (ties: same instant)."""
+        real = sorted(self.starts, key=lambda c: (c.real_s, c.job_id))
+        simulated = sorted(self.starts, key=lambda c: (c.simulated_s is None, c.simulated_s or 0.0, c.job_id))
+        return [c.job_id for c in real] == [c.job_id for c in simulated]
+
+    @property
+    def max_start_difference_s(self) -> float | None:
+        """The largest |simulated - real| start; None when a job never started in the simulator."""
+        if any(c.simulated_s is None for c in self.starts):
+            return None
+        return max((abs((c.simulated_s or 0.0) - c.real_s) for c in self.starts), default=0.0)
+
+    @property
+    def agrees(self) -> bool:
+        return self.passes_agreeing == len(self.passes) and self.starts_agreeing == len(self.starts)
+
+
+def check_replay(replay: Replay, options: ClusterOptions) -> Agreement:
+    args = (replay.real, replay.log, options, replay.num_nodes, replay.gpus_per_node)
+    return Agreement(check_passes(*args), replay_on_controller_clock(*args))

@@ -1,0 +1,70 @@
+"""The ``slurm`` policy against replays captured from the dev Slurm (``tests/data/sched/replays``,
+written by ``mfukit sched dev-cluster replay``): no Slurm needed. Each replay is the 40-job mixed
+trace; its slurmctld log holds every pass, start, plan and node release to the millisecond."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mfukit.sched.policies import slurm_backfill
+from mfukit.sched.slurm.conf import ClusterOptions
+from mfukit.sched.slurm.validate import Agreement, Replay, check_replay, load_replay
+
+REPLAYS = sorted((Path(__file__).parents[1] / "data" / "sched" / "replays").iterdir())
+
+
+@pytest.fixture(scope="module", params=REPLAYS, ids=lambda path: path.name)
+def replay(request: pytest.FixtureRequest) -> Replay:
+    return load_replay(request.param)
+
+
+def test_every_pass_and_every_start_agree(replay: Replay) -> None:
+    agreement = check_replay(replay, ClusterOptions())
+    assert [c for c in agreement.passes if not c.agrees] == []
+    assert [c for c in agreement.starts if not c.agrees] == []
+    assert len(agreement.starts) == 40 and agreement.order_matches
+    assert agreement.max_start_difference_s == 0.0
+    # the planned starts compared are many: every waiting job at every backfill cycle
+    assert sum(len(c.real_planned) for c in agreement.passes) > 500
+
+
+def _features(agreement: Agreement, replay: Replay) -> dict[str, int]:
+    planned = [(c, job_id, plan) for c in agreement.passes for job_id, plan in c.real_planned.items()]
+    return {
+        "backfill starts": sum(len(c.real_started) for c in agreement.passes if c.kind == "backfill"),
+        "main-pass starts": sum(len(c.real_started) for c in agreement.passes if c.kind == "main"),
+        # a plan one second after the pass: the chosen nodes were still COMPLETING
+        "completing delays": sum(plan[0] == int(c.at_s) + 1 for c, _, plan in planned),
+        "plans": len(planned),
+    }
+
+
+def test_the_replays_exercise_both_schedulers_and_completing_nodes() -> None:
+    totals: dict[str, int] = {}
+    for directory in REPLAYS:
+        replay = load_replay(directory)
+        for name, count in _features(check_replay(replay, ClusterOptions()), replay).items():
+            totals[name] = totals.get(name, 0) + count
+    assert totals["backfill starts"] >= 20 and totals["main-pass starts"] >= 5
+    assert totals["completing delays"] >= 1
+
+
+def test_the_replays_tell_the_will_run_groups_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planning each job at the first running job's end that frees room (1 s groups instead of
+    Slurm's 30 s windows) must disagree with what Slurm logged: the fixtures can fail."""
+    monkeypatch.setattr(slurm_backfill, "WILL_RUN_WINDOW_S", 1)
+    agreement = check_replay(load_replay(REPLAYS[0]), ClusterOptions())
+    assert agreement.passes_agreeing < len(agreement.passes)
+
+
+def test_the_replays_tell_completing_nodes_apart() -> None:
+    """Without the COMPLETING window some decisions differ from Slurm's."""
+    disagreements = 0
+    for directory in REPLAYS:
+        replay = load_replay(directory)
+        replay.log.released_s.clear()
+        agreement = check_replay(replay, ClusterOptions())
+        disagreements += len(agreement.passes) - agreement.passes_agreeing
+    assert disagreements >= 1
