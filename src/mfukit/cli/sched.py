@@ -323,7 +323,7 @@ def simulate(
         assumptions.append(
             f"node failures: {failures.rate_per_1000_node_days:.3g} per 1,000 node-days per node, Poisson, from "
             f"{failures.basis}; {units.format_percent(failures.replacement_frac)} of them take the node out "
-            f"for {summary.duration(spec.repair_s)} (--node-repair), the rest "
+            f"for {units.format_duration(spec.repair_s)} (--node-repair), the rest "
             "only kill its jobs; killed jobs are requeued (JobRequeue=1), at most MaxBatchRequeue=5 times"
         )
         if failures.left_out:
@@ -597,7 +597,9 @@ def _agreement(directory: Path, schema: str, fmt: Format) -> int:
         len(agreement.starts),
     )
     table.add("start order", "same" if agreement.order_matches else "differs", "")
-    table.add("largest start difference", "—" if difference is None else summary.duration(difference), "")
+    table.add(
+        "largest start difference", "—" if difference is None else units.format_duration(difference), ""
+    )
     warnings = [
         f"pass at {c.at_s:.3f} ({c.kind}): Slurm started {sorted(c.real_started)}, the simulator "
         f"{sorted(c.simulated_started)}; plans differ for "

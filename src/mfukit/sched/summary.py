@@ -133,11 +133,6 @@ def result_dict(metrics: Metrics) -> dict[str, Any]:
     }
 
 
-def duration(value_s: float) -> str:
-    """A duration, with none shown as "0 s" (``units.format_duration`` prints 0 as "0.0 ns")."""
-    return "0 s" if value_s == 0 else units.format_duration(value_s)
-
-
 def _fraction(value: float) -> str:
     return units.format_percent(value)
 
@@ -146,7 +141,7 @@ def tables(metrics: Metrics, title: str) -> list[Table]:
     summary = Table(title, ["metric", "value"], csv_columns=["metric", "value"])
     rows: list[tuple[str, Any]] = [
         ("GPU utilization (allocated / capacity)", shown(metrics.utilization, _fraction)),
-        ("wait mean", shown(metrics.wait_s["mean"], duration)),
+        ("wait mean", shown(metrics.wait_s["mean"], units.format_duration)),
         ("wait p50 / p95 / p99", " / ".join(_opt(metrics.wait_s[k]) for k in ("p50", "p95", "p99"))),
         ("bounded slowdown mean (tau 10 s)", shown(metrics.bounded_slowdown_mean, lambda v: f"{v:.2f}")),
         (
@@ -156,7 +151,7 @@ def tables(metrics: Metrics, title: str) -> list[Table]:
         ("fragmentation: free GPUs no waiting job fits", shown(metrics.stranded_gpu_frac, _fraction)),
         ("free GPUs while jobs wait", shown(metrics.idle_with_queue_gpu_frac, _fraction)),
         ("jobs started by backfill", shown(metrics.backfill_share, _fraction)),
-        ("makespan", shown(metrics.makespan_s, duration)),
+        ("makespan", shown(metrics.makespan_s, units.format_duration)),
         (
             "jobs completed / failed / timeout",
             f"{metrics.counts['completed']} / {metrics.counts['failed']} / {metrics.counts['timeout']}",
@@ -182,7 +177,9 @@ def tables(metrics: Metrics, title: str) -> list[Table]:
     for job in metrics.extra.get("jobs", []):
         counts[size_class(job.num_gpus)] = counts.get(size_class(job.num_gpus), 0) + 1
     for name, stats in metrics.wait_s_by_size.items():
-        by_size.add(name, counts.get(name), *(shown(stats[k], duration) for k in ("p50", "p95", "p99")))
+        by_size.add(
+            name, counts.get(name), *(shown(stats[k], units.format_duration) for k in ("p50", "p95", "p99"))
+        )
     result = [summary, by_size]
     if len(metrics.wait_s_by_partition) > 1:
         by_part = Table(
@@ -191,13 +188,13 @@ def tables(metrics: Metrics, title: str) -> list[Table]:
             csv_columns=["partition", "wait_s_p50", "wait_s_p95", "wait_s_p99"],
         )
         for name, stats in metrics.wait_s_by_partition.items():
-            by_part.add(name, *(shown(stats[k], duration) for k in ("p50", "p95", "p99")))
+            by_part.add(name, *(shown(stats[k], units.format_duration) for k in ("p50", "p95", "p99")))
         result.append(by_part)
     return result
 
 
 def _opt(value: float | None) -> str:
-    return "—" if value is None else duration(value)
+    return "—" if value is None else units.format_duration(value)
 
 
 def write(
