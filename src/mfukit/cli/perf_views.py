@@ -83,11 +83,12 @@ def layout_text(layout: Parallelism) -> str:
     return f"TP {layout.tp} x {pipeline} x DP {layout.dp} (CP {layout.cp}, EP {layout.ep})"
 
 
-def options_text(layout: Parallelism, *, sequence_parallel: bool = True) -> str:
+def options_text(layout: Parallelism, *, sequence_parallel: bool = True, compact: bool = False) -> str:
     """``SP, recompute selective, dist-opt``: sequence parallelism (unless the layout column says it), the
-    recompute mode and the sharding."""
+    recompute mode and the sharding; ``compact`` leaves out "recompute none" (a table of many layouts)."""
     parts = ["SP"] if sequence_parallel and layout.sequence_parallel and layout.tp > 1 else []
-    parts.append(f"recompute {layout.recompute}")
+    if not (compact and layout.recompute == "none"):
+        parts.append(f"recompute {layout.recompute}")
     parts.append(SHORT_SHARDING[sharding_of(layout)])
     return ", ".join(parts)
 

@@ -184,7 +184,7 @@ def plans_table(plans: list[Plan], title: str) -> Table:
         table.add(
             rank,
             compact_layout(plan),
-            options_text(plan.layout, sequence_parallel=False),
+            options_text(plan.layout, sequence_parallel=False, compact=True),
             f"{plan.micro_batch_size} x {plan.num_microbatches}",
             shown(plan.mfu, units.format_percent),
             shown(plan.step_time_s, lambda v: f"{v:,.2f} s"),
