@@ -29,7 +29,7 @@ from mfukit.cli.perf_views import (
     tiers_table,
 )
 from mfukit.cli.render import Format
-from mfukit.core.results import Output, Table, shown
+from mfukit.core.results import Output, Quantity, Table, shown
 from mfukit.core.scenario import load_scenario
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
@@ -184,7 +184,10 @@ def plans_table(plans: list[Plan], title: str) -> Table:
         table.add(
             rank,
             compact_layout(plan),
-            options_text(plan.layout, sequence_parallel=False, compact=True),
+            Quantity(
+                options_text(plan.layout, sequence_parallel=False),
+                options_text(plan.layout, sequence_parallel=False, compact=True),
+            ),
             f"{plan.micro_batch_size} x {plan.num_microbatches}",
             shown(plan.mfu, units.format_percent),
             shown(plan.step_time_s, lambda v: f"{v:,.2f} s"),

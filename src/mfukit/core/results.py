@@ -27,9 +27,10 @@ ProgressCallback = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class Quantity:
-    """A number with the text a human reads: tables show ``text``, CSV writes ``value`` (SI units)."""
+    """A value with the text a human reads: tables show ``text``, CSV writes ``value`` (SI units, or
+    the full wording where the table abbreviates)."""
 
-    value: float | int | None
+    value: float | int | str | None
     text: str
 
     def __str__(self) -> str:
