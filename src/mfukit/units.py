@@ -74,6 +74,8 @@ def _split(text: str, what: str, example: str, field: str | None) -> tuple[float
             f"not a {what}", field=field, value=text, expected=f"a number with a unit, e.g. {example}"
         )
     number = float(match.group("number").replace("_", "").replace(",", ""))
+    if number < 0:  # every quantity parsed here is a magnitude: say so before judging the unit
+        raise InputError("must not be negative", field=field, value=text, expected=f"e.g. {example}")
     return number, match.group("unit")
 
 
@@ -136,6 +138,13 @@ def parse_bytes(value: object, *, field: str | None = None) -> float:
     if not isinstance(value, str):
         raise InputError("is not a size", field=field, value=value, expected='e.g. "80GB" or "80GiB"')
     number, unit = _split(value, "size", '"80GB" or "80GiB"', field)
+    if not unit:
+        raise InputError(
+            "is a bare number; a size needs its unit",
+            field=field,
+            value=value,
+            expected='e.g. "80GB" or "80GiB"',
+        )
     for suffix in ("Bytes", "bytes", "byte", "B"):
         if unit.endswith(suffix):
             scale = _prefix_value(unit[: -len(suffix)].strip(), binary_ok=True)

@@ -94,3 +94,35 @@ def test_nccl_log(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-de
     empty = tmp_path / "empty.log"
     empty.write_text("nothing here\n")
     assert mfukit("comm", "nccl-log", str(empty)).exit_code == 2
+
+
+def test_predict_bounds_the_network_by_the_partial_node(mfukit) -> None:  # type: ignore[no-untyped-def]
+    """12 GPUs of DGX H100 = 8 + 4: the 4-GPU node has 4 NICs, 4 x 400 Gb/s x 0.96 = 192 GB/s. NVLSTree on 2
+    nodes moves S per node (algbw 192 GB/s, busbw x 2 x 11/12 = 352 GB/s); it printed 540.8 GB/s."""
+    run = mfukit(
+        "comm", "predict", "--collective", "all_reduce", "--bytes", "8GiB", "--system", "dgx-h100", "--gpus", "12",
+        "--format", "json",
+    )  # fmt: skip
+    assert run.exit_code == 0, run.stderr
+    envelope = run.json()
+    result = envelope["result"]
+    assert result["smallest_domain_gpus"] == 4 and result["num_domains"] == 2
+    assert result["algorithm"] == "nvls_tree"
+    assert abs(result["busbw_bytes_per_s"] / 1e9 - 192.0 * 2 * 11 / 12) < 0.5  # latency: 51 us of 44.8 ms
+    ring = next(a for a in result["alternatives"] if (a["algorithm"], a["protocol"]) == ("ring", "simple"))
+    assert abs(ring["algbw_bytes_per_s"] / 1e9 - 192.0 / (2 * 11 / 12)) < 0.01
+    assert "partial" in result["bottleneck"]
+
+
+def test_negative_size_says_so(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("comm", "predict", "--collective", "all_reduce", "--bytes", "-5", "--system", "dgx-h100")
+    assert run.exit_code == 2 and "must not be negative" in run.stderr
+
+
+def test_check_judges_the_hosts_the_file_names(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("comm", "check", str(DATA / "synthetic/gist_collapsed_allreduce_8x_a100.txt"),
+                 "--system", "dgx-h100", "--nodes", "2", "--format", "json")  # fmt: skip
+    envelope = run.json()
+    assert envelope["result"]["num_nodes"] == 1
+    assert "nccl_tests_above_nic_limit" not in {f["id"] for f in envelope["result"]["findings"]}
+    assert any("judged as 1 host(s)" in w for w in envelope["warnings"])

@@ -39,7 +39,17 @@ def test_design_with_storage_and_prices(mfukit) -> None:  # type: ignore[no-unty
     result = run.json()["result"]
     storage = result["networks"]["storage"]
     assert storage["cables"]["node-leaf"] == 128 and storage["leaf"]["switches"] == 4
-    assert result["cost_usd"] == 24 * 25000 + result["transceivers"]["total"] * 800 + 1024 * 120
+    compute_cost = 24 * 25000 + result["transceivers"]["total"] * 800 + 1024 * 120
+    assert result["compute_cost_usd"] == compute_cost
+    storage_cost = storage["switches"] * 25000 + storage["transceivers"]["total"] * 800
+    storage_cost += sum(storage["cables"].values()) * 120
+    assert storage["cost_usd"] == storage_cost
+    assert result["cost_usd"] == compute_cost + storage_cost  # the top level covers every network designed
+    assert result["power_w"] == result["compute_power_w"] + storage["power_w"]
+    assert result["compute_power_w"] == result["switch_power_w"] + result["optics_power_w"]
+    table = mfukit("fabric", "design", "--nodes", "64", "--storage-ports-per-node", "2", "--switch-price", "25000",
+                   "--optic-price", "800", "--cable-price", "120")  # fmt: skip
+    assert "cost, all networks (+ storage)" in table.stdout
 
 
 def test_design_needs_a_size(mfukit) -> None:  # type: ignore[no-untyped-def]
@@ -63,3 +73,34 @@ def test_check(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     typo.write_text("switch: qm9700\nnodes: 4\ntier: []\n")
     run = mfukit("fabric", "check", str(typo))
     assert run.exit_code == 2 and "tier" in run.stderr and "Traceback" not in run.stderr
+
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "fabric_dgx-h100_superpod_4su.yaml"
+
+
+def test_shipped_example_passes_and_matches_the_design(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    checked = mfukit("fabric", "check", str(EXAMPLE), "--format", "json")
+    assert checked.exit_code == 0, checked.stderr
+    result = checked.json()["result"]
+    assert not [f for f in result["findings"] if f["severity"] != "info"]
+    designed = mfukit("fabric", "design", "--system", "dgx-h100", "--nodes", "127", "--switch", "qm9700",
+                      "--extra-endpoints", "4", "--format", "json").json()["result"]  # fmt: skip
+    assert result["transceivers"]["total"] == designed["transceivers"]["total"] == 2046
+    assert result["cables"] == designed["cables"] and result["switches"] == designed["switches"]
+
+
+def test_node_optics_follow_the_node_not_the_system_key(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Without `system:` the node side is one single-port OSFP per port (2,554 in all), and the output says
+    so; `node_optics: twin-port` gives the DGX H100 count without naming the system."""
+    text = EXAMPLE.read_text()
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(text.replace("system: dgx-h100", "").replace("node_optics: twin-port", ""))
+    envelope = mfukit("fabric", "check", str(bare), "--format", "json").json()
+    assert envelope["result"]["transceivers"]["total"] == 2046 + 508
+    assert any("single-port" in a and "set node_optics" in a for a in envelope["assumptions"])
+    twin = tmp_path / "twin.yaml"
+    twin.write_text(text.replace("system: dgx-h100", ""))
+    assert (
+        mfukit("fabric", "check", str(twin), "--format", "json").json()["result"]["transceivers"]["total"]
+        == 2046
+    )

@@ -128,3 +128,49 @@ def test_plan_report_has_the_fault_tolerance_section(mfukit, tmp_path: Path) -> 
     html = (tmp_path / "report.html").read_text()
     assert "Fault tolerance" in html and "Recommended checkpoint interval" in html
     assert (tmp_path / "ft_ettr_vs_interval.png").stat().st_size > 10_000
+
+
+def test_an_interval_of_many_mtbfs_gives_zero_ettr_not_a_crash(mfukit) -> None:  # type: ignore[no-untyped-def]
+    """100M steps (about 20 years) against a 3.1 h MTBF: e^(T/M) overflows a float; the plan says so."""
+    run = mfukit("ft", "plan", EXAMPLE, "--checkpoint-interval", "100000000steps", "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    envelope = run.json()
+    result = envelope["result"]
+    assert result["interval_steps"] == 100_000_000
+    assert result["ettr"] == 0.0 and result["ettr_first_order"] == 0.0
+    assert result["wall_clock_s"] is None  # infinite: JSON has no inf
+    assert 0.9 < result["ettr_at_optimum"] < 1.0
+    assert any("x the job's MTBF" in w and "never finish" in w for w in envelope["warnings"])
+
+
+def test_saturated_storage_is_warned_with_the_interval_at_half_duty(mfukit) -> None:  # type: ignore[no-untyped-def]
+    """The recommended async interval writes 5.7 TB every 58 s: 97 % of lustre-generic's 100 GB/s."""
+    run = mfukit("ft", "plan", EXAMPLE, "--format", "json")
+    envelope = run.json()
+    result = envelope["result"]
+    write_s = result["checkpoint_bytes"] / result["storage_write_bytes_per_s"]
+    assert result["storage_write_bytes_per_s"] == pytest.approx(100e9)
+    assert result["storage_write_duty"] == pytest.approx(
+        write_s / (result["interval_s"] + result["blocking_s"])
+    )
+    assert result["storage_write_duty"] > 0.95
+    at_limit = result["interval_at_storage_duty_limit_s"]
+    assert write_s / (at_limit + result["blocking_s"]) <= 0.5
+    assert (
+        write_s / (at_limit - result["step_time_s"] + result["blocking_s"]) > 0.5
+    )  # the shortest whole-step one
+    assert result["ettr_at_storage_duty_limit"] < result["ettr_at_optimum"]
+    assert any("storage busy 97.4 %" in w and "within 50.0 %" in w for w in envelope["warnings"])
+    quiet = mfukit("ft", "plan", EXAMPLE, "--checkpoint-interval", "30min", "--format", "json").json()
+    assert quiet["result"]["storage_write_duty"] < 0.05
+    assert not any("storage busy" in w for w in quiet["warnings"])
+
+
+def test_failure_table_footnotes_only_what_is_there(mfukit) -> None:  # type: ignore[no-untyped-def]
+    plain = mfukit("ft", "plan", EXAMPLE)
+    assert "* overridden" not in plain.stdout
+    assert "no repair time (give --repair)" in plain.stdout
+    overridden = mfukit("ft", "plan", EXAMPLE, "--rate", "faulty-gpu=0.05")
+    assert "* overridden" in overridden.stdout
+    repaired = mfukit("ft", "plan", EXAMPLE, "--repair", "3d", "--format", "json").json()
+    assert repaired["result"]["recommended_hot_spares"] >= 1

@@ -105,3 +105,20 @@ def test_same_seed_same_result(seed: int) -> None:
     first, second = simulate(run, replicas=20, seed=seed), simulate(run, replicas=20, seed=seed)
     assert np.array_equal(first.wall_s, second.wall_s)
     assert first.interruptions_by_category == second.interruptions_by_category
+
+
+@settings(max_examples=60, deadline=None)
+@given(rates, st.floats(min_value=1e6, max_value=1e300), st.floats(min_value=0.0, max_value=600.0))
+def test_intervals_far_beyond_the_mtbf_stay_finite(rate: float, interval: float, persist: float) -> None:
+    """An interval of many MTBFs (1e8 steps, say) gives an ETTR near zero, never an overflow: the shares of
+    wall clock stay fractions that sum to one, and a longer interval never does better."""
+    run = run_for(rate, interval_s=interval, persist_s=persist, work_s=1e300)
+    expected = expected_run(run)
+    shares = [expected.ettr, expected.straggler, *expected.lost_fractions.values()]
+    assert all(0.0 <= share <= 1.0 for share in shares)
+    assert abs(sum(shares) - 1.0) < 1e-9
+    assert expected.wall_s >= run.work_s
+    longer = expected_run(run_for(rate, interval_s=interval * 2.0, persist_s=persist, work_s=1e300))
+    assert longer.ettr <= expected.ettr
+    if interval > 1000.0 * run.mtbf_s:
+        assert expected.ettr < 1e-100

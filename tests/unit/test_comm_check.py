@@ -91,5 +91,21 @@ def test_nccl_algo_in_the_output_sets_the_expectation() -> None:
 
 
 def test_more_ranks_per_node_than_gpus_is_an_input_error() -> None:
-    with pytest.raises(InputError):
-        check_run(run("synthetic/current_2025_allreduce_2x8_h100.txt"), topology("dgx-h100", 1), num_nodes=1)
+    text = (DATA / "synthetic/current_2025_allreduce_2x8_h100.txt").read_text().replace("gpu-b", "gpu-a")
+    with pytest.raises(InputError):  # 16 ranks on the one host the device list names
+        check_run(parse_nccl_tests(text), topology("dgx-h100", 1))
+    without_devices = "\n".join(line for line in text.splitlines() if " Rank " not in line)
+    with pytest.raises(InputError):  # no device list: --gpus 16 over --nodes 1
+        check_run(parse_nccl_tests(without_devices), topology("dgx-h100", 1), num_nodes=1, num_ranks=16)
+
+
+def test_the_device_lists_hosts_overrule_nodes() -> None:
+    """8 ranks on one host ('box'), judged as if spread over 2 nodes, made a false above-NIC-limit finding:
+    every rank's line names its host, so the file's count is the one judged, with a warning."""
+    one_host = run("synthetic/gist_collapsed_allreduce_8x_a100.txt")
+    report = check_run(one_host, topology("dgx-h100", 1), num_nodes=2)
+    assert report.num_nodes == 1 and report.num_ranks == 8
+    assert "nccl_tests_above_nic_limit" not in ids(report)
+    assert any("shows 1 host(s) (box)" in w and "judged as 1 host(s)" in w for w in one_host.warnings)
+    two_hosts = run("synthetic/current_2025_allreduce_2x8_h100.txt")
+    assert check_run(two_hosts, topology("dgx-h100", 2), num_nodes=1).num_nodes == 2

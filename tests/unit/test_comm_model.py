@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -158,3 +160,19 @@ def test_bad_requests() -> None:
         predict("all_reduce", 8, topology("dgx-h100", 2), 16, gpus_per_domain=3)
     with pytest.raises(InputError, match="simple protocol"):
         predict("all_reduce", 8, topology(), 8, algorithm="nvls", protocol="ll")
+
+
+@pytest.mark.parametrize("gpus", [9, 12, 20, 30])
+def test_a_partial_node_bounds_every_inter_node_algorithm(gpus: int) -> None:
+    """NCCL builds the same channels on every node (and minLocalRanks NVLS heads), so the node with the fewest
+    GPUs, each with its one 400 Gb/s NIC (x 0.96 busbw/line), bounds the network part: ring busbw and
+    NVLSTree algbw (2 nodes: S per node; more: 2S) are at most that node's NICs."""
+    topo = topology("dgx-h100", math.ceil(gpus / 8))
+    smallest = gpus - 8 * (gpus // 8) or 8
+    node_nics = smallest * 50e9 * 0.96
+    size = np.asarray([8.0 * 2**30])
+    found = {(e.algorithm, e.protocol): e for e in estimates("all_reduce", size, topo, gpus)}
+    ring = float(found[("ring", "simple")].algbw_bytes_per_s[0]) * float(busbw_factor("all_reduce", gpus))
+    assert ring == pytest.approx(min(node_nics, topo.intra_bytes_per_s))
+    per_node = 1.0 if gpus <= 16 else 2.0
+    assert float(found[("nvls_tree", "simple")].algbw_bytes_per_s[0]) <= node_nics / per_node * (1 + 1e-9)

@@ -126,9 +126,16 @@ def _prediction_table(title: str, prediction: Prediction) -> Table:
 
 def _group_note(prediction: Prediction, cluster: Cluster) -> str:
     group = prediction.group
+    domains = f"{group.gpus_per_domain} per NVLink domain x {group.num_domains} domain(s)"
+    if group.partial:
+        domains = (
+            f"{group.gpus_per_domain} per NVLink domain x {group.num_domains - 1} domain(s) + "
+            f"{group.smallest_domain_gpus} on a partial one (its {group.smallest_domain_gpus} GPUs' NICs bound "
+            "every inter-node algorithm: NCCL builds the same channels on every node)"
+        )
     return (
-        f"{group.num_gpus} GPUs of {cluster.system.name}: {group.gpus_per_domain} per NVLink domain x "
-        f"{group.num_domains} domain(s), {group.num_nodes} node(s), {group.switch_hops} switch hop(s) apart"
+        f"{group.num_gpus} GPUs of {cluster.system.name}: {domains}, {group.num_nodes} node(s), "
+        f"{group.switch_hops} switch hop(s) apart"
     )
 
 
@@ -190,6 +197,7 @@ def predict_command(
         "num_gpus": cluster.num_gpus,
         "gpus_per_domain": prediction.group.gpus_per_domain,
         "num_domains": prediction.group.num_domains,
+        "smallest_domain_gpus": prediction.group.smallest_domain_gpus,
         "time_s": float(prediction.time_s[0]),
         "algbw_bytes_per_s": float(prediction.algbw_bytes_per_s[0]),
         "busbw_bytes_per_s": float(prediction.busbw_bytes_per_s[0]),
@@ -420,15 +428,17 @@ def check_command(
         raise InputError("must be in (0, 1]", field="--slow-below", value=slow_below)
     run = parse_nccl_tests(_read(file), name_hint=file.name, source=str(file))
     name = collective_named(collective, field="--collective") if collective else None
-    explicit_nodes = overrides.get("cluster.num_nodes")
-    if not explicit_nodes and "cluster.num_gpus" not in overrides:
-        overrides["cluster.num_nodes"] = len(run.hosts) if run.hosts else 1
+    given_nodes = overrides.get("cluster.num_nodes")
+    if run.hosts and (given_nodes or "cluster.num_gpus" not in overrides):
+        overrides["cluster.num_nodes"] = len(run.hosts)  # the file names its hosts: check_run judges on them
+    elif not given_nodes and "cluster.num_gpus" not in overrides:
+        overrides["cluster.num_nodes"] = 1
     cluster = cluster_from_flags(overrides, default_nodes=1)
     topology, assumptions = _topology(cluster, options)
     report = check_run(
         run,
         topology,
-        num_nodes=cluster.num_nodes,
+        num_nodes=units.parse_int_count(given_nodes, field="--nodes") if given_nodes else cluster.num_nodes,
         collective=name,
         num_ranks=overrides.get("cluster.num_gpus") and cluster.num_gpus,
         slow_below=slow_below,

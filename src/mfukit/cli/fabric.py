@@ -239,8 +239,12 @@ def design_command(
         "nodes_per_su": compute.nodes_per_su,
         "node_slots": compute.node_slots,
         "networks": {},
+        "compute_power_w": bom.power_w,
+        "compute_cost_usd": bom.total_cost_usd,
     }
     warnings = list(bom.warnings)
+    assumptions = list(bom.assumptions)
+    totals = _Totals(bom)
     for name, ports, sku in (
         ("storage", storage_ports_per_node, storage_switch),
         ("inband", inband_ports_per_node, inband_switch),
@@ -252,8 +256,18 @@ def design_command(
             other_bom = _bom(other, None, prices if priced else None)
             tables.extend(_tables(name, other.clos, other_bom))
             result["networks"][name] = _fabric_result(other.clos, other_bom, request.port_bytes_per_s)
-            result["power_w"] += other_bom.power_w
+            totals.add(name, other_bom)
             warnings.extend(other_bom.warnings)
+            assumptions.extend(f"{name}: {line}" for line in other_bom.assumptions)
+    if totals.networks:  # the top-level power and cost cover every network designed
+        result |= {"power_w": totals.power_w, "cost_usd": totals.cost_usd}
+        tables[0].add(
+            f"power, all networks (+ {', '.join(totals.networks)})", units.format_power(totals.power_w)
+        )
+        if totals.cost_usd is not None:
+            tables[0].add(
+                f"cost, all networks (+ {', '.join(totals.networks)})", units.format_usd(totals.cost_usd)
+            )
     output = Output(
         schema="fabric.design/1",
         inputs={
@@ -272,12 +286,28 @@ def design_command(
             "uplinks spread evenly: the spine count divides each leaf's uplinks (NVIDIA SuperPOD practice)",
             "all links optical (multimode to the spine, single-mode spine-core); switch power is the catalog "
             "typical figure, optics at datasheet maximum",
+            *assumptions,
         ],
         warnings=warnings,
         tables=tables,
         notes=notes,
     )
     return emit(output, fmt)
+
+
+class _Totals:
+    """Power and cost summed over the compute fabric and every other network designed beside it."""
+
+    def __init__(self, compute: Bom) -> None:
+        self.networks: list[str] = []
+        self.power_w = compute.power_w
+        self.cost_usd = compute.total_cost_usd
+
+    def add(self, name: str, bom: Bom) -> None:
+        self.networks.append(name)
+        self.power_w += bom.power_w
+        if bom.total_cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + bom.total_cost_usd
 
 
 def _bom(built: FabricDesign, system: str | None, prices: Prices | None) -> Bom:
@@ -308,6 +338,7 @@ def check_command(file: Path, fmt: Format) -> int:
         node_ports=spec.endpoint_ports - spec.extra_endpoints,
         extra_endpoints=spec.extra_endpoints,
         system=spec.system,
+        node_optics=spec.node_optics,
     )
     extra = {"endpoint capacity": str(checked.capacity)}
     tables = [
@@ -322,6 +353,7 @@ def check_command(file: Path, fmt: Format) -> int:
         schema="fabric.check/1",
         inputs={"file": str(file)},
         result=result,
+        assumptions=list(bom.assumptions),
         warnings=list(bom.warnings),
         tables=tables,
         exit_code=1 if errors else 0,

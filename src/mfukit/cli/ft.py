@@ -31,9 +31,11 @@ from mfukit.ft.views import (
     gpu_hours,
     interval_chart,
     interval_text,
+    interval_warning,
     plan_section,
     plan_table,
     policy_table,
+    storage_warning,
 )
 from mfukit.report.html import Chart, Report, Section, write_report
 
@@ -174,6 +176,11 @@ def _plan_result(result: FtPlan) -> dict[str, Any]:
         "wall_clock_s": expected.wall_s,
         "lost_fraction": expected.lost_fractions,
         "gpu_hours_lost_per_day": result.gpu_hours_lost_per_day(),
+        "storage_write_bytes_per_s": result.storage.write_bytes_per_s,
+        "storage_write_duty": result.storage.duty,
+        "storage_duty_limit": result.storage.duty_limit,
+        "interval_at_storage_duty_limit_s": result.storage.interval_at_limit_s,
+        "ettr_at_storage_duty_limit": result.storage.ettr_at_limit,
         "categories": [
             {
                 "name": c.name,
@@ -241,6 +248,9 @@ def plan_command(
         output.warnings.append(
             "the analytic model assumes exponential failures; use `mfukit ft simulate` for Weibull"
         )
+    output.warnings.extend(
+        w for w in (interval_warning(result), storage_warning(result.storage, inputs)) if w
+    )
     _deadline_check(inputs, result.expected.wall_s, output)
     if report_dir is not None:
         report = Report(

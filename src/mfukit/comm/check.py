@@ -104,7 +104,8 @@ def check_run(
     slow_below: float = SLOW_BELOW,
     algorithm: Algorithm | Literal["auto"] = "auto",
 ) -> CheckReport:
-    """Judge ``run`` on ``topology``; ``num_nodes`` defaults to the hosts in the device list.
+    """Judge ``run`` on ``topology`` over the hosts its device list names (every rank's line names its
+    host, so the file is the better witness), else over ``num_nodes``.
 
     The expectation is NCCL's own choice among ring and tree (and CollNet with SHARP): a run at that
     figure has healthy links. NVLS / NVLSTree, which need NVLink SHARP to be up, are judged separately
@@ -116,7 +117,7 @@ def check_run(
         raise InputError(
             "the collective of this run is unknown", field="--collective", hint="pass --collective"
         )
-    nodes = num_nodes or (len(run.hosts) if run.hosts else None)
+    nodes = len(run.hosts) if run.hosts else num_nodes
     if ranks is None:
         if nodes is None:
             raise InputError(
@@ -126,7 +127,11 @@ def check_run(
     nodes = nodes or max(1, -(-ranks // topology.gpus_per_node))
     report = CheckReport(run, chosen or "all_reduce", ranks, nodes)
     if run.hosts and num_nodes and len(run.hosts) != num_nodes:
-        run.warnings.append(f"the device list shows {len(run.hosts)} host(s), --nodes says {num_nodes}")
+        run.warnings.append(
+            f"the device list shows {len(run.hosts)} host(s) ({', '.join(run.hosts[:4])}"
+            f"{', ...' if len(run.hosts) > 4 else ''}), the command line says {num_nodes} node(s): judged as "
+            f"{len(run.hosts)} host(s), as the file's ranks say where they ran"
+        )
     if ranks == 1:
         report.findings.append(_single_rank(run, nodes))
         return report

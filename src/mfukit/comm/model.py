@@ -89,6 +89,12 @@ class Group:
     num_domains: int
     num_nodes: int
     switch_hops: int
+    smallest_domain_gpus: int
+    """GPUs in the least-populated domain: fewer than ``gpus_per_domain`` when the last node is partial"""
+
+    @property
+    def partial(self) -> bool:
+        return self.smallest_domain_gpus < self.gpus_per_domain
 
 
 @dataclass(frozen=True)
@@ -192,7 +198,13 @@ class _Costs:
         of message (:func:`nic_bytes_per_byte`), behind the leaf uplinks' oversubscription."""
         name, _ = self.network(self.ring_oversub)
         share = nic_bytes_per_byte(algorithm, self.c, self.g)
+        # Every domain moves the same bytes through its NICs, and a partial domain has only its GPUs' NICs:
+        # NCCL builds the same channels on every node (nChannels is the minimum over ranks; NVLS trees have
+        # minLocalRanks heads, one NIC each), so the least-populated domain bounds the whole collective.
         nic = self.t.nic_bytes_per_s_per_gpu / self.ring_oversub
+        nic *= self.g.smallest_domain_gpus / self.g.gpus_per_domain
+        if self.g.partial and self.ring_oversub == 1.0:
+            name = f"network (NICs of the {self.g.smallest_domain_gpus}-GPU partial node)"
         return name, nic / share if share > 0 else math.inf
 
     def scale_up(self) -> tuple[str, float]:
@@ -413,8 +425,10 @@ def group_of(topology: CommTopology, num_gpus: int, gpus_per_domain: int | None 
     if num_gpus < 1:
         raise InputError("must be at least 1", field="num_gpus", value=num_gpus)
     local, domains = spread(topology, num_gpus, gpus_per_domain)
-    nodes = domains * math.ceil(local / topology.gpus_per_node)
-    return Group(num_gpus, local, domains, nodes, switch_hops(topology, nodes))
+    smallest = num_gpus - (domains - 1) * local
+    per_node = topology.gpus_per_node
+    nodes = (domains - 1) * math.ceil(local / per_node) + math.ceil(smallest / per_node)
+    return Group(num_gpus, local, domains, nodes, switch_hops(topology, nodes), smallest)
 
 
 def estimates(

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -51,6 +52,25 @@ def optics() -> Optics:
     return validate_as(Optics, read_document(DATA), source=str(DATA))
 
 
+NodeOptics = Literal["twin-port", "single-port"]
+
+
+def node_optics_of(system: str | None, given: NodeOptics | None) -> tuple[NodeOptics, str]:
+    """The transceiver a node's NIC ports take, and why: as given, else twin-port for the systems whose
+    compute ports are twin-port OSFP cages (``data/optics.toml``), else one single-port OSFP per port
+    (a ConnectX-7 OSFP adapter card)."""
+    if given is not None:
+        return given, "as given"
+    twin = optics().twin_port_nodes
+    if system in twin.systems:
+        return "twin-port", f"{system} has twin-port OSFP cages ({twin.url})"
+    named = f"{system} is not listed with" if system else "no system named, so no"
+    return "single-port", (
+        f"{named} twin-port cages: one single-port OSFP per NIC port, as on a ConnectX-7 OSFP card; "
+        f"twin-port systems: {', '.join(twin.systems)} (set node_optics)"
+    )
+
+
 @dataclass(frozen=True)
 class Prices:
     switch_usd: float | None = None
@@ -75,6 +95,7 @@ class Bom:
     switch_power_w: float = 0.0
     cost_usd: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
 
     @property
     def transceivers(self) -> int:
@@ -101,10 +122,12 @@ def bill_of_materials(
     node_ports: int,
     extra_endpoints: int = 0,
     system: str | None = None,
+    node_optics: NodeOptics | None = None,
     prices: Prices | None = None,
 ) -> Bom:
     """Count what ``clos`` needs: ``node_ports`` NIC ports on nodes, ``extra_endpoints`` single-port hosts
-    (UFM, management) on the leaves."""
+    (UFM, management) on the leaves. The node-side transceiver is ``node_optics`` when given, else what
+    the node's cages take (:func:`node_optics_of`)."""
     switches = {tier.name: tier.switches for tier in clos.tiers}
     bom = Bom(switches=switches, cables=dict(clos.links))
     if switch.power_w is None:
@@ -119,7 +142,11 @@ def bill_of_materials(
         )
     else:
         usage = catalog.usage
-        twin = system in catalog.twin_port_nodes.systems
+        optic, why = node_optics_of(system, node_optics)
+        twin = optic == "twin-port"
+        bom.assumptions.append(
+            f"node-side transceivers: {usage.node_twin_port if twin else usage.node} ({optic}), {why}"
+        )
         plan = [
             ("node-leaf", "node", usage.node_twin_port if twin else usage.node, node_ports),
             ("node-leaf", "node", usage.node, extra_endpoints),

@@ -3,6 +3,8 @@
 .. code-block:: yaml
 
     switch: qm9700            # catalog switch SKU of every tier
+    system: dgx-h100          # optional: the node's catalog system (twin-port OSFP cages on DGX H100)
+    node_optics: twin-port    # optional: twin-port | single-port; default from system, else single-port
     nodes: 127                # or endpoints: 1020
     ports_per_node: 8
     extra_endpoints: 4        # UFM / management ports on the leaves
@@ -24,6 +26,7 @@ from mfukit.core.hardware import Switch
 from mfukit.core.scenario import read_document
 from mfukit.core.schema import BytesPerSecond, PositiveInt, Strict, validate_as
 from mfukit.errors import InputError
+from mfukit.fabric.bom import NodeOptics
 from mfukit.fabric.fat_tree import Clos, Tier
 
 _NAMES = ("leaf", "spine", "core")
@@ -40,6 +43,7 @@ class TopologySpec(Strict):
     switch: str
     port_rate: BytesPerSecond | None = None
     system: str | None = None
+    node_optics: NodeOptics | None = None
     nodes: PositiveInt | None = None
     ports_per_node: PositiveInt = 1
     endpoints: PositiveInt | None = None

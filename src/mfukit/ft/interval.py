@@ -44,9 +44,12 @@ def kokolis_ettr(
     num_nodes: int, rate_per_node_s: float, restart_s: float, interval_s: float, blocking_s: float
 ) -> float:
     """Meta's first-order estimate (Kokolis et al., HPCA 2025):
-    E[ETTR] = (1 - N r_f (u0 + dt/2)) / (1 + w/dt)."""
-    return (1.0 - num_nodes * rate_per_node_s * (restart_s + interval_s / 2.0)) / (
-        1.0 + blocking_s / interval_s
+    E[ETTR] = (1 - N r_f (u0 + dt/2)) / (1 + w/dt), floored at 0 (the first-order numerator goes
+    negative once an interval is longer than about two MTBFs; the run then makes no progress)."""
+    return max(
+        0.0,
+        (1.0 - num_nodes * rate_per_node_s * (restart_s + interval_s / 2.0))
+        / (1.0 + blocking_s / interval_s),
     )
 
 
@@ -79,20 +82,26 @@ class Expected:
         }
 
 
-def _per_segment(run: RunModel, no_spare: float) -> dict[str, float]:
-    """Expected seconds of each kind spent per checkpoint segment (one interval plus its save)."""
+def _per_failure(run: RunModel, no_spare: float) -> dict[str, float]:
+    """Expected seconds of each kind spent per checkpoint segment (one interval plus its save), divided by
+    the expected failures per segment e^{T/M} - 1.
+
+    Every term of a segment is either fixed or proportional to e^{T/M} - 1, so the shares of wall clock are
+    the same in this scale; it keeps the arithmetic finite when the interval is many MTBFs long (the
+    expected failures per segment then overflow a float while 1 / (e^{T/M} - 1) merely underflows to 0)."""
     m = run.mtbf_s
     segment = run.segment_s
     failures = run.failures
     rate = failures.failure_rate_per_s
     if rate <= 0:
-        return {"compute": run.interval_s, "blocking": run.blocking_s}
-    growth = math.expm1(segment / m)  # expected failures before a segment completes
-    lost = m - segment / growth if growth > 0 else 0.0
+        return {"compute": run.interval_s, "blocking": run.blocking_s, "per_segment": 1.0}
+    ratio = segment / m
+    per_failure = math.exp(-ratio) / -math.expm1(-ratio)  # 1 / (e^{T/M} - 1) without overflow
+    lost = m - segment * per_failure
     if run.persist_s > 0:  # struck before the last save was durable: that segment is lost as well
-        lost += segment * -math.expm1(-run.persist_s / m) / -math.expm1(-segment / m)
+        lost += segment * -math.expm1(-run.persist_s / m) / -math.expm1(-ratio)
     parts = run.restart
-    detection = relaunch = replacement = attempts = 0.0
+    relaunch = replacement = attempts = 0.0
     for category in failures.unplanned:
         share = failures.rate_per_s(category) / rate
         wait = parts.replacement_s * no_spare if category.needs_replacement else 0.0
@@ -102,33 +111,43 @@ def _per_segment(run: RunModel, no_spare: float) -> dict[str, float]:
         restart_total = m * math.expm1(vulnerable / m)
         replacement += share * restart_total * (wait / vulnerable if vulnerable > 0 else 0.0)
         relaunch += share * restart_total * (parts.relaunch_s / vulnerable if vulnerable > 0 else 0.0)
-    detection = attempts * parts.detection_s
-    running = segment + growth * lost
-    planned = failures.planned_rate_per_s * running
+    planned = failures.planned_rate_per_s * (segment * per_failure + lost)
     return {
-        "compute": run.interval_s,
-        "blocking": run.blocking_s,
-        "rework": growth * lost,
-        "detection": growth * detection,
-        "replacement": growth * replacement,
-        "relaunch": growth * relaunch,
+        "compute": run.interval_s * per_failure,
+        "blocking": run.blocking_s * per_failure,
+        "rework": lost,
+        "detection": attempts * parts.detection_s,
+        "replacement": replacement,
+        "relaunch": relaunch,
         "maintenance": planned * (run.save_s + parts.relaunch_s),
-        "interruptions": growth * attempts,
+        "interruptions": attempts,
         "planned": planned,
+        "per_segment": per_failure,
     }
+
+
+_COUNTS = ("interruptions", "planned", "per_segment")
+"""Entries of :func:`_per_failure` that are not seconds of wall clock."""
+
+
+def _wall_s(run: RunModel, terms: dict[str, float]) -> float:
+    """The expected wall clock of the whole run; infinite when a segment practically never completes."""
+    wall_per_term = sum(v for k, v in terms.items() if k not in _COUNTS)
+    segments = run.work_s / run.interval_s
+    if terms["per_segment"] == 0.0:
+        return math.inf
+    return segments * wall_per_term / terms["per_segment"]
 
 
 def expected_run(run: RunModel) -> Expected:
     """The expected ETTR and where the rest of the wall clock goes, for exponential failures."""
     no_spare = 1.0
-    per_segment: dict[str, float] = {}
+    terms: dict[str, float] = {}
     for _ in range(3):  # the spare pool depends on the run's length, which depends on the spares
-        per_segment = _per_segment(run, no_spare)
-        wall_per_segment = sum(v for k, v in per_segment.items() if k not in ("interruptions", "planned"))
-        wall_s = run.work_s / run.interval_s * wall_per_segment
-        no_spare = no_spare_probability(run.restart, run.failures.replacement_rate_per_s, wall_s)
-    wall_per_segment = sum(v for k, v in per_segment.items() if k not in ("interruptions", "planned"))
-    share = {key: value / wall_per_segment for key, value in per_segment.items()}
+        terms = _per_failure(run, no_spare)
+        no_spare = no_spare_probability(run.restart, run.failures.replacement_rate_per_s, _wall_s(run, terms))
+    wall_per_term = sum(v for k, v in terms.items() if k not in _COUNTS)
+    share = {key: value / wall_per_term for key, value in terms.items()}
     straggler = share["compute"] * run.straggler_loss_frac
     return Expected(
         ettr=share["compute"] - straggler,
@@ -139,9 +158,9 @@ def expected_run(run: RunModel) -> Expected:
         relaunch=share.get("relaunch", 0.0),
         maintenance=share.get("maintenance", 0.0),
         straggler=straggler,
-        interruptions_per_s=per_segment.get("interruptions", 0.0) / wall_per_segment,
-        planned_per_s=per_segment.get("planned", 0.0) / wall_per_segment,
-        wall_s=run.work_s / run.interval_s * wall_per_segment,
+        interruptions_per_s=share.get("interruptions", 0.0),
+        planned_per_s=share.get("planned", 0.0),
+        wall_s=_wall_s(run, terms),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,51 @@ COMPARED_INTERVALS_S = (1800.0, 3600.0)
 in practice (Kokolis et al. 2025: 'hourly checkpointing is typical for large jobs')."""
 SPARE_WAIT_TARGET = 0.01
 """Hot spares are recommended so that at most 1 % of replacements wait for a node."""
+STORAGE_DUTY_LIMIT = 0.5
+"""Largest share of the time the job's checkpoint writes should keep the storage busy. Daly's optimum only
+prices the save's cost to this job; the storage tier is shared with the data loader and other jobs, and
+checkpoint traffic is meant to be a burst (Llama 3 §3.3.4: writes "saturate the storage fabric for short
+durations"; BLOOM-176B saved 2.3 TB every 3 h, about 0.4 % of a 58 GB/s tier). An async save that persists
+for most of its interval also leaves no slack: one slow write stalls the next save. Half the time is a
+conservative ceiling that still leaves the tier idle as often as busy."""
+
+
+@dataclass(frozen=True)
+class StorageLoad:
+    """How busy the checkpoint writes keep the storage tier at the interval used."""
+
+    write_bytes_per_s: float
+    """the rate a save is written at (the tier's aggregate, or the job's NICs when they are slower)"""
+    duty: float
+    """share of wall clock the tier spends writing this job's checkpoints (write time / segment)"""
+    duty_limit: float
+    interval_at_limit_s: float
+    """the shortest interval (whole steps) that keeps the duty within ``duty_limit``"""
+    ettr_at_limit: float
+
+    @property
+    def too_busy(self) -> bool:
+        return self.duty > self.duty_limit
+
+
+def storage_load(inputs: FtInputs, duty_limit: float = STORAGE_DUTY_LIMIT) -> StorageLoad:
+    """The storage duty cycle of the checkpoint writes: one checkpoint of S bytes written at rate B every
+    interval + blocking, S / B / (interval + blocking), and the interval that brings it to ``duty_limit``."""
+    ckpt = inputs.checkpoint
+    run = inputs.run
+    write_s = ckpt.checkpoint_bytes / ckpt.write_bytes_per_s
+    at_limit = max(write_s / duty_limit - run.blocking_s, inputs.step_time_s or 0.0)
+    step = inputs.step_time_s
+    if step:
+        at_limit = math.ceil(at_limit / step - 1e-9) * step
+    policy = inputs.policy(inputs.mode, at_limit, inputs.scenario.ft.hot_spares)
+    return StorageLoad(
+        write_bytes_per_s=ckpt.write_bytes_per_s,
+        duty=min(1.0, write_s / run.segment_s),
+        duty_limit=duty_limit,
+        interval_at_limit_s=at_limit,
+        ettr_at_limit=expected_run(run.with_policy(policy)).ettr,
+    )
 
 
 @dataclass(frozen=True)
@@ -41,6 +87,7 @@ class FtPlan:
     recommended_hot_spares: int | None
     no_spare_probability: float
     policies: list[PolicyOutcome]
+    storage: StorageLoad
 
     @property
     def expected_interruptions(self) -> float:
@@ -99,6 +146,7 @@ def plan(inputs: FtInputs) -> FtPlan:
         recommended_hot_spares=recommended_spares,
         no_spare_probability=no_spare,
         policies=policies,
+        storage=storage_load(inputs),
     )
 
 

@@ -14,6 +14,7 @@ for the M/G/c/c loss system whatever the repair-time distribution (Erlang 1917).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -119,6 +120,8 @@ def no_spare_probability(parts: RestartParts, replacement_rate_per_s: float, run
     if parts.repair_s is not None:
         return erlang_b(parts.hot_spares, replacement_rate_per_s * parts.repair_s)
     expected = replacement_rate_per_s * run_wall_s
+    if math.isinf(expected):  # a run that never finishes uses up any finite pool
+        return 1.0
     return max(0.0, expected - parts.hot_spares) / expected if expected > 0 else 0.0
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from mfukit import units
 from mfukit.core.results import Quantity, Table, shown
 from mfukit.ft import charts
-from mfukit.ft.plan import FtPlan, ettr_curve, interval_grid_s
+from mfukit.ft.plan import FtPlan, StorageLoad, ettr_curve, interval_grid_s
 from mfukit.ft.setup import FtInputs
 from mfukit.report.html import Chart, Section
 
@@ -55,7 +55,8 @@ def category_table(inputs: FtInputs) -> Table:
             shown(None if c.planned else rate / total, percent, "planned"),
             "yes" if c.needs_replacement else "no",
         )
-    table.caption = "* overridden. Rates add: the job is a series system (any failure stops it)."
+    overridden = "* overridden. " if any(c.overridden for c in failures.categories) else ""
+    table.caption = overridden + "Rates add: the job is a series system (any failure stops it)."
     return table
 
 
@@ -132,14 +133,64 @@ def plan_table(result: FtPlan) -> Table:
         ("expected interruptions", result.expected_interruptions, lambda v: f"{v:,.0f}"),
         ("failure-free training time", run.work_s, duration),
         ("wall clock to finish", expected.wall_s, duration),
-        ("hot spares for < 1 % waits", result.recommended_hot_spares, lambda v: f"{v:.0f}"),
+        (
+            f"storage write duty (of {units.format_rate(result.storage.write_bytes_per_s)})",
+            result.storage.duty,
+            percent,
+        ),
+        (
+            f"interval for <= {percent(result.storage.duty_limit)} duty",
+            result.storage.interval_at_limit_s,
+            lambda v: interval_text(inputs, v),
+        ),
     ]
-    for cause, lost in result.gpu_hours_lost_per_day().items():
-        if lost > 0:
-            rows.append((f"lost / day: {cause.replace('_', ' ')}", lost, gpu_hours))
     for name, value, formatter in rows:
         table.add(name, shown(value, formatter))
+    table.add("hot spares for < 1 % waits", shown(result.recommended_hot_spares, str, NO_REPAIR_SPARES))
+    for cause, lost in result.gpu_hours_lost_per_day().items():
+        if lost > 0:
+            table.add(f"lost / day: {cause.replace('_', ' ')}", shown(lost, gpu_hours))
     return table
+
+
+NO_REPAIR_SPARES = "none computed: no repair time (give --repair)"
+"""Why no spare count is recommended: without a repair time a swapped node never returns, so any pool is
+used up and the wait share depends only on how many failures the run sees, not on a steady state."""
+
+
+SEGMENTS_PER_MTBF_WARNING = 2.0
+"""A segment this many MTBFs long is struck before it completes 1 - e^-2 = 86 % of the time, and the
+first-order ETTR (Kokolis et al. 2025) has already fallen to zero."""
+
+
+def interval_warning(result: FtPlan) -> str | None:
+    """A warning when the interval used is so long that most segments never complete."""
+    run = result.inputs.run
+    if run.segment_s < SEGMENTS_PER_MTBF_WARNING * run.mtbf_s:
+        return None
+    inputs = result.inputs
+    return (
+        f"the interval used ({interval_text(inputs, run.interval_s)}) is {run.segment_s / run.mtbf_s:,.3g} x "
+        f"the job's MTBF ({duration(run.mtbf_s)}): nearly every segment is lost before its save, so the "
+        f"expected ETTR is {result.expected.ettr:.3g} and the run may never finish; the recommended interval "
+        f"is {interval_text(inputs, inputs.recommended_interval_s)}"
+    )
+
+
+def storage_warning(load: StorageLoad, inputs: FtInputs) -> str | None:
+    """A warning when checkpoint writes keep the storage busy more than ``load.duty_limit`` of the time."""
+    if not load.too_busy:
+        return None
+    ckpt = inputs.checkpoint
+    return (
+        f"checkpoint writes keep the storage busy {percent(load.duty)} of the time: "
+        f"{units.format_bytes_si(ckpt.checkpoint_bytes)} every {interval_text(inputs, inputs.run.interval_s)} "
+        f"at {units.format_rate(load.write_bytes_per_s)} "
+        f"({units.format_bytes_si(ckpt.checkpoint_bytes / inputs.run.segment_s * units.SECONDS_PER_DAY)}/day), "
+        "which starves the data loader and other jobs on a shared tier and leaves no slack for a slow write; "
+        f"an interval of {interval_text(inputs, load.interval_at_limit_s)} keeps it within "
+        f"{percent(load.duty_limit)} (expected ETTR {load.ettr_at_limit:.3f})"
+    )
 
 
 def interval_chart(inputs: FtInputs, simulated: charts.SimulatedBand | None = None) -> Chart:
