@@ -96,3 +96,12 @@ def test_evaluator_predicts_measured_runs_on_catalog_systems() -> None:
     measured = [case.measured_tokens_per_s_per_gpu for case in cases]
     assert len(predicted) == len(cases) == 22
     assert all(0.5 < p / m < 2.0 for p, m in zip(predicted, measured, strict=True))
+
+
+def test_only_the_borrowed_parts_are_warned_about() -> None:
+    # hopper is fitted, megatron borrows megatron-deepspeed's constants: the warning names only the latter
+    efficiency = efficiency_for(catalog.accelerator("h100-sxm"), "megatron")
+    assert not efficiency.calibrated
+    assert efficiency.uncalibrated_notes and all("fitted on" not in n for n in efficiency.uncalibrated_notes)
+    assert any(n.startswith("framework megatron: uncalibrated") for n in efficiency.uncalibrated_notes)
+    assert efficiency_for(catalog.accelerator("h100-sxm"), "fsdp").uncalibrated_notes == ()

@@ -60,9 +60,7 @@ def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
         "layout": layout_json(result.layout),
     }
     assumptions = model_assumptions(workload, result.machine, result.efficiency)
-    warnings = (
-        [] if result.efficiency.calibrated else [f"uncalibrated: {note}" for note in result.efficiency.notes]
-    )
+    warnings = list(result.efficiency.uncalibrated_notes)
     plan, memory = result.plan, result.memory
     if plan is None or memory is None:
         table = Table(
@@ -107,6 +105,9 @@ def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
         main.add(name, shown(value, formatter))
     main.add("fits in HBM", f"{'yes' if fits else 'NO'} ({units.format_bytes(hbm)})")
     result_json = {"feasible": fits, "problems": [], **plan_json(plan, memory, workload, hbm)}
+    rounded = plan.batch_note(workload)
+    if rounded:
+        warnings.append(rounded)
     if not fits:
         warnings.append(
             f"the layout needs {units.format_bytes(plan.memory_bytes)} per GPU, more than the "

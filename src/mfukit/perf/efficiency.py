@@ -161,6 +161,9 @@ class Efficiency(Strict):
     framework: str
     calibrated: bool
     notes: tuple[str, ...]
+    # the notes of the parts that run on borrowed constants (what a warning must say); the fitted parts' notes
+    # (rows fitted, error on them) are assumptions, not warnings
+    uncalibrated_notes: tuple[str, ...] = ()
     gemm_peak_fraction: float = Field(gt=0, le=1)
     gemm_latency_s: float = Field(ge=0)
     gemm_tile_half_dim: float = Field(ge=0, description="a square output tile this small runs at half speed")
@@ -261,12 +264,18 @@ def efficiency_for(
     }
     if hw_values["fp8_gemm_peak_fraction"] is None:  # no FP8 data: FP8 GEMMs as efficient as 16-bit ones
         hw_values["fp8_gemm_peak_fraction"] = hw_values["gemm_peak_fraction"]
+    borrowed = (
+        *((f"hardware {hw_note}",) if profile.borrows else ()),
+        *((f"framework {fw_note}",) if fw_profile.borrows else ()),
+        *extra,
+    )
     return Efficiency.model_validate(
         {
             "hardware": profile.name,
             "framework": fw_profile.name,
-            "calibrated": not extra and profile.borrows is None and fw_profile.borrows is None,
+            "calibrated": not borrowed,
             "notes": (f"hardware {hw_note}", f"framework {fw_note}", *extra),
+            "uncalibrated_notes": borrowed,
             "hbm_fraction": content.provenance.hbm_fraction,
             **hw_values,
             **fw_values,

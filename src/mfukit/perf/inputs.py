@@ -14,7 +14,7 @@ from mfukit.core.parallelism import Parallelism, Recompute
 from mfukit.core.scenario import Scenario, TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
-from mfukit.perf.layouts import Workload
+from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload
 from mfukit.perf.memory import sharding_of
 from mfukit.perf.planner import SearchSpace
 
@@ -51,6 +51,7 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
         framework=training.framework,
         compile=training.compile,
         tp_comm_overlap=training.tp_comm_overlap,
+        batch_rounding_frac=BATCH_ROUNDING_FRAC if training.global_batch_size is None else 0.0,
     )
 
 

@@ -56,6 +56,7 @@ class SizingInputs:
     fixed: dict[str, int]  # the degrees (tp, pp, dp, cp, ep) the user fixed
     pue: float = 1.2
     usd_per_gpu_hour: float | None = None
+    batch_change: str | None = None  # what rounding a batch given in tokens did for the chosen layout
 
 
 @dataclass(frozen=True)
@@ -359,8 +360,9 @@ def finish(inputs: SizingInputs, chosen: Candidate | None, why_not: list[str]) -
             topology,
             microbatch_compute_s=microbatch_flops / model_parallel / (peak * inputs.mfu),
         )
+        # the batch the layout runs (rounded when given in tokens)
         if inputs.global_batch_sequences is not None:
-            step_tokens = inputs.global_batch_sequences * inputs.seq_len
+            step_tokens = layout.dp * inputs.micro_batch_size * chosen.num_microbatches * inputs.seq_len
             step_s = step_tokens * flops_per_token / (layout.world_size * peak * inputs.mfu)
     return Sizing(
         inputs=inputs,
