@@ -205,3 +205,18 @@ def test_estimate_rejects_an_interleaved_pipeline_with_too_few_micro_batches(mfu
     )  # fmt: skip
     assert run.exit_code == 2
     assert "parallelism.vpp" in run.stderr and "multiple of pp" in run.stderr and "2,048" in run.stderr
+
+
+def test_plan_warns_when_its_mfu_is_beyond_the_measured_runs(mfukit) -> None:  # type: ignore[no-untyped-def]
+    # LLaMA-65B on 2,048 A100s (the paper measured 49.6 % MFU with recompute and TP): the best layout found
+    # (TP1 DP2048 ZeRO-3, no recompute) predicts more than any A100 run in the calibration data measured
+    run = mfukit(
+        "plan", "--model", "llama-65b", "--gpus", "2048", "--gpu", "a100-80gb-sxm", "--global-batch-size", "2048",
+        "--top", "1", "--format", "json",
+    )  # fmt: skip
+    envelope = run.json()
+    best = envelope["result"]["plans"][0]
+    assert best["mfu"] > 0.641
+    assert any(
+        "beyond what was measured on this GPU: highest measured 64.1 %" in w for w in envelope["warnings"]
+    )

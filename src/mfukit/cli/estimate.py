@@ -24,6 +24,7 @@ from mfukit.cli.render import Format
 from mfukit.cli.size import memory_table
 from mfukit.core.results import Output, Table, shown
 from mfukit.core.scenario import load_scenario
+from mfukit.perf.efficiency import beyond_measured
 from mfukit.perf.estimate import LayoutEstimate, estimate_layout
 from mfukit.perf.inputs import PerfInputs, layout_for_estimate, perf_inputs
 
@@ -105,9 +106,9 @@ def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
         main.add(name, shown(value, formatter))
     main.add("fits in HBM", f"{'yes' if fits else 'NO'} ({units.format_bytes(hbm)})")
     result_json = {"feasible": fits, "problems": [], **plan_json(plan, memory, workload, hbm)}
-    rounded = plan.batch_note(workload)
-    if rounded:
-        warnings.append(rounded)
+    for note in (plan.batch_note(workload), beyond_measured(result.efficiency, plan.mfu, workload.precision)):
+        if note:
+            warnings.append(note)
     if not fits:
         warnings.append(
             f"the layout needs {units.format_bytes(plan.memory_bytes)} per GPU, more than the "

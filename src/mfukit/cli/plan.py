@@ -32,7 +32,7 @@ from mfukit.cli.render import Format
 from mfukit.core.results import Output, Table, shown
 from mfukit.core.scenario import load_scenario
 from mfukit.errors import InputError
-from mfukit.perf.efficiency import efficiency_for
+from mfukit.perf.efficiency import beyond_measured, efficiency_for
 from mfukit.perf.estimate import plan_memory, plan_shape
 from mfukit.perf.inputs import PerfInputs, perf_inputs, search_space
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC
@@ -291,9 +291,9 @@ def _output(
         plan_json(p, m, workload, hbm) for p, m in zip(result.plans, memories, strict=True)
     ]
     result_json["network"] = check.as_json()
-    rounded = best.batch_note(workload)
-    if rounded:
-        warnings.append(f"#1: {rounded}")
+    for note in (best.batch_note(workload), beyond_measured(efficiency, best.mfu, workload.precision)):
+        if note:
+            warnings.append(f"#1: {note}")
     deadline = inputs.deadline_s
     if deadline is not None and best.time_to_train_s is not None:
         result_json["meets_deadline"] = best.time_to_train_s <= deadline

@@ -327,8 +327,7 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
             f"the pipeline bubble (p-1)/(v·m) is {bubble:.0%} with {chosen.num_microbatches} micro-batches; the "
             "assumed MFU may not hold: raise the global batch, interleave (--vpp) or fix --pp lower"
         )
-    if inputs.batch_change is not None:
-        warnings.append(inputs.batch_change)
+    warnings.extend(inputs.model_warnings)
     if inputs.global_batch_sequences is None:
         warnings.append("no global batch given: DP is not capped by it (give --global-batch-tokens)")
     elif sizing.gpus_min is not None and sizing.gpus > 1.05 * sizing.gpus_min:

@@ -56,7 +56,8 @@ class SizingInputs:
     fixed: dict[str, int]  # the degrees (tp, pp, dp, cp, ep) the user fixed
     pue: float = 1.2
     usd_per_gpu_hour: float | None = None
-    batch_change: str | None = None  # what rounding a batch given in tokens did for the chosen layout
+    # what the performance model warns about its plan (a batch given in tokens rounded, an MFU beyond measured)
+    model_warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from mfukit.core.results import ProgressCallback
 from mfukit.errors import InputError
-from mfukit.perf.efficiency import efficiency_for
+from mfukit.perf.efficiency import beyond_measured, efficiency_for
 from mfukit.perf.estimate import plan_memory
 from mfukit.perf.inputs import PerfInputs, search_space
 from mfukit.perf.planner import Plan, search
@@ -71,7 +71,11 @@ def size_by_model(
         mfu_source=source,
         goodput=rate,
         num_gpus=base.num_gpus,
-        batch_change=plan.batch_note(workload),
+        model_warnings=tuple(
+            note
+            for note in (plan.batch_note(workload), beyond_measured(efficiency, plan.mfu, workload.precision))
+            if note
+        ),
     )
     memory = plan_memory(workload, plan, system.gpus_per_node)
     chosen = Candidate(plan.layout, memory, plan.num_microbatches)
