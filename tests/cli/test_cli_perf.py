@@ -220,3 +220,13 @@ def test_plan_warns_when_its_mfu_is_beyond_the_measured_runs(mfukit) -> None:  #
     assert any(
         "beyond what was measured on this GPU: highest measured 64.1 %" in w for w in envelope["warnings"]
     )
+
+
+def test_size_at_a_given_mfu_also_rounds_a_batch_in_tokens(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("size", LLAMA_EXAMPLE, "--gpus", "2048", "--mfu", "0.5", "--format", "json")
+    envelope = run.json()
+    result = envelope["result"]
+    assert result["feasible"] is True and result["gpus"] == 2048
+    sequences = result["layout"]["dp"] * result["num_microbatches"]  # micro-batch 1
+    assert sequences == 2048  # the nearest whole number of micro-batches per rank to 1,953
+    assert any("global batch 1,953 -> 2,048 sequences (+4.9 %)" in line for line in envelope["warnings"])

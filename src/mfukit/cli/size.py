@@ -25,7 +25,7 @@ from mfukit.core.scenario import Scenario, load_scenario
 from mfukit.errors import InputError
 from mfukit.ft.goodput import expected_goodput
 from mfukit.perf.activations import KERNELS_NAMES
-from mfukit.perf.inputs import perf_inputs
+from mfukit.perf.inputs import batch_rounding_frac, perf_inputs
 from mfukit.perf.memory import SHARDING_NAMES, StageMemory, default_overheads
 from mfukit.perf.sizing import (
     EXPOSED_COMM_BUDGET,
@@ -142,6 +142,7 @@ def _inputs(scenario: Scenario, path: Path | None, mfu_text: str | None) -> Sizi
         tokens=training.tokens,
         seq_len=training.seq_len,
         global_batch_sequences=training.global_batch_sequences,
+        batch_rounding_frac=batch_rounding_frac(training),
         micro_batch_size=training.micro_batch_size,
         precision=training.precision,
         attention=training.attention_flops,

@@ -78,26 +78,31 @@ class Workload:
         return self.global_batch_sequences * self.seq_len
 
 
-def rounded_batch(workload: Workload, per_step: npt.ArrayLike) -> Ints:
+def round_batch(batch_sequences: int, rounding_frac: float, per_step: npt.ArrayLike) -> Ints:
     """The global batch, in sequences, that layouts running ``per_step`` = dp x micro-batch sequences per
-    micro-batch step use: the workload's when ``per_step`` divides it, else its nearest multiple (at least
-    one) within ``workload.batch_rounding_frac`` of it; 0 where there is none."""
+    micro-batch step use: ``batch_sequences`` when ``per_step`` divides it, else its nearest multiple (at least
+    one) within ``rounding_frac`` of it; 0 where there is none."""
     step = np.maximum(np.asarray(per_step, dtype=np.int64), 1)
-    batch = workload.global_batch_sequences
-    nearest = np.maximum((2 * batch + step) // (2 * step), 1) * step
-    return np.where(np.abs(nearest - batch) <= workload.batch_rounding_frac * batch, nearest, 0)
+    nearest = np.maximum((2 * batch_sequences + step) // (2 * step), 1) * step
+    return np.where(np.abs(nearest - batch_sequences) <= rounding_frac * batch_sequences, nearest, 0)
 
 
-def batch_change_note(workload: Workload, sequences: int, dp: int, micro_batch_size: int) -> str | None:
-    """What rounding the global batch did for one layout (None when it kept the workload's batch)."""
-    given = workload.global_batch_sequences
+def rounded_batch(workload: Workload, per_step: npt.ArrayLike) -> Ints:
+    """:func:`round_batch` of the workload's batch and rounding bound."""
+    return round_batch(workload.global_batch_sequences, workload.batch_rounding_frac, per_step)
+
+
+def batch_change_note(
+    given: int, sequences: int, *, dp: int, micro_batch_size: int, rounding_frac: float
+) -> str | None:
+    """What rounding the global batch did for one layout (None when it kept the given batch)."""
     if sequences == given:
         return None
     return (
         f"global batch {given:,} -> {sequences:,} sequences ({'+' if sequences > given else '-'}"
         f"{units.format_percent(abs(sequences - given) / given)}) for DP {dp:,} x micro-batch {micro_batch_size}: "
         f"a batch given in tokens is rounded to whole micro-batches per DP rank (by at most "
-        f"{units.format_percent(workload.batch_rounding_frac, 0)}; --global-batch-size keeps it exact)"
+        f"{units.format_percent(rounding_frac, 0)}; --global-batch-size keeps it exact)"
     )
 
 

@@ -94,7 +94,13 @@ class Plan:
 
     def batch_note(self, workload: Workload) -> str | None:
         """What rounding did to the workload's batch for this plan (None: it runs the batch as given)."""
-        return batch_change_note(workload, self.global_batch_sequences, self.layout.dp, self.micro_batch_size)
+        return batch_change_note(
+            workload.global_batch_sequences,
+            self.global_batch_sequences,
+            dp=self.layout.dp,
+            micro_batch_size=self.micro_batch_size,
+            rounding_frac=workload.batch_rounding_frac,
+        )
 
 
 @dataclass
