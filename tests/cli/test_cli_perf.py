@@ -106,7 +106,7 @@ def test_plan_json_ranks_layouts_and_counts_rejections(mfukit) -> None:  # type:
     plans = result["plans"]
     assert len(plans) == 3 and [p["mfu"] for p in plans] == sorted((p["mfu"] for p in plans), reverse=True)
     assert all(set(plan) >= ESTIMATE_KEYS and plan["fits"] for plan in plans)
-    assert set(result["rejected"]) == {"divisibility", "batch", "compatibility", "memory"}
+    assert set(result["rejected"]) == {"divisibility", "batch", "schedule", "compatibility", "memory"}
     assert result["configs_evaluated"] > 100 and result["search_s"] > 0
 
 
@@ -176,3 +176,57 @@ def test_example_plan_is_the_main_job(mfukit) -> None:  # type: ignore[no-untype
     best = run.json()["result"]["plans"][0]
     assert best["num_gpus"] == 1024 and best["fits"]
     assert 0.3 < best["mfu"] < 0.7
+
+
+LLAMA_EXAMPLE = str(Path(__file__).parents[2] / "examples" / "llama-65b_a100_14d.toml")
+
+
+def test_size_rounds_a_batch_in_tokens_for_the_llama_paper_cluster(mfukit) -> None:  # type: ignore[no-untyped-def]
+    # "4M" tokens / 2,048 = 1,953 sequences, which no DP of 2,048 GPUs divides; the paper ran 2^22 tokens
+    run = mfukit("size", LLAMA_EXAMPLE, "--gpus", "2048", "--format", "json")
+    envelope = run.json()
+    assert envelope["result"]["gpus"] == 2048 and envelope["result"]["feasible"] is True, run.stdout
+    assert any("global batch 1,953 -> 2,048 sequences (+4.9 %)" in line for line in envelope["warnings"])
+    assert "performance model" in envelope["result"]["mfu_source"]
+
+
+def test_size_with_an_exact_batch_nothing_divides_says_why(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("size", LLAMA_EXAMPLE, "--gpus", "2048", "--global-batch-size", "1953", "--format", "json")
+    assert run.exit_code == 1
+    text = " ".join(run.json()["warnings"])
+    assert "layouts considered were rejected" in text and "--global-batch-size" in text
+    assert "no layout of 0" not in text
+
+
+def test_estimate_rejects_an_interleaved_pipeline_with_too_few_micro_batches(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit(
+        "estimate", "--model", "llama3.1-405b", "--gpu", "h100-sxm", "--gpus", "16384", "--seq-len", "8192",
+        "--tp", "8", "--pp", "2", "--vpp", "7", "--global-batch-size", "1024",
+    )  # fmt: skip
+    assert run.exit_code == 2
+    assert "parallelism.vpp" in run.stderr and "multiple of pp" in run.stderr and "2,048" in run.stderr
+
+
+def test_plan_warns_when_its_mfu_is_beyond_the_measured_runs(mfukit) -> None:  # type: ignore[no-untyped-def]
+    # LLaMA-65B on 2,048 A100s (the paper measured 49.6 % MFU with recompute and TP): the best layout found
+    # (TP1 DP2048 ZeRO-3, no recompute) predicts more than any A100 run in the calibration data measured
+    run = mfukit(
+        "plan", "--model", "llama-65b", "--gpus", "2048", "--gpu", "a100-80gb-sxm", "--global-batch-size", "2048",
+        "--top", "1", "--format", "json",
+    )  # fmt: skip
+    envelope = run.json()
+    best = envelope["result"]["plans"][0]
+    assert best["mfu"] > 0.641
+    assert any(
+        "beyond what was measured on this GPU: highest measured 64.1 %" in w for w in envelope["warnings"]
+    )
+
+
+def test_size_at_a_given_mfu_also_rounds_a_batch_in_tokens(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("size", LLAMA_EXAMPLE, "--gpus", "2048", "--mfu", "0.5", "--format", "json")
+    envelope = run.json()
+    result = envelope["result"]
+    assert result["feasible"] is True and result["gpus"] == 2048
+    sequences = result["layout"]["dp"] * result["num_microbatches"]  # micro-batch 1
+    assert sequences == 2048  # the nearest whole number of micro-batches per rank to 1,953
+    assert any("global batch 1,953 -> 2,048 sequences (+4.9 %)" in line for line in envelope["warnings"])

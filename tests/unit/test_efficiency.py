@@ -6,8 +6,8 @@ import pytest
 
 from mfukit import catalog
 from mfukit.errors import InputError
-from mfukit.perf.calibration_data import file_digests, in_fit_split
-from mfukit.perf.efficiency import efficiency_file, efficiency_for
+from mfukit.perf.calibration_data import file_digests, highest_measured_mfu, in_fit_split, load_cases
+from mfukit.perf.efficiency import beyond_measured, efficiency_file, efficiency_for
 
 
 @pytest.mark.parametrize("name", sorted(catalog.entries("accelerators")))
@@ -96,3 +96,35 @@ def test_evaluator_predicts_measured_runs_on_catalog_systems() -> None:
     measured = [case.measured_tokens_per_s_per_gpu for case in cases]
     assert len(predicted) == len(cases) == 22
     assert all(0.5 < p / m < 2.0 for p, m in zip(predicted, measured, strict=True))
+
+
+def test_only_the_borrowed_parts_are_warned_about() -> None:
+    # hopper is fitted, megatron borrows megatron-deepspeed's constants: the warning names only the latter
+    efficiency = efficiency_for(catalog.accelerator("h100-sxm"), "megatron")
+    assert not efficiency.calibrated
+    assert efficiency.uncalibrated_notes and all("fitted on" not in n for n in efficiency.uncalibrated_notes)
+    assert any(n.startswith("framework megatron: uncalibrated") for n in efficiency.uncalibrated_notes)
+    assert efficiency_for(catalog.accelerator("h100-sxm"), "fsdp").uncalibrated_notes == ()
+
+
+def test_recorded_highest_mfu_is_the_highest_measured_on_each_fitted_family() -> None:
+    cases = load_cases()
+    for profile in efficiency_file().hardware:
+        if profile.borrows is None:
+            assert profile.fit is not None
+            mfu, run = highest_measured_mfu(cases, profile.accelerators)  # type: ignore[misc]
+            assert (
+                profile.fit.highest_mfu == pytest.approx(mfu, abs=1e-4) and profile.fit.highest_mfu_run == run
+            )
+    ampere = efficiency_for(catalog.accelerator("a100-80gb-sxm"))
+    assert ampere.highest_measured_mfu == pytest.approx(0.641, abs=1e-3)  # MPT-7B, LLM Foundry, 64.1 % MFU
+
+
+def test_a_prediction_above_the_highest_measured_mfu_is_flagged() -> None:
+    ampere = efficiency_for(catalog.accelerator("a100-80gb-sxm"))
+    note = beyond_measured(ampere, 0.706, "bf16")
+    assert note is not None and "beyond what was measured on this GPU: highest measured 64.1 %" in note
+    assert "MPT-7b" in note
+    assert beyond_measured(ampere, 0.55, "bf16") is None and beyond_measured(ampere, 0.706, "fp8") is None
+    h200 = efficiency_for(catalog.accelerator("h200-sxm"))  # borrowed: nothing measured on it, no bound
+    assert beyond_measured(h200, 0.9, "bf16") is None

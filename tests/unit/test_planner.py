@@ -97,3 +97,56 @@ def test_smallest_count_meets_the_deadline_and_one_node_less_does_not() -> None:
     for count in smaller:
         plan = found.evaluated[count].best_per_count[count]
         assert plan is None or plan.time_to_train_s / 0.9 > 86400.0  # type: ignore[operator]
+
+
+LLAMA_65B = catalog.model("llama-65b")
+DGX_A100 = catalog.system("dgx-a100-80gb")
+A100 = catalog.accelerator("a100-80gb-sxm")
+# "4M tokens" of 2,048-token sequences: 1,953 = 3^2 x 7 x 31 sequences, which no power-of-two DP divides
+TOKENS_4M = Workload(model=LLAMA_65B, seq_len=2048, global_batch_sequences=1953, batch_rounding_frac=0.1)
+
+
+def test_a_batch_in_tokens_is_rounded_per_layout_within_the_bound() -> None:
+    space = SearchSpace(micro_batch_size=(1,), recompute=("none",), sharding=("zero-3", "zero-1"))
+    grid, rejected, considered = enumerate_layouts(TOKENS_4M, DGX_A100, 2048, space)
+    assert len(grid) and len(grid) + sum(rejected.values()) == considered
+    sequences = grid.dp * grid.mbs * grid.num_microbatches
+    assert np.all(np.abs(sequences - 1953) <= 0.1 * 1953)
+    assert np.all(sequences % (grid.dp * grid.mbs) == 0)
+    dp_2048 = grid.dp == 2048
+    assert np.any(dp_2048) and set(sequences[dp_2048].tolist()) == {2048}  # 2^22 tokens, the paper's batch
+    assert set(sequences[grid.dp == 128].tolist()) == {1920}  # the nearest multiple of 128 (-1.7 %)
+
+
+def test_a_batch_in_sequences_stays_exact_and_the_message_says_why_nothing_fits() -> None:
+    exact = Workload(model=LLAMA_65B, seq_len=2048, global_batch_sequences=1953)
+    result = search(exact, DGX_A100, A100, [2048], space=SearchSpace(micro_batch_size=(1,)), top_k=1)
+    assert result.plans == [] and result.configs_evaluated == 0
+    assert sum(result.rejected.values()) == result.configs_considered > 0
+    text = result.nothing_fits(exact, 2048)
+    assert f"all {result.configs_considered:,} layouts considered" in text
+    assert "1,953 sequences" in text and "--global-batch-size" in text and "no layout of 0" not in text
+
+
+def test_plan_batch_note_names_the_rounding() -> None:
+    space = SearchSpace(tp=(1,), pp=(1,), micro_batch_size=(1,), recompute=("none",), sharding=("zero-3",))
+    plan = search(TOKENS_4M, DGX_A100, A100, [2048], space=space, top_k=1).plans[0]
+    assert plan.global_batch_sequences == 2048
+    assert plan.batch_note(TOKENS_4M) is not None
+    assert "global batch 1,953 -> 2,048 sequences (+4.9 %) for DP 2,048" in str(plan.batch_note(TOKENS_4M))
+
+
+def test_valid_counts_with_a_rounded_batch_include_powers_of_two() -> None:
+    counts = valid_counts(TOKENS_4M, DGX_A100, SearchSpace(), 1024, 4096)
+    assert {1024, 2048, 4096} <= set(counts)
+
+
+def test_interleaved_pipelines_need_a_multiple_of_pp_micro_batches() -> None:
+    model = catalog.model("llama3.1-405b")
+    workload = Workload(model=model, seq_len=8192, global_batch_sequences=2048)
+    space = SearchSpace(pp=(2, 7, 9), micro_batch_size=(1,))
+    grid, rejected, _ = enumerate_layouts(workload, DGX_H100, 16384, space)
+    interleaved = grid.vpp > 1
+    assert np.any(interleaved) and rejected["schedule"] > 0
+    assert np.all(grid.num_microbatches[interleaved] % grid.pp[interleaved] == 0)
+    assert np.all(grid.num_microbatches[interleaved] >= grid.pp[interleaved])

@@ -24,6 +24,7 @@ from mfukit.cli.render import Format
 from mfukit.cli.size import memory_table
 from mfukit.core.results import Output, Table, shown
 from mfukit.core.scenario import load_scenario
+from mfukit.perf.efficiency import beyond_measured
 from mfukit.perf.estimate import LayoutEstimate, estimate_layout
 from mfukit.perf.inputs import PerfInputs, layout_for_estimate, perf_inputs
 
@@ -60,9 +61,7 @@ def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
         "layout": layout_json(result.layout),
     }
     assumptions = model_assumptions(workload, result.machine, result.efficiency)
-    warnings = (
-        [] if result.efficiency.calibrated else [f"uncalibrated: {note}" for note in result.efficiency.notes]
-    )
+    warnings = list(result.efficiency.uncalibrated_notes)
     plan, memory = result.plan, result.memory
     if plan is None or memory is None:
         table = Table(
@@ -107,6 +106,9 @@ def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
         main.add(name, shown(value, formatter))
     main.add("fits in HBM", f"{'yes' if fits else 'NO'} ({units.format_bytes(hbm)})")
     result_json = {"feasible": fits, "problems": [], **plan_json(plan, memory, workload, hbm)}
+    for note in (plan.batch_note(workload), beyond_measured(result.efficiency, plan.mfu, workload.precision)):
+        if note:
+            warnings.append(note)
     if not fits:
         warnings.append(
             f"the layout needs {units.format_bytes(plan.memory_bytes)} per GPU, more than the "

@@ -32,16 +32,19 @@ from mfukit.cli.render import Format
 from mfukit.core.results import Output, Quantity, Table, shown
 from mfukit.core.scenario import load_scenario
 from mfukit.errors import InputError
-from mfukit.perf.efficiency import efficiency_for
+from mfukit.perf.efficiency import beyond_measured, efficiency_for
 from mfukit.perf.estimate import plan_memory, plan_shape
 from mfukit.perf.inputs import PerfInputs, perf_inputs, search_space
+from mfukit.perf.layouts import BATCH_ROUNDING_FRAC
 from mfukit.perf.network import NetworkCheck, network_check
 from mfukit.perf.planner import REASONS, Objective, Plan, SearchResult, search
 from mfukit.perf.scaling import scaling_counts, smallest_count
 
 REASON_NAMES = {
     "divisibility": "degrees that do not divide heads, layers, sequence, experts or the GPU count",
-    "batch": "dp x micro-batch does not divide the global batch",
+    "batch": "dp x micro-batch does not divide the global batch (rounded by at most "
+    f"{units.format_percent(BATCH_ROUNDING_FRAC, 0)} when given in tokens)",
+    "schedule": "interleaved pipeline with micro-batches not a multiple of pp",
     "compatibility": "DeepSpeed ZeRO-2/3 with a pipeline",
     "memory": "does not fit in HBM",
 }
@@ -244,7 +247,7 @@ def _output(
         "deadline_s": inputs.deadline_s,
     }
     assumptions = model_assumptions(workload, machine, efficiency)
-    warnings = [] if efficiency.calibrated else [f"uncalibrated: {note}" for note in efficiency.notes]
+    warnings = list(efficiency.uncalibrated_notes)
     result_json: dict[str, Any] = {
         "num_gpus": count,
         "feasible": bool(result.plans),
@@ -268,9 +271,7 @@ def _output(
     tables = [plans_table(result.plans, title)]
     if not result.plans:
         result_json["plans"] = []
-        warnings.append(
-            f"no layout of {name} fits on {count:,} x {accelerator.name}: see the rejected counts"
-        )
+        warnings.append(f"{name} on {accelerator.name}: {result.nothing_fits(workload, count)}")
         return (
             Output(
                 "plan/1",
@@ -293,6 +294,9 @@ def _output(
         plan_json(p, m, workload, hbm) for p, m in zip(result.plans, memories, strict=True)
     ]
     result_json["network"] = check.as_json()
+    for note in (best.batch_note(workload), beyond_measured(efficiency, best.mfu, workload.precision)):
+        if note:
+            warnings.append(f"#1: {note}")
     deadline = inputs.deadline_s
     if deadline is not None and best.time_to_train_s is not None:
         result_json["meets_deadline"] = best.time_to_train_s <= deadline

@@ -25,7 +25,7 @@ from mfukit.core.scenario import Scenario, load_scenario
 from mfukit.errors import InputError
 from mfukit.ft.goodput import expected_goodput
 from mfukit.perf.activations import KERNELS_NAMES
-from mfukit.perf.inputs import perf_inputs
+from mfukit.perf.inputs import batch_rounding_frac, perf_inputs
 from mfukit.perf.memory import SHARDING_NAMES, StageMemory, default_overheads
 from mfukit.perf.sizing import (
     EXPOSED_COMM_BUDGET,
@@ -142,6 +142,7 @@ def _inputs(scenario: Scenario, path: Path | None, mfu_text: str | None) -> Sizi
         tokens=training.tokens,
         seq_len=training.seq_len,
         global_batch_sequences=training.global_batch_sequences,
+        batch_rounding_frac=batch_rounding_frac(training),
         micro_batch_size=training.micro_batch_size,
         precision=training.precision,
         attention=training.attention_flops,
@@ -327,6 +328,7 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
             f"the pipeline bubble (p-1)/(v·m) is {bubble:.0%} with {chosen.num_microbatches} micro-batches; the "
             "assumed MFU may not hold: raise the global batch, interleave (--vpp) or fix --pp lower"
         )
+    warnings.extend(inputs.model_warnings)
     if inputs.global_batch_sequences is None:
         warnings.append("no global batch given: DP is not capped by it (give --global-batch-tokens)")
     elif sizing.gpus_min is not None and sizing.gpus > 1.05 * sizing.gpus_min:

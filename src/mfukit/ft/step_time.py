@@ -53,7 +53,7 @@ def throughput(
         if plan is not None:
             return Throughput(
                 plan.step_time_s,
-                tokens_per_step,
+                float(plan.global_batch_sequences * training.seq_len),  # the batch the layout runs
                 plan.tokens_per_s,
                 f"step time {plan.step_time_s:.2f} s from the performance model ({chosen}: TP {plan.layout.tp} x "
                 f"PP {plan.layout.pp} x DP {plan.layout.dp}, MFU {plan.mfu:.1%})",

@@ -31,7 +31,14 @@ from typing import TypeVar
 import numpy as np
 
 from mfukit.perf.calibrate_network import fit_network
-from mfukit.perf.calibration_data import FIT_SHARE, Case, calibration_dir, file_digests, load_cases
+from mfukit.perf.calibration_data import (
+    FIT_SHARE,
+    Case,
+    calibration_dir,
+    file_digests,
+    highest_measured_mfu,
+    load_cases,
+)
 from mfukit.perf.efficiency import (
     EFFICIENCY_FILE,
     FRAMEWORK_FIELDS,
@@ -274,6 +281,17 @@ def _with_record(
     return profile.model_copy(update={"fit": record})
 
 
+def with_highest_mfu(profile: HardwareProfile, cases: list[Case]) -> HardwareProfile:
+    """``profile`` with the highest 16-bit MFU measured on its accelerators in its fit record."""
+    found = highest_measured_mfu(cases, profile.accelerators)
+    if profile.fit is None or found is None:
+        return profile
+    mfu, run = found
+    return profile.model_copy(
+        update={"fit": profile.fit.model_copy(update={"highest_mfu": round(mfu, 4), "highest_mfu_run": run})}
+    )
+
+
 def main() -> int:
     folder = calibration_dir()
     cases = load_cases(folder)
@@ -283,6 +301,7 @@ def main() -> int:
         file=sys.stderr,
     )
     fitted, records = fit(cases)
+    fitted = fitted.model_copy(update={"hardware": [with_highest_mfu(h, cases) for h in fitted.hardware]})
     provenance = fitted.provenance.model_copy(
         update={
             "data": "benchmarks/data/calibration",

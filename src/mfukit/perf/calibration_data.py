@@ -41,6 +41,7 @@ from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import Precision
 from mfukit.errors import InputError
+from mfukit.perf import flops
 from mfukit.perf.layouts import Workload
 
 SOURCES = ("llmfoundry_mpt", "vtrain_multi", "vtrain_single", "ultrascale_playbook", "torchtitan")
@@ -386,3 +387,28 @@ def load_cases(folder: Path | None = None, sources: tuple[str, ...] = SOURCES) -
         "torchtitan": torchtitan_cases,
     }
     return [case for source in sources for case in readers[source](where)]
+
+
+SIXTEEN_BIT = ("bf16", "fp16")  # the same tensor-core peak on every catalog GPU
+
+
+def measured_mfu(case: Case) -> float:
+    """The MFU a run measured: its tokens/s per GPU x model FLOPs per token (full s^2 attention, mfukit's
+    default convention) over the dense peak of its precision."""
+    workload = case.workload
+    per_token = flops.model_flops_per_token(workload.model, workload.seq_len, "full")
+    return case.measured_tokens_per_s_per_gpu * per_token / case.accelerator.peak_flops(workload.precision)
+
+
+def highest_measured_mfu(cases: list[Case], accelerators: list[str]) -> tuple[float, str] | None:
+    """The highest 16-bit (bf16/fp16) MFU measured on any of ``accelerators`` in ``cases`` (fitted or not: a
+    measurement bounds what the hardware was seen to do) and the run, named; None when no run used them."""
+    runs = [c for c in cases if c.accelerator.name in accelerators and c.workload.precision in SIXTEEN_BIT]
+    if not runs:
+        return None
+    best = max(runs, key=measured_mfu)
+    layout = best.layout
+    return measured_mfu(best), (
+        f"{best.source} row {best.row_id}: {best.label} on {best.num_gpus:,} x {best.accelerator.name}, "
+        f"TP {layout.tp} PP {layout.pp} DP {layout.dp}, recompute {layout.recompute}"
+    )

@@ -29,6 +29,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from mfukit import units
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.scenario import read_document
 from mfukit.core.schema import Strict, validate_as
@@ -81,6 +82,10 @@ class FitRecord(Strict):
     rows: int = Field(ge=0)
     median_abs_rel_error: float = Field(ge=0)
     p90_abs_rel_error: float = Field(ge=0)
+    # hardware profiles: the highest 16-bit MFU any run on these accelerators measured (all rows, fitted or
+    # not), and that run; a prediction above it is beyond what was measured
+    highest_mfu: float | None = Field(default=None, gt=0, le=1)
+    highest_mfu_run: str | None = None
 
 
 class HardwareProfile(Strict):
@@ -161,6 +166,11 @@ class Efficiency(Strict):
     framework: str
     calibrated: bool
     notes: tuple[str, ...]
+    # the notes of the parts that run on borrowed constants (what a warning must say); the fitted parts' notes
+    # (rows fitted, error on them) are assumptions, not warnings
+    uncalibrated_notes: tuple[str, ...] = ()
+    highest_measured_mfu: float | None = None  # on this GPU family, 16-bit, in the calibration data
+    highest_measured_run: str | None = None
     gemm_peak_fraction: float = Field(gt=0, le=1)
     gemm_latency_s: float = Field(ge=0)
     gemm_tile_half_dim: float = Field(ge=0, description="a square output tile this small runs at half speed")
@@ -261,14 +271,35 @@ def efficiency_for(
     }
     if hw_values["fp8_gemm_peak_fraction"] is None:  # no FP8 data: FP8 GEMMs as efficient as 16-bit ones
         hw_values["fp8_gemm_peak_fraction"] = hw_values["gemm_peak_fraction"]
+    borrowed = (
+        *((f"hardware {hw_note}",) if profile.borrows else ()),
+        *((f"framework {fw_note}",) if fw_profile.borrows else ()),
+        *extra,
+    )
     return Efficiency.model_validate(
         {
             "hardware": profile.name,
             "framework": fw_profile.name,
-            "calibrated": not extra and profile.borrows is None and fw_profile.borrows is None,
+            "calibrated": not borrowed,
             "notes": (f"hardware {hw_note}", f"framework {fw_note}", *extra),
+            "uncalibrated_notes": borrowed,
+            "highest_measured_mfu": None if profile.fit is None else profile.fit.highest_mfu,
+            "highest_measured_run": None if profile.fit is None else profile.fit.highest_mfu_run,
             "hbm_fraction": content.provenance.hbm_fraction,
             **hw_values,
             **fw_values,
         }
+    )
+
+
+def beyond_measured(efficiency: Efficiency, mfu: float, precision: str) -> str | None:
+    """A warning when a predicted 16-bit MFU exceeds the highest one measured on the GPU's family in the
+    calibration data (None otherwise, or when nothing was measured on it: the uncalibrated note says so)."""
+    highest = efficiency.highest_measured_mfu
+    if highest is None or precision not in ("bf16", "fp16") or mfu <= highest:
+        return None
+    return (
+        f"MFU {units.format_percent(mfu)} is beyond what was measured on this GPU: highest measured "
+        f"{units.format_percent(highest)} "
+        f"({efficiency.highest_measured_run}); the prediction extrapolates the fitted curves"
     )

@@ -9,11 +9,12 @@ from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import LayoutProblem, Parallelism, layout_problems
 from mfukit.core.scenario import TrainingSection
+from mfukit.errors import InputError
 from mfukit.perf.efficiency import Efficiency, efficiency_for
 from mfukit.perf.inputs import PerfInputs, training_workload
-from mfukit.perf.layouts import Workload, grid_of, step_shape
+from mfukit.perf.layouts import Workload, grid_of, rounded_batch, step_shape
 from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
-from mfukit.perf.planner import Plan, SearchSpace, evaluate_grid, plan_at, search
+from mfukit.perf.planner import Plan, SearchSpace, evaluate_grid, interleaving_breaks, plan_at, search
 from mfukit.perf.step_time import Machine, machine_for
 
 
@@ -61,6 +62,7 @@ def estimate_layout(
         layout,
         micro_batch_size=micro_batch_size or inputs.micro_batch_size,
         tokens=inputs.tokens,
+        source=inputs.source,
     )
 
 
@@ -73,20 +75,35 @@ def evaluate_layout(
     *,
     micro_batch_size: int,
     tokens: float | None = None,
+    source: str | None = None,
 ) -> LayoutEstimate:
     machine = machine_for(system, accelerator, num_gpus)
     efficiency = efficiency_for(accelerator, workload.framework)
+    per_step = layout.dp * micro_batch_size
+    # a batch given in tokens is rounded to this layout (when it can be, within the bound; else the rule says why)
+    sequences = int(rounded_batch(workload, [per_step])[0]) or workload.global_batch_sequences
     problems = layout_problems(
         layout,
         workload.model,
         seq_len=workload.seq_len,
-        global_batch_sequences=workload.global_batch_sequences,
+        global_batch_sequences=sequences,
         micro_batch_size=micro_batch_size,
         num_gpus=num_gpus,
     )
     if problems:
         return LayoutEstimate(layout, num_gpus, micro_batch_size, problems, machine, efficiency, None, None)
-    microbatches = workload.global_batch_sequences // (layout.dp * micro_batch_size)
+    microbatches = sequences // per_step
+    if interleaving_breaks(layout.pp, layout.vpp, microbatches):
+        raise InputError(
+            f"an interleaved pipeline (pp {layout.pp}, vpp {layout.vpp}) needs the micro-batches per step to be "
+            f"a multiple of pp, and {sequences:,} sequences / (dp {layout.dp} x micro-batch {micro_batch_size}) "
+            f"= {microbatches} is not (Megatron's interleaved 1F1B schedule)",
+            source=source,
+            field="parallelism.vpp",
+            value=layout.vpp,
+            hint=f"set vpp = 1, or a global batch that is a multiple of pp x dp x micro-batch = "
+            f"{layout.pp * per_step:,} sequences (--global-batch-size)",
+        )
     grid = grid_of(
         [layout], model=workload.model, micro_batch_size=[micro_batch_size], num_microbatches=[microbatches]
     )
@@ -130,7 +147,7 @@ def best_plan(
     result = search(workload, system, accelerator, [num_gpus], space=space, top_k=1)
     plan = result.best_per_count[num_gpus]
     if plan is None:
-        return None, f"no layout fits on {num_gpus:,} GPUs"
+        return None, result.nothing_fits(workload, num_gpus)
     return plan, f"the best of {result.configs_evaluated:,} layouts searched"
 
 

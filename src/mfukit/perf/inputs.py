@@ -14,7 +14,7 @@ from mfukit.core.parallelism import Parallelism, Recompute
 from mfukit.core.scenario import Scenario, TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
-from mfukit.perf.layouts import Workload
+from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload
 from mfukit.perf.memory import sharding_of
 from mfukit.perf.planner import SearchSpace
 
@@ -40,6 +40,12 @@ class PerfInputs:
         return Path(self.source).parent if self.source != "command line" else None
 
 
+def batch_rounding_frac(training: TrainingSection) -> float:
+    """How far a layout may move the scenario's global batch: a batch in tokens is a target, rounded to whole
+    micro-batches per DP rank (:data:`~mfukit.perf.layouts.BATCH_ROUNDING_FRAC`); one in sequences is exact."""
+    return BATCH_ROUNDING_FRAC if training.global_batch_size is None else 0.0
+
+
 def training_workload(model: ModelSpec, training: TrainingSection, sequences: int) -> Workload:
     """The workload of a scenario's ``[training]`` with ``sequences`` per step."""
     return Workload(
@@ -51,6 +57,7 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
         framework=training.framework,
         compile=training.compile,
         tp_comm_overlap=training.tp_comm_overlap,
+        batch_rounding_frac=batch_rounding_frac(training),
     )
 
 

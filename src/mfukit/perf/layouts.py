@@ -16,6 +16,7 @@ from typing import Any, get_args
 import numpy as np
 import numpy.typing as npt
 
+from mfukit import units
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute, stage_layer_counts
 from mfukit.core.scenario import Precision
@@ -28,6 +29,15 @@ Floats = npt.NDArray[np.float64]
 Bools = npt.NDArray[np.bool_]
 
 SHARDINGS: tuple[Sharding, ...] = get_args(Sharding)
+# A global batch given in tokens is a target, not a contract: frameworks need it to be a whole number of
+# micro-batches per data-parallel rank, and "4M tokens" of 2,048-token sequences is 1,953 = 3^2 x 7 x 31
+# sequences, which no power-of-two DP divides. Practitioners round it: the LLaMA paper's "4M tokens" ran as
+# 2^22 = 2,048 sequences (+4.9 %). Each layout rounds the batch to its nearest multiple of dp x micro-batch
+# when that moves it by at most this fraction; the loss is flat in the batch near the critical batch size
+# (McCandlish et al. 2018, arXiv:1812.06162, fig. 7), so a few per cent more or fewer sequences per step
+# train the same model, while a larger move would be a different recipe. A batch given in sequences is
+# exact.
+BATCH_ROUNDING_FRAC = 0.10
 RECOMPUTES: tuple[Recompute, ...] = ("none", "selective", "full")
 _SHARDING_FIELDS: dict[Sharding, dict[str, Any]] = {
     "none": {"zero": 0, "fsdp": "none"},
@@ -59,10 +69,41 @@ class Workload:
     framework: str = "megatron"  # a framework profile of mfukit.perf.efficiency
     compile: bool = False  # torch.compile: element-wise ops fused by Inductor
     tp_comm_overlap: bool = False  # TP collectives decomposed under the GEMMs (async TP, --tp-comm-overlap)
+    # how far a layout may move the global batch to make it a whole number of micro-batches per DP rank
+    # (BATCH_ROUNDING_FRAC when it was given in tokens; 0: exact, given in sequences)
+    batch_rounding_frac: float = 0.0
 
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_sequences * self.seq_len
+
+
+def round_batch(batch_sequences: int, rounding_frac: float, per_step: npt.ArrayLike) -> Ints:
+    """The global batch, in sequences, that layouts running ``per_step`` = dp x micro-batch sequences per
+    micro-batch step use: ``batch_sequences`` when ``per_step`` divides it, else its nearest multiple (at least
+    one) within ``rounding_frac`` of it; 0 where there is none."""
+    step = np.maximum(np.asarray(per_step, dtype=np.int64), 1)
+    nearest = np.maximum((2 * batch_sequences + step) // (2 * step), 1) * step
+    return np.where(np.abs(nearest - batch_sequences) <= rounding_frac * batch_sequences, nearest, 0)
+
+
+def rounded_batch(workload: Workload, per_step: npt.ArrayLike) -> Ints:
+    """:func:`round_batch` of the workload's batch and rounding bound."""
+    return round_batch(workload.global_batch_sequences, workload.batch_rounding_frac, per_step)
+
+
+def batch_change_note(
+    given: int, sequences: int, *, dp: int, micro_batch_size: int, rounding_frac: float
+) -> str | None:
+    """What rounding the global batch did for one layout (None when it kept the given batch)."""
+    if sequences == given:
+        return None
+    return (
+        f"global batch {given:,} -> {sequences:,} sequences ({'+' if sequences > given else '-'}"
+        f"{units.format_percent(abs(sequences - given) / given)}) for DP {dp:,} x micro-batch {micro_batch_size}: "
+        f"a batch given in tokens is rounded to whole micro-batches per DP rank (by at most "
+        f"{units.format_percent(rounding_frac, 0)}; --global-batch-size keeps it exact)"
+    )
 
 
 @dataclass(frozen=True)

@@ -17,17 +17,28 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
+from mfukit import units
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.parallelism import Parallelism, Recompute
 from mfukit.core.results import ProgressCallback
-from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, LayoutGrid, Workload
+from mfukit.perf.layouts import (
+    RECOMPUTES,
+    SHARDINGS,
+    Bools,
+    Floats,
+    LayoutGrid,
+    Workload,
+    batch_change_note,
+    rounded_batch,
+)
 from mfukit.perf.memory import Sharding
 from mfukit.perf.memory_grid import grid_memory
 from mfukit.perf.step_time import Machine, StepEstimate, evaluate, machine_for, prepare
 
 Objective = Literal["mfu", "time"]
-REASONS = ("divisibility", "batch", "compatibility", "memory")
+REASONS = ("divisibility", "batch", "schedule", "compatibility", "memory")
 MAX_TP = 8  # TP stays within 8 GPUs even in larger NVLink domains, as published runs do
 MAX_VPP = 8
 MAX_MICRO_BATCH = 16
@@ -76,6 +87,21 @@ class Plan:
     def tokens_per_s_per_gpu(self) -> float:
         return self.tokens_per_s / self.num_gpus
 
+    @property
+    def global_batch_sequences(self) -> int:
+        """The sequences per step this layout runs (the workload's batch, rounded where it may be)."""
+        return self.layout.dp * self.micro_batch_size * self.num_microbatches
+
+    def batch_note(self, workload: Workload) -> str | None:
+        """What rounding did to the workload's batch for this plan (None: it runs the batch as given)."""
+        return batch_change_note(
+            workload.global_batch_sequences,
+            self.global_batch_sequences,
+            dp=self.layout.dp,
+            micro_batch_size=self.micro_batch_size,
+            rounding_frac=workload.batch_rounding_frac,
+        )
+
 
 @dataclass
 class SearchResult:
@@ -86,6 +112,27 @@ class SearchResult:
     rejected: dict[str, int]
     search_s: float
     machines: dict[int, Machine] = field(default_factory=dict)
+
+    def nothing_fits(self, workload: Workload, num_gpus: int) -> str:
+        """Why no layout came out: the layouts considered, the (disjoint) reasons, and the batch's part."""
+        reasons = ", ".join(f"{reason} {count:,}" for reason, count in self.rejected.items() if count)
+        text = (
+            f"no layout fits on {num_gpus:,} GPUs: all {self.configs_considered:,} layouts considered were "
+            f"rejected ({reasons or 'none could be built'})"
+        )
+        if self.rejected["batch"]:
+            batch = workload.global_batch_sequences
+            rounding = (
+                f" even rounded by up to {units.format_percent(workload.batch_rounding_frac, 0)}"
+                if workload.batch_rounding_frac
+                else ""
+            )
+            text += (
+                f"; the global batch of {batch:,} sequences is no whole number of micro-batches per DP rank"
+                f"{rounding} for the DP degrees {num_gpus:,} GPUs allow: give --global-batch-size (sequences) "
+                f"as a multiple of the DP you want"
+            )
+        return text
 
 
 def _divisors(n: int) -> list[int]:
@@ -114,6 +161,27 @@ def _stage_splits(
     return splits
 
 
+def interleaving_breaks(pp: npt.ArrayLike, vpp: npt.ArrayLike, num_microbatches: npt.ArrayLike) -> Bools:
+    """Where an interleaved pipeline (vpp > 1) cannot be scheduled: Megatron's interleaved 1F1B runs the
+    micro-batches in groups of pp through each virtual stage, so their number must be a multiple of pp (and so
+    at least pp); megatron/core/pipeline_parallel/schedules.py raises "number of microbatches is not
+    divisible by pipeline-model-parallel-size when using interleaved schedule"."""
+    stages, chunks, count = (np.asarray(a, dtype=np.int64) for a in (pp, vpp, num_microbatches))
+    return np.asarray(
+        (chunks > 1) & ((count < stages) | (count % np.maximum(stages, 1) != 0)), dtype=np.bool_
+    )
+
+
+def _micro_batches(workload: Workload) -> list[int]:
+    """Micro-batch sizes worth trying: those dividing the global batch, and powers of two where the batch may
+    be rounded."""
+    batch = workload.global_batch_sequences
+    sizes = {b for b in _divisors(batch) if b <= MAX_MICRO_BATCH}
+    if workload.batch_rounding_frac > 0:
+        sizes |= {2**k for k in range(MAX_MICRO_BATCH.bit_length()) if 2**k <= MAX_MICRO_BATCH}
+    return sorted(sizes)
+
+
 def _cartesian(*lengths: int) -> list[np.ndarray]:
     """Index arrays of the cartesian product of options of the given lengths."""
     grids = np.meshgrid(*(np.arange(n) for n in lengths), indexing="ij")
@@ -125,7 +193,6 @@ def enumerate_layouts(
 ) -> tuple[LayoutGrid, dict[str, int], int]:
     """Every buildable layout of ``space`` on ``num_gpus`` GPUs; the rejected ones counted by reason."""
     model = workload.model
-    batch = workload.global_batch_sequences
     domain = system.scale_up_domain_gpus
     tps = _options(space.tp, (t for t in _divisors(domain) if t <= max(system.gpus_per_node, MAX_TP)))
     pps = _options(space.pp, (p for p in range(1, model.num_hidden_layers + 1) if p <= num_gpus))
@@ -134,7 +201,7 @@ def enumerate_layouts(
         space.cp, (c for c in (1, 2, 4, 8, 16, 32) if c == 1 or workload.seq_len // c >= MIN_CP_CHUNK)
     )
     eps = _options(space.ep, _divisors(model.moe.num_experts) if model.moe else [1])
-    micro = _options(space.micro_batch_size, (b for b in _divisors(batch) if b <= MAX_MICRO_BATCH))
+    micro = _options(space.micro_batch_size, _micro_batches(workload))
     splits = _stage_splits(model.num_hidden_layers, pps, vpps, space.uneven_pipeline)
     recomputes = np.asarray([RECOMPUTES.index(mode) for mode in space.recompute], dtype=np.int64)
     shardings = np.asarray([SHARDINGS.index(name) for name in space.sharding], dtype=np.int64)
@@ -168,12 +235,16 @@ def enumerate_layouts(
     )
     if space.dp is not None:
         divisible &= np.isin(dp, space.dp)
-    batch_ok = divisible & (batch % np.maximum(dp * mbs, 1) == 0)
-    compatible = batch_ok & ~((pp > 1) & _NO_PIPELINE[sharding])
+    sequences = rounded_batch(workload, dp * mbs)
+    batch_ok = divisible & (sequences > 0)
+    num_microbatches = sequences // np.maximum(dp * mbs, 1)
+    schedulable = batch_ok & ~interleaving_breaks(pp, vpp, num_microbatches)
+    compatible = schedulable & ~((pp > 1) & _NO_PIPELINE[sharding])
     rejected = {
         "divisibility": int((keep & ~divisible).sum()),
         "batch": int((keep & divisible & ~batch_ok).sum()),
-        "compatibility": int((keep & batch_ok & ~compatible).sum()),
+        "schedule": int((keep & batch_ok & ~schedulable).sum()),
+        "compatibility": int((keep & schedulable & ~compatible).sum()),
     }
     chosen = keep & compatible
     grid = LayoutGrid(
@@ -184,7 +255,7 @@ def enumerate_layouts(
         cp=cp[chosen],
         ep=ep[chosen],
         mbs=mbs[chosen],
-        num_microbatches=(batch // np.maximum(dp * mbs, 1))[chosen],
+        num_microbatches=num_microbatches[chosen],
         first_layers=first[chosen],
         last_layers=last[chosen],
         sp=sp[chosen] & (tp[chosen] > 1),

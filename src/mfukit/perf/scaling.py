@@ -1,8 +1,10 @@
 """Across GPU counts: the best plan at each count (MFU and time to train against the cluster size), and the
 smallest count whose best plan meets a deadline (what ``size`` and ``plan --deadline`` answer).
 
-A count is worth evaluating only if some layout exists on it: tp x pp x cp x dp with dp dividing the global
-batch (4M tokens of 2,048-token sequences are 1,953 sequences, so dp divides 1,953) on whole nodes. The
+A count is worth evaluating only if some layout exists on it: tp x pp x cp x dp on whole nodes with dp making the
+global batch a whole number of micro-batches (exactly for a batch in sequences; within
+:data:`~mfukit.perf.layouts.BATCH_ROUNDING_FRAC` for one in tokens, so 4M tokens of 2,048-token sequences,
+1,953 sequences, run as 2,048 on DP 2,048). The
 deadline search starts from the count an MFU guess gives, moves up by the ratio of predicted to allowed
 time until a count meets the deadline, then bisects down to the smallest count that still meets it (time to
 train falls with the count almost everywhere; where it does not, the answer is a count that meets the
@@ -16,10 +18,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.results import ProgressCallback
 from mfukit.perf import flops
-from mfukit.perf.layouts import Workload
+from mfukit.perf.layouts import Workload, rounded_batch
 from mfukit.perf.planner import Plan, SearchResult, SearchSpace, search
 
 MAX_EVALUATIONS = 14
@@ -38,22 +42,18 @@ class CountSearch:
 def valid_counts(workload: Workload, system: System, space: SearchSpace, low: int, high: int) -> list[int]:
     """Whole-node GPU counts in [low, high] on which at least one layout of ``space`` can be built."""
     gpn = system.gpus_per_node
-    counts: set[int] = set()
     model = workload.model
     layers = model.num_hidden_layers
     tps = space.tp or tuple(t for t in (1, 2, 4, 8) if t <= system.scale_up_domain_gpus)
     pps = space.pp or tuple(p for p in range(1, layers + 1) if layers % p == 0 or (layers + 2) % p == 0)
     cps = space.cp or (1,)
-    batch = workload.global_batch_sequences
-    dps = space.dp or tuple(d for d in range(1, batch + 1) if batch % d == 0)
-    for tp in tps:
-        for pp in pps:
-            for cp in cps:
-                for dp in dps:
-                    count = tp * pp * cp * dp
-                    if low <= count <= high and count % gpn == 0:
-                        counts.add(count)
-    return sorted(counts)
+    # dp works when some micro-batch count makes the batch (rounded, where allowed); micro-batch 1 is the
+    # finest step, so it is enough to try
+    dps = np.asarray(space.dp or range(1, 2 * workload.global_batch_sequences + 1), dtype=np.int64)
+    dps = dps[rounded_batch(workload, dps) > 0]
+    model_parallel = np.asarray([tp * pp * cp for tp in tps for pp in pps for cp in cps], dtype=np.int64)
+    counts = np.unique(np.multiply.outer(model_parallel, dps))
+    return [int(c) for c in counts[(counts >= low) & (counts <= high) & (counts % gpn == 0)]]
 
 
 def count_guess(

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
 
 from mfukit import units
 from mfukit.comm.topology import from_system
@@ -27,6 +30,7 @@ from mfukit.core.parallelism import Parallelism, layout_problems
 from mfukit.core.scenario import Precision
 from mfukit.errors import InputError
 from mfukit.perf.flops import AttentionConvention, model_flops_per_token
+from mfukit.perf.layouts import Ints, batch_change_note, round_batch
 from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
 
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep")
@@ -56,6 +60,9 @@ class SizingInputs:
     fixed: dict[str, int]  # the degrees (tp, pp, dp, cp, ep) the user fixed
     pue: float = 1.2
     usd_per_gpu_hour: float | None = None
+    batch_rounding_frac: float = 0.0  # see mfukit.perf.layouts.BATCH_ROUNDING_FRAC (0: exact)
+    # what the performance model warns about its plan (a batch given in tokens rounded, an MFU beyond measured)
+    model_warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,15 +213,23 @@ def _dp_options(inputs: SizingInputs, lowest: int, step: int) -> Iterator[int]:
         return
     batch = inputs.global_batch_sequences
     if batch is not None:
-        yield from (d for d in _divisors(batch // inputs.micro_batch_size) if d >= lowest)
+        dps = np.arange(lowest, 2 * batch // inputs.micro_batch_size + 1)
+        yield from (int(d) for d in dps[_batch_of(inputs, dps) > 0])
         return
     start = max(step, math.ceil(lowest / step) * step)
     yield from range(start, start + 64 * step, step)
 
 
+def _batch_of(inputs: SizingInputs, dp: npt.ArrayLike) -> Ints:
+    """The global batch (sequences) a DP degree runs: exact, or rounded when given in tokens; 0 where none is."""
+    per_step = np.asarray(dp, dtype=np.int64) * inputs.micro_batch_size
+    return round_batch(inputs.global_batch_sequences or 0, inputs.batch_rounding_frac, per_step)
+
+
 def _microbatches(inputs: SizingInputs, dp: int) -> int | None:
-    batch = inputs.global_batch_sequences
-    return None if batch is None else max(1, batch // (dp * inputs.micro_batch_size))
+    if inputs.global_batch_sequences is None:
+        return None
+    return max(1, int(_batch_of(inputs, [dp])[0]) // (dp * inputs.micro_batch_size))
 
 
 def _shape(inputs: SizingInputs, num_microbatches: int | None) -> StepShape:
@@ -261,7 +276,11 @@ def search_layout(inputs: SizingInputs, target_gpus: int) -> tuple[Candidate | N
                             layout,
                             model,
                             seq_len=inputs.seq_len,
-                            global_batch_sequences=inputs.global_batch_sequences,
+                            global_batch_sequences=(
+                                int(_batch_of(inputs, [dp])[0]) or inputs.global_batch_sequences
+                                if inputs.global_batch_sequences is not None
+                                else None
+                            ),
                             micro_batch_size=inputs.micro_batch_size,
                         )
                         if broken:
@@ -331,6 +350,16 @@ def size(inputs: SizingInputs) -> Sizing:
     gpus_min = total / (effective * inputs.deadline_s) if inputs.deadline_s else None
     target = inputs.num_gpus if inputs.num_gpus is not None else math.ceil(gpus_min or 1)
     chosen, why_not = search_layout(inputs, target)
+    if chosen is not None and inputs.global_batch_sequences is not None:
+        dp, micro = chosen.layout.dp, inputs.micro_batch_size
+        note = batch_change_note(
+            inputs.global_batch_sequences,
+            dp * micro * chosen.num_microbatches,
+            dp=dp,
+            micro_batch_size=micro,
+            rounding_frac=inputs.batch_rounding_frac,
+        )
+        inputs = replace(inputs, model_warnings=(note,)) if note else inputs
     return finish(inputs, chosen, why_not)
 
 
@@ -359,8 +388,9 @@ def finish(inputs: SizingInputs, chosen: Candidate | None, why_not: list[str]) -
             topology,
             microbatch_compute_s=microbatch_flops / model_parallel / (peak * inputs.mfu),
         )
+        # the batch the layout runs (rounded when given in tokens)
         if inputs.global_batch_sequences is not None:
-            step_tokens = inputs.global_batch_sequences * inputs.seq_len
+            step_tokens = layout.dp * inputs.micro_batch_size * chosen.num_microbatches * inputs.seq_len
             step_s = step_tokens * flops_per_token / (layout.world_size * peak * inputs.mfu)
     return Sizing(
         inputs=inputs,

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from mfukit.core.results import ProgressCallback
 from mfukit.errors import InputError
-from mfukit.perf.efficiency import efficiency_for
+from mfukit.perf.efficiency import beyond_measured, efficiency_for
 from mfukit.perf.estimate import plan_memory
 from mfukit.perf.inputs import PerfInputs, search_space
 from mfukit.perf.planner import Plan, search
@@ -36,10 +36,7 @@ def size_by_model(
         )
         plan = result.best_per_count[base.num_gpus]
         if plan is None:
-            why_not.append(
-                f"no layout of {result.configs_evaluated:,} fits on {base.num_gpus:,} GPUs "
-                f"(rejected: {', '.join(f'{reason} {count:,}' for reason, count in result.rejected.items())})"
-            )
+            why_not.append(result.nothing_fits(workload, base.num_gpus))
         searched = result.configs_evaluated
     else:
         if base.deadline_s is None:
@@ -68,7 +65,18 @@ def size_by_model(
         f"performance model: the best of {searched:,} layouts evaluated, at {plan.num_gpus:,} GPUs "
         f"({'; '.join(efficiency.notes)})"
     )
-    sized = replace(base, mfu=plan.mfu, mfu_source=source, goodput=rate, num_gpus=base.num_gpus)
+    sized = replace(
+        base,
+        mfu=plan.mfu,
+        mfu_source=source,
+        goodput=rate,
+        num_gpus=base.num_gpus,
+        model_warnings=tuple(
+            note
+            for note in (plan.batch_note(workload), beyond_measured(efficiency, plan.mfu, workload.precision))
+            if note
+        ),
+    )
     memory = plan_memory(workload, plan, system.gpus_per_node)
     chosen = Candidate(plan.layout, memory, plan.num_microbatches)
     return finish(replace(sized, micro_batch_size=plan.micro_batch_size), chosen, []), how
