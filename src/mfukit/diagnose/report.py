@@ -230,6 +230,7 @@ def notes(diagnosis: Diagnosis) -> list[str]:
 def _basis(diagnosis: Diagnosis) -> str:
     return {
         "performance_model": "the performance model's prediction for this layout",
+        "best_fitting_layout": "the performance model's best layout that fits; the job's own does not",
         "typical_mfu": "typical for this GPU",
         None: "unknown",
     }[diagnosis.expected.basis]

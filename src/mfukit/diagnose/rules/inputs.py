@@ -116,6 +116,16 @@ def analyze(ctx: Context) -> list[Finding]:
                     "report the kernel names (top kernels in the JSON output) so they can be classified",
                 )
             )
+    if ctx.expected.layout_problem is not None:
+        findings.append(
+            degraded(
+                "The job's layout does not fit in memory",
+                ctx.expected.layout_problem,
+                [],
+                "describe the layout that ran in the scenario (parallelism zero/fsdp/recompute, training micro_batch_size) "
+                "(`mfukit estimate` on it must say it fits)",
+            )
+        )
     if ctx.mfu.measured is None:
         findings.append(
             degraded(
