@@ -135,11 +135,14 @@ def analyze(ctx: Context) -> list[Finding]:
                 "pass the training log and --model, --gpu, --gpus (or a scenario file with [model] and [cluster])",
             )
         )
-    if not traces:
+    if not ctx.ranks:
         findings.append(
             degraded(
-                "No profiler trace: the time breakdown is unknown",
-                "compute, communication, idle and data-loader shares need a PyTorch profiler trace",
+                "No profiler trace: the time breakdown is unknown"
+                if not traces
+                else "No profiler trace holds a usable step: the time breakdown is unknown",
+                "compute, communication, idle and data-loader shares need a PyTorch profiler trace"
+                + (f" ({len(traces)} trace(s) given, none with a step that can be judged)" if traces else ""),
                 [],
                 "record a few steps with torch.profiler (activities=[CPU, CUDA]) on every rank and pass the traces",
             )
