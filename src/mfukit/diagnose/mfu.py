@@ -225,6 +225,18 @@ def _from_throughput(
             log.file,
             tokens_per_s_per_gpu=mean,
         )
+    samples = [s.samples_per_s for s in steps if s.samples_per_s is not None]
+    if samples:
+        mean = sum(samples) / len(samples) * training.seq_len / cluster.num_gpus
+        value = utilization(flops_per_token, mean, peak)
+        return MfuEstimate(
+            value,
+            value,
+            f"job samples/s from the log's run summary x seq len {training.seq_len:,} (each sample a full "
+            "sequence) / GPUs x model FLOPs per token / peak",
+            log.file,
+            tokens_per_s_per_gpu=mean,
+        )
     tokens = _tokens_per_step(log, training)
     timed = [s for s in steps if s.step_time_s is not None]
     if tokens is None or not timed:
