@@ -1,7 +1,8 @@
 """The "22 % MFU on 128 A100s" case set: generated artifacts with one known, injected cause each.
 
 A Llama-2-7B-shaped model trains on 128 A100-80GB (16 DGX nodes) at 4,096 tokens x 512 sequences per
-step. Healthy, a step takes T0 (44 % MFU: compute 90 % of the step, the last gradient bucket and the
+step, data parallel with Megatron's distributed optimizer and full recompute (a layout that fits: see ``DATA_PARALLEL_LAYOUT``), or
+TP 2 x PP 4 for the pipeline case. Healthy, a step takes T0 (44 % MFU: compute 90 % of the step, the last gradient bucket and the
 optimizer exposed). Each case injects one cause sized to pull the job down to about 22 % MFU and
 writes what the job would leave behind: a Kineto trace per rank (2 profiled steps), the training log,
 nvidia-smi CSV telemetry per node, and for some cases an NCCL log.
@@ -310,16 +311,24 @@ def telemetry(directory: Path, samples: int = 20, throttled_rank: int | None = N
         (directory / f"node{node:02d}.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
 
 
+# The data-parallel cases' layout: Megatron's distributed optimizer (ZeRO-1: fp32 gradients reduce-scattered,
+# bf16 weights all-gathered, about the bus bytes of the traced fp32 AllReduce buckets) with full activation
+# recompute, so that 4 sequences of 4,096 tokens fit: `mfukit estimate` gives 51.9 GiB per GPU (plain DDP
+# without recompute would need 194 GiB of the 80).
+DATA_PARALLEL_LAYOUT = 'zero = 1\nrecompute = "full"\n'
+
+
 def scenario(path: Path, *, tp: int = 1, pp: int = 1) -> None:
     dp = WORLD // (tp * pp)
     # the data-parallel cases trace one forward and backward per step (a micro-batch of all 4 sequences
-    # a GPU gets); the pipeline case runs 32 micro-batches of one sequence through its 4 stages
+    # a GPU gets); the pipeline case runs 32 micro-batches of one sequence through its 4 stages (TP 2 x
+    # PP 4 fits without sharding or recompute)
     micro = GLOBAL_BATCH // dp if pp == 1 else 1
     fields = "\n".join(f"{k} = {json.dumps(v)}" for k, v in MODEL.items())
     path.write_text(
         f'[model]\n{fields}\n\n[training]\nseq_len = {SEQ_LEN}\nglobal_batch_size = {GLOBAL_BATCH}\nmicro_batch_size = {micro}\nprecision = "bf16"\n\n'
         f'[cluster]\nsystem = "dgx-a100-80gb"\nnum_gpus = {WORLD}\nfailure_rate_per_1000_node_days = 6.5\n\n'
-        f"[parallelism]\ntp = {tp}\npp = {pp}\ndp = {dp}\n",
+        f"[parallelism]\ntp = {tp}\npp = {pp}\ndp = {dp}\n" + (DATA_PARALLEL_LAYOUT if pp == 1 else ""),
         encoding="utf-8",
     )
 

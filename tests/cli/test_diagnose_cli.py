@@ -65,16 +65,22 @@ def test_missing_path_is_bad_input(mfukit) -> None:  # type: ignore[no-untyped-d
     assert run.exit_code == 2 and "no such file" in run.stderr and "Traceback" not in run.stderr
 
 
-def test_expected_mfu_is_the_performance_models_for_the_layout(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """With the model, batch, layout and cluster known, the expected MFU is `mfukit estimate`'s for that
-    layout; without the layout it is the GPU's typical MFU, and a warning says why."""
+def metrics_log(tmp_path: Path, *, step_s: float, tokens_per_step: float) -> Path:
+    """An ``mfukit train`` metrics.jsonl of 29 steps of ``step_s`` each."""
     log = tmp_path / "metrics.jsonl"
     log.write_text(
         "".join(
-            json.dumps({"step": s, "step_time_s": 9.0, "tokens_per_s": 4e6 / 9.0}) + "\n"
+            json.dumps({"step": s, "step_time_s": step_s, "tokens_per_s": tokens_per_step / step_s}) + "\n"
             for s in range(1, 30)
         )
     )
+    return log
+
+
+def test_expected_mfu_is_the_performance_models_for_the_layout(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """With the model, batch, layout and cluster known, the expected MFU is `mfukit estimate`'s for that
+    layout; without the layout it is the GPU's typical MFU, and a warning says why."""
+    log = metrics_log(tmp_path, step_s=9.0, tokens_per_step=4e6)
     job = ["--model", "llama-65b", "--gpu", "h100-sxm", "--gpus", "1024", "--seq-len", "2048",
            "--global-batch-size", "1024"]  # fmt: skip
     layout = ["--tp", "8", "--pp", "4"]
@@ -90,3 +96,37 @@ def test_expected_mfu_is_the_performance_models_for_the_layout(mfukit, tmp_path:
     broken = mfukit("diagnose", str(log), *job, "--tp", "3", "--format", "json").json()
     assert broken["result"]["mfu"]["expected_basis"] == "typical_mfu"
     assert any("cannot be built" in w and "heads" in w for w in broken["warnings"])
+
+
+def test_expected_mfu_never_comes_from_a_layout_that_does_not_fit(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Llama-2-7B, plain DDP, 4 x 4,096-token sequences per GPU: `mfukit estimate` says 194 GiB per GPU, so
+    the job as described cannot have run. The expected MFU is the best layout that fits (the planner's, at
+    the same GPUs and global batch), and a warning says the scenario's layout does not fit."""
+    log = metrics_log(tmp_path, step_s=9.0, tokens_per_step=2.1e6)
+    job = ["--model", "llama2-7b", "--gpu", "a100-80gb-sxm", "--gpus", "128", "--seq-len", "4096",
+           "--global-batch-size", "512", "--micro-batch-size", "4", "--tp", "1", "--pp", "1", "--dp", "128"]  # fmt: skip
+    estimate = mfukit("estimate", *job, "--format", "json")
+    assert estimate.exit_code == 1 and estimate.json()["result"]["fits"] is False
+    plan = mfukit("plan", *job[:10], "--format", "json").json()["result"]
+    envelope = mfukit("diagnose", str(log), *job, "--format", "json").json()
+    mfu = envelope["result"]["mfu"]
+    assert mfu["expected_basis"] == "best_fitting_layout"
+    assert mfu["expected"] != pytest.approx(estimate.json()["result"]["mfu"], rel=1e-6)
+    assert mfu["expected"] == pytest.approx(plan["plans"][0]["mfu"], rel=1e-9)
+    assert "best layout that fits" in mfu["expected_source"]
+    (warning,) = [w for w in envelope["warnings"] if "does not fit" in w]
+    assert "194.3 GiB" in warning and "80.0 GiB" in warning and "sharding none" in warning
+
+
+def test_empty_directory_is_nothing_to_diagnose(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / ".hidden").write_text("x")
+    run = mfukit("diagnose", str(tmp_path))
+    assert run.exit_code == 2 and "Traceback" not in run.stderr
+    assert "no artifacts" in run.stderr and "Kineto" in run.stderr and str(tmp_path) in run.stderr
+
+
+def test_single_gpu_trace_has_no_network_verdict(mfukit) -> None:  # type: ignore[no-untyped-def]
+    gates = {g["id"]: g for g in mfukit("diagnose", TRACE, "--format", "json").json()["result"]["gates"]}
+    assert gates["network"]["status"] == "unknown" and gates["network"]["value"] is None
+    assert "not applicable" in gates["network"]["why"] and "one GPU" in gates["network"]["why"]
+    assert "applicable:" in mfukit("diagnose", TRACE).stdout  # the table says why, not only what decides

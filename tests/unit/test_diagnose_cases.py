@@ -92,3 +92,14 @@ def test_checkpoint_stall_is_sized(diagnoses: dict[str, Diagnosis]) -> None:
     expected_stall = 50 * CASES.healthy_step_s() * (CASES.HEALTHY_MFU / CASES.TARGET_MFU - 1.0)
     assert top.details["stall_s_per_save"] == pytest.approx(expected_stall, rel=0.02)
     assert diagnoses["checkpoint"].mfu.steady_state == pytest.approx(CASES.HEALTHY_MFU, abs=0.01)
+
+
+@pytest.mark.parametrize("case", CASES.CASES)
+def test_each_case_describes_a_layout_that_fits(diagnoses: dict[str, Diagnosis], case: str) -> None:
+    """The expected MFU is the performance model's for the case's own layout, which fits in 80 GiB (the
+    data-parallel cases once described plain DDP at 194 GiB per GPU, and the expected MFU came from it)."""
+    result = diagnoses[case]
+    assert result.expected.basis == "performance_model", result.expected.source
+    assert result.expected.layout_problem is None
+    assert not any("does not fit" in f.title for f in result.findings)
+    assert result.expected.value is not None and CASES.HEALTHY_MFU - 0.05 < result.expected.value < 0.6

@@ -82,3 +82,80 @@ def test_mixed_clocks(tmp_path: Path) -> None:
     directory = traces(tmp_path / "t", range(4), world=4, origin=-1.0)
     result = diagnose([directory])
     assert any("different clocks" in note for note in degraded(result))
+
+
+def gate_status(result: object) -> dict[str, str]:
+    return {g.id: g.status for g in result.gates}  # type: ignore[attr-defined]
+
+
+def test_a_trace_cut_after_one_kernel_gives_no_verdict(tmp_path: Path) -> None:
+    """One 5 us NCCL kernel, the file cut after it: once read as "100 % exposed communication" (an error),
+    Network FAIL and Storage I/O PASS "0.0 %". It cannot hold a step: a warning, and every gate unknown."""
+    (tmp_path / "t.json").write_text(
+        '{"traceEvents":[{"ph":"X","name":"ncclKernel_AllReduce","ts":1,"dur":5,"pid":0,"tid":7,"cat":"kernel"},\n'
+    )
+    result = diagnose([tmp_path])
+    assert not result.has_errors and result.top is None
+    assert not result.time_breakdown and not result.ranks
+    assert set(gate_status(result).values()) == {"unknown"}
+    notes = " ".join(degraded(result))
+    assert "too short to hold a training step (1 GPU op(s) over 5.0 us, no ProfilerStep markers" in notes
+    assert "No profiler trace holds a usable step" in notes
+
+
+def test_a_marked_step_with_a_few_kernels_is_not_judged(tmp_path: Path) -> None:
+    events = [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#3",
+            "pid": 1,
+            "tid": 1,
+            "ts": 0,
+            "dur": 900,
+        }
+    ]
+    events += [
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 7,
+         "ts": 10 + 100 * i, "dur": 50}
+        for i in range(3)
+    ]  # fmt: skip
+    (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": events}))
+    result = diagnose([tmp_path])
+    assert not result.has_errors and gate_status(result)["network"] == "unknown"
+    assert any("3 GPU op(s)" in note and "at least 10 ops)" in note for note in degraded(result))
+
+
+def test_a_whole_step_is_still_judged(tmp_path: Path) -> None:
+    result = diagnose([traces(tmp_path / "t", range(8))])
+    assert len(result.ranks) == 8 and gate_status(result)["network"] in ("pass", "fail")
+
+
+def test_one_job_without_a_cluster_size_does_not_pass_scheduling(tmp_path: Path) -> None:
+    """Capacity defaults to the largest job; with one job its utilization is 100 % by construction."""
+    (tmp_path / "sacct.txt").write_text(
+        "JobID|JobName|State|Submit|Eligible|Start|End|AllocTRES|NodeList\n"
+        "2|A|COMPLETED|2026-11-29T16:15:04|2026-11-29T16:15:04|2026-11-29T16:15:04|2026-11-29T18:15:24|"
+        "billing=3,cpu=3,gres/gpu=24,mem=12000M,node=3|gpu[01-03]\n"
+    )
+    gate = next(g for g in diagnose([tmp_path]).gates if g.id == "scheduling")
+    assert gate.status == "unknown" and "by construction" in gate.why
+
+
+def test_no_data_loader_spans_pass_storage_only_on_a_busy_gpu(tmp_path: Path) -> None:
+    """Traces without data-loader spans say nothing about the loader, except through the GPU's idle share."""
+
+    def without_loader(directory: Path, idle_s: float) -> Path:
+        for rank in range(2):
+            plans = [GEN.RankPlan(idle_s, 0.9, 0.05, extra={"t0_s": 1.0}) for _ in range(2)]
+            path = directory / f"rank{rank}.json.gz"
+            GEN.write_rank_trace(path, rank, 2, plans, 0.96 + idle_s)
+            document = json.loads(gzip.decompress(path.read_bytes()))
+            document["traceEvents"] = [e for e in document["traceEvents"] if "DataLoader" not in e["name"]]
+            path.write_bytes(gzip.compress(json.dumps(document).encode()))
+        return directory
+
+    busy = next(g for g in diagnose([without_loader(tmp_path / "busy", 0.005)]).gates if g.id == "storage")
+    assert busy.status == "pass" and "no data-loader spans" in busy.why and "upper bound" in busy.why
+    idle = next(g for g in diagnose([without_loader(tmp_path / "idle", 0.3)]).gates if g.id == "storage")
+    assert idle.status == "unknown" and "no data-loader spans" in idle.why

@@ -8,8 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from mfukit.catalog import resolve
+from mfukit.core.scenario import ClusterSection, TrainingSection
+from mfukit.diagnose.mfu import measure
 from mfukit.diagnose.sources import dcgm, dcgmi_diag, detect, kernel_log, nvidia_smi, sacct, training_log
 from mfukit.diagnose.sources.jsonstream import TraceEventStream
+from mfukit.perf.flops import model_flops_per_token
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -233,3 +237,42 @@ def test_worker_processes_read_what_one_process_reads(tmp_path: Path) -> None:
     pooled = parse_files(files, workers=2)
     assert [(p, k, e) for p, k, _, e in alone] == [(p, k, e) for p, k, _, e in pooled]
     assert [r[2][0].steps for r in alone] == [r[2][0].steps for r in pooled]  # type: ignore[attr-defined]
+
+
+HF_LOG = Path(__file__).parents[1] / "data" / "diagnose" / "logs" / "hf_trainer_printer_callback.log"
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [
+        # transformers <= 4.x: numbers
+        "{'train_runtime': 100.0152, 'train_samples_per_second': 64.0, 'train_steps_per_second': 1.0, "
+        "'train_loss': 1.92, 'epoch': 0.0064}",
+        # newer releases print every value as a string
+        "{'train_runtime': '100', 'train_samples_per_second': '64', 'train_steps_per_second': '1', "
+        "'train_loss': '1.92', 'epoch': '0.0064'}",
+    ],
+)
+def test_hf_trainer_summary_without_progress_bars(tmp_path: Path, summary: str) -> None:
+    """A Trainer run with disable_tqdm=True prints only its logs dicts: the closing summary's
+    train_samples_per_second is the job's throughput (one record covering the run's 100 steps)."""
+    text = HF_LOG.read_text().replace(HF_LOG.read_text().splitlines()[-2], summary)
+    path = write(tmp_path, "train.log", text)
+    (log,) = training_log.parse(path)
+    assert log.framework == "huggingface"
+    (record,) = log.steps
+    assert record.samples_per_s == 64.0 and record.step == 100 and record.interval_steps == 100
+    assert not any("progress bar" in p for p in log.problems)
+
+
+def test_hf_trainer_summary_gives_the_mfu() -> None:
+    model = resolve.model_spec({"preset": "llama2-7b"}, source="test")
+    training = TrainingSection(seq_len=2048)
+    cluster = resolve.cluster(ClusterSection(gpu="a100-80gb-sxm", num_gpus=64), source="test")
+    (log,) = training_log.parse(HF_LOG)
+    estimate = measure([log], model, training, cluster)
+    # 64 sequences/s x 2,048 tokens over 64 GPUs = 2,048 tokens/s per GPU
+    assert estimate.tokens_per_s_per_gpu == pytest.approx(2048.0)
+    flops = model_flops_per_token(model, 2048, training.attention_flops)
+    assert estimate.measured == pytest.approx(2048.0 * flops / 312e12, rel=1e-9)
+    assert 0.25 < estimate.measured < 0.32 and "samples/s" in estimate.method

@@ -107,6 +107,16 @@ def _network(ctx: Context) -> Gate:
                         f"({expected.source}); "
                         + ("even a healthy fabric cannot hide it" if ratio > limit else "not measured"),
                         "nccl-tests all_reduce_perf across the job's nodes, or profiler traces of a few steps")  # fmt: skip
+    traces = [t for t in ctx.of(RankTrace) if t.steps]
+    if traces and not any(t.num_comm_kernels for t in traces):
+        worlds = [t.world_size for t in traces if t.world_size]
+        single = not worlds or max(worlds) <= 1
+        return Gate("network", name, "unknown", None, "—", "gradient traffic hidden by compute",
+                    "not applicable: " + ("the traced job runs on one GPU and issues no collective"
+                                          if single else f"world size {max(worlds)}, but no communication "
+                                          "kernel was recognised in the traces (see the degraded-input notes)"),
+                    "profiler traces of a multi-GPU job (NCCL/RCCL kernels), or nccl-tests all_reduce_perf "
+                    "across the job's nodes")  # fmt: skip
     if ctx.ranks:
         exposed = job_fraction(ctx.ranks, "comm_exposed")
         limit = float(spec["max_exposed_comm_fraction"])
@@ -119,7 +129,7 @@ def _network(ctx: Context) -> Gate:
     why = (
         f"{len(ctx.nccl_checks)} nccl-tests run(s), but the job's gradient traffic is unknown without its model and batch"
         if ctx.nccl_checks
-        else "no model of the job, no trace and no nccl-tests result"
+        else "no model of the job, no trace with a usable step and no nccl-tests result"
     )
     return Gate("network", name, "unknown", None, "—", "gradient traffic hidden by compute", why,
                 "--model, --gpu, --gpus and the batch (or a scenario), with nccl-tests all_reduce_perf across the "
@@ -216,6 +226,10 @@ def _scheduling(ctx: Context) -> Gate:
     if not jobs:
         return Gate("scheduling", name, "unknown", None, "—", target, "no job accounting",
                     "sacct -a -X -P -S <start> -E <end> output (JobID,State,Start,End,AllocTRES)")  # fmt: skip
+    if len(jobs) == 1 and ctx.cluster is None:
+        return Gate("scheduling", name, "unknown", None, "—", target,
+                    "one job and no cluster size: its utilization would be 100 % by construction",
+                    "sacct over a window with several jobs, and --gpus (or a scenario) for the cluster size")  # fmt: skip
     lo = min(j.start_s or 0.0 for j in jobs)
     hi = max(j.end_s or 0.0 for j in jobs)
     capacity = ctx.cluster.num_gpus if ctx.cluster else max(j.num_gpus or 0 for j in jobs)
@@ -241,12 +255,7 @@ def _storage(ctx: Context) -> Gate:
     if blocking is None and (priced := _bench_write(ctx)) is not None:
         blocking, blocking_basis = priced
     compute, compute_basis = _step_compute(ctx)
-    data = ctx.find("dataloader_stall")
-    data_fraction = (
-        data.impact.step_fraction
-        if data
-        else (job_fraction(ctx.ranks, "dataloader_exposed") if ctx.ranks else None)
-    )
+    data_fraction, data_text = _data_loader(ctx, data_limit)
     parts, failed = [], False
     value = None
     if blocking is not None and compute:
@@ -258,14 +267,40 @@ def _storage(ctx: Context) -> Gate:
         )
     if data_fraction is not None:
         failed |= data_fraction > data_limit
-        parts.append(f"data loader idles the GPU {units.format_percent(data_fraction)} of the step")
+        parts.append(data_text)
     if not parts:
-        return Gate("storage", name, "unknown", None, "—", target, "no checkpoint timing and no trace",
+        return Gate("storage", name, "unknown", None, "—", target,
+                    "no checkpoint timing" + (f", and {data_text}" if data_text else " and no trace"),
                     "a training log with checkpoint saves (or Megatron's save-checkpoint timer, or an mfukit "
                     "train ledger, or an mfukit bench checkpoint result with the model) and a profiler trace")  # fmt: skip
     shown = f"{value:.1f}x" if value is not None else units.format_percent(data_fraction or 0.0)
     return Gate("storage", name, "fail" if failed else "pass", value if value is not None else data_fraction, shown,
                 target, "; ".join(parts))  # fmt: skip
+
+
+def _data_loader(ctx: Context, limit: float) -> tuple[float | None, str]:
+    """The share of the step the data loader idles the GPU, and how it is known. Without data-loader spans
+    in the traces (no CPU activity recorded, or a loader the profiler does not name) the GPU's idle share
+    bounds it: a small one still passes the gate, a large one says nothing about the loader."""
+    data = ctx.find("dataloader_stall")
+    if data is not None and data.impact.step_fraction is not None:
+        share = data.impact.step_fraction
+        return share, f"data loader idles the GPU {units.format_percent(share)} of the step"
+    if not ctx.ranks:
+        return None, "no trace with a usable step" if ctx.of(RankTrace) else ""
+    if any(r.medians_s["dataloader_s"] > 0 for r in ctx.ranks):
+        share = job_fraction(ctx.ranks, "dataloader_exposed")
+        return share, f"data loader idles the GPU {units.format_percent(share)} of the step"
+    idle = job_fraction(ctx.ranks, "idle")
+    if idle <= limit:
+        return idle, (
+            f"no data-loader spans in the traces, but the GPU idles only {units.format_percent(idle)} of the "
+            "step (an upper bound on data-loader stalls)"
+        )
+    return None, (
+        f"the traces hold no data-loader spans and the GPU idles {units.format_percent(idle)} of the step "
+        "(record the trace with ProfilerActivity.CPU to see the loader)"
+    )
 
 
 def _step_compute(ctx: Context) -> tuple[float | None, str]:

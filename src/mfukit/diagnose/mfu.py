@@ -10,6 +10,13 @@ The expected MFU (:func:`expected_mfu`) is what the performance model (``perf.es
 ``mfukit estimate``) predicts for the job's own layout on its cluster, when the model, batch, layout and
 cluster are known; otherwise the accelerator's sourced ``typical_mfu``, with a warning that says what was
 missing. Which of the two it is travels with it (``Expected.basis``).
+
+A layout whose memory (``perf.memory``, the same total ``mfukit estimate`` prints) exceeds the GPU's HBM
+cannot be what ran: the scenario misdescribes the job (a missing ``zero``/``fsdp``/``recompute``, a larger
+micro-batch than the job's). Its MFU is not a target anyone can reach, so the expected MFU is then the
+performance model's best layout that fits on the same GPUs at the same global batch (``mfukit plan``'s
+search), its basis ``best_fitting_layout``, and ``Expected.layout_problem`` says why (the diagnosis turns it
+into a degraded-input warning).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mfukit import units
 from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
@@ -24,9 +32,11 @@ from mfukit.core.scenario import TrainingSection
 from mfukit.diagnose.breakdown import median
 from mfukit.diagnose.records import StepRecord, TrainingLog
 from mfukit.errors import InputError
-from mfukit.perf.estimate import training_plan
+from mfukit.perf.estimate import best_plan, training_plan
 from mfukit.perf.flops import model_flops_per_token, utilization
+from mfukit.perf.inputs import training_workload
 from mfukit.perf.memory import sharding_of
+from mfukit.perf.planner import Plan
 
 WARMUP_FRACTION = 0.1  # the first 10 % of logged steps (compile, allocator warm-up) are left out
 
@@ -46,11 +56,13 @@ class MfuEstimate:
 class Expected:
     value: float | None
     source: str
-    basis: Literal["performance_model", "typical_mfu"] | None = None
+    basis: Literal["performance_model", "best_fitting_layout", "typical_mfu"] | None = None
     step_time_s: float | None = None
     """the performance model's step time (its basis only)"""
     warning: str | None = None
     """why the performance model could not say (the typical MFU stands in)"""
+    layout_problem: str | None = None
+    """why the job's own layout was not the basis (it does not fit in memory)"""
 
 
 def expected_mfu(
@@ -68,7 +80,7 @@ def expected_mfu(
         needs = (
             ("the model", model),
             ("the global batch", training and training.global_batch_sequences),
-            ("the parallel layout (--tp/--pp/--dp or [parallelism])", layout),
+            ("the parallel layout (--tp/--pp/--dp or a scenario's parallelism table)", layout),
             ("the cluster", cluster),
         )
         why = "no " + ", no ".join(what for what, have in needs if not have)
@@ -94,13 +106,44 @@ def _predicted(
         return None, f"the performance model cannot run it ({error.message})"
     if plan is None:
         return None, how
-    chosen = plan.layout
-    text = (
-        f"performance model (`mfukit estimate`) for TP {chosen.tp} x PP {chosen.pp} x DP {chosen.dp} "
-        f"(recompute {chosen.recompute}, sharding {sharding_of(chosen)}) on {cluster.num_gpus} x "
-        f"{cluster.accelerator.name}, micro-batch {plan.micro_batch_size}: step {plan.step_time_s:.3g} s"
+    hbm_bytes = cluster.accelerator.hbm_bytes
+    if plan.memory_bytes <= hbm_bytes:
+        return Expected(plan.mfu, _describe(plan, cluster), "performance_model", plan.step_time_s), ""
+    problem = (
+        f"the job's layout as described ({_layout_text(plan)}) needs "
+        f"{units.format_bytes(plan.memory_bytes)} per GPU, more than the {units.format_bytes(hbm_bytes)} of "
+        f"{cluster.accelerator.name}: it cannot be what ran (check the scenario's parallelism zero/fsdp/recompute and the "
+        "micro-batch against the job's launch flags)"
     )
-    return Expected(plan.mfu, text, "performance_model", plan.step_time_s), ""
+    sequences = training.global_batch_sequences or 0  # known: expected_mfu asks for it
+    best, _ = best_plan(
+        training_workload(model, training, sequences), cluster.system, cluster.accelerator, cluster.num_gpus
+    )
+    if best is None:
+        return None, f"{problem}; and no layout fits on {cluster.num_gpus:,} GPUs"
+    return Expected(
+        best.mfu,
+        f"best layout that fits: {_describe(best, cluster)}",
+        "best_fitting_layout",
+        best.step_time_s,
+        layout_problem=f"{problem}; expected MFU {units.format_percent(best.mfu)} from the best layout that "
+        f"fits ({_layout_text(best)}), not {units.format_percent(plan.mfu)} from the one that does not",
+    ), ""
+
+
+def _layout_text(plan: Plan) -> str:
+    chosen = plan.layout
+    return (
+        f"TP {chosen.tp} x PP {chosen.pp} x DP {chosen.dp}, recompute {chosen.recompute}, sharding "
+        f"{sharding_of(chosen)}, micro-batch {plan.micro_batch_size}"
+    )
+
+
+def _describe(plan: Plan, cluster: Cluster) -> str:
+    return (
+        f"performance model (`mfukit estimate`) for {_layout_text(plan)} on {cluster.num_gpus} x "
+        f"{cluster.accelerator.name}: step {plan.step_time_s:.3g} s"
+    )
 
 
 def _steady(steps: list[StepRecord]) -> list[StepRecord]:
@@ -179,6 +222,18 @@ def _from_throughput(
             utilization(flops_per_token, mean, peak),
             utilization(flops_per_token, median(job) / cluster.num_gpus, peak),
             "job tokens/s from the log / GPUs x model FLOPs per token / peak",
+            log.file,
+            tokens_per_s_per_gpu=mean,
+        )
+    samples = [s.samples_per_s for s in steps if s.samples_per_s is not None]
+    if samples:
+        mean = sum(samples) / len(samples) * training.seq_len / cluster.num_gpus
+        value = utilization(flops_per_token, mean, peak)
+        return MfuEstimate(
+            value,
+            value,
+            f"job samples/s from the log's run summary x seq len {training.seq_len:,} (each sample a full "
+            "sequence) / GPUs x model FLOPs per token / peak",
             log.file,
             tokens_per_s_per_gpu=mean,
         )

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mfukit.diagnose.sources import detect
+from mfukit.diagnose.sources import detect, sources
 from mfukit.errors import InputError
 
 if TYPE_CHECKING:
@@ -35,7 +35,8 @@ def _train_internal(path: Path, runs: set[Path]) -> bool:
 
 def collect(paths: Iterable[Path]) -> list[Path]:
     """Files under ``paths`` (directories walked recursively, hidden entries and the internals of an
-    ``mfukit train`` run directory skipped), sorted."""
+    ``mfukit train`` run directory skipped), sorted; an InputError when there are none."""
+    paths = list(paths)
     files: list[Path] = []
     for path in paths:
         if not path.exists():
@@ -50,6 +51,16 @@ def collect(paths: Iterable[Path]) -> list[Path]:
             files.extend(p for p in found if not _train_internal(p, runs))
         else:
             files.append(path)
+    if not files:
+        given = [str(p) for p in paths]
+        raise InputError(
+            "no artifacts to diagnose: the directory holds no files (hidden entries are skipped)",
+            value=given[0] if len(given) == 1 else given,
+            expected="files of these kinds, anywhere under it: "
+            + "; ".join(source.description for source in sources()),
+            hint="point mfukit diagnose at the job's output directory (profiler traces, training log, "
+            "nvidia-smi/DCGM telemetry, NCCL logs, sacct output)",
+        )
     return files
 
 

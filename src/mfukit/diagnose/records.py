@@ -126,6 +126,8 @@ class StepRecord:
     step_time_s: float | None = None
     tokens_per_s: float | None = None
     tokens_per_s_per_gpu: float | None = None
+    samples_per_s: float | None = None
+    """Sequences per second of the whole job (HF Trainer's ``train_samples_per_second``)."""
     loss: float | None = None
     mfu: float | None = None
     tflops_per_gpu: float | None = None

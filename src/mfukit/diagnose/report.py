@@ -156,7 +156,7 @@ def findings_table(diagnosis: Diagnosis) -> Table:
 def gates_table(diagnosis: Diagnosis) -> Table:
     table = Table("MFU-first gates", ["gate", "status", "value", "target", "basis"])
     for gate in diagnosis.gates:
-        basis = gate.why if gate.status != "unknown" else f"unknown: {gate.decided_by} would decide it"
+        basis = gate.why if gate.status != "unknown" else f"{gate.why}; {gate.decided_by} would decide it"
         table.add(gate.name, gate.status.upper(), gate.value_text, gate.target_text, basis)
     return table
 
@@ -230,6 +230,7 @@ def notes(diagnosis: Diagnosis) -> list[str]:
 def _basis(diagnosis: Diagnosis) -> str:
     return {
         "performance_model": "the performance model's prediction for this layout",
+        "best_fitting_layout": "the performance model's best layout that fits; the job's own does not",
         "typical_mfu": "typical for this GPU",
         None: "unknown",
     }[diagnosis.expected.basis]

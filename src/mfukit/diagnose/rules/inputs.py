@@ -116,6 +116,16 @@ def analyze(ctx: Context) -> list[Finding]:
                     "report the kernel names (top kernels in the JSON output) so they can be classified",
                 )
             )
+    if ctx.expected.layout_problem is not None:
+        findings.append(
+            degraded(
+                "The job's layout does not fit in memory",
+                ctx.expected.layout_problem,
+                [],
+                "describe the layout that ran in the scenario (parallelism zero/fsdp/recompute, training micro_batch_size) "
+                "(`mfukit estimate` on it must say it fits)",
+            )
+        )
     if ctx.mfu.measured is None:
         findings.append(
             degraded(
@@ -125,11 +135,14 @@ def analyze(ctx: Context) -> list[Finding]:
                 "pass the training log and --model, --gpu, --gpus (or a scenario file with [model] and [cluster])",
             )
         )
-    if not traces:
+    if not ctx.ranks:
         findings.append(
             degraded(
-                "No profiler trace: the time breakdown is unknown",
-                "compute, communication, idle and data-loader shares need a PyTorch profiler trace",
+                "No profiler trace: the time breakdown is unknown"
+                if not traces
+                else "No profiler trace holds a usable step: the time breakdown is unknown",
+                "compute, communication, idle and data-loader shares need a PyTorch profiler trace"
+                + (f" ({len(traces)} trace(s) given, none with a step that can be judged)" if traces else ""),
                 [],
                 "record a few steps with torch.profiler (activities=[CPU, CUDA]) on every rank and pass the traces",
             )

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from mfukit import units
 from mfukit.diagnose import intervals as iv
 from mfukit.diagnose.kernels import (
     KERNEL_CATEGORIES,
@@ -50,6 +51,13 @@ SHORT_KERNEL_S = 10e-6  # a kernel shorter than one launch: the CPU cannot keep 
 MAX_COLLECTIVE_SAMPLES = 2000
 MIN_COLLECTIVE_BYTES = 1 << 20
 MAX_TIMELINE_INTERVALS = 4000
+# Below these a trace cannot hold one training step, and a breakdown of it would be a verdict read from
+# nothing (a file cut after its first kernel reads as "100 % exposed communication"). A forward and
+# backward of the smallest model launches hundreds of kernels (the ResNet-50 trace in tests/data: thousands
+# per step); without ProfilerStep markers the GPU-active span must also last a plausible step (1 ms: the
+# launch latency of ~50-100 kernels at 10-20 us each, HTA's "CUDA kernel launch statistics").
+MIN_GPU_OPS = 10
+MIN_UNMARKED_SPAN_S = 1e-3
 
 STEP_NAME = re.compile(r"^ProfilerStep#(\d+)$")
 DATALOADER_NAME = re.compile(
@@ -299,6 +307,9 @@ def _analyse(path: Path, stream: TraceEventStream[TraceEvent], c: _Collector) ->
             "no GPU kernels or memcpys: compute, communication and idle time cannot be judged from this "
             "trace (record it with ProfilerActivity.CUDA)"
         )
+    elif (thin := _too_thin(start, end, from_markers)) is not None:
+        problems.append(thin)
+        steps = []
     breakdown = _breakdown(c, start, end, codes, steps) if start.size and steps else []
     kernels_only = durations[codes != CATEGORY_CODES["memcpy"]]
     totals = _kernel_totals(c, durations, codes)
@@ -368,6 +379,20 @@ def _windows(
     if start.size:
         return [(None, float(start.min()), float(end.max()))], False
     return [], False
+
+
+def _too_thin(start: iv.Array, end: iv.Array, from_markers: bool) -> str | None:
+    """Why the GPU ops of a trace cannot make up a training step, or None when they can."""
+    span_s = float(end.max() - start.min())
+    if start.size >= MIN_GPU_OPS and (from_markers or span_s >= MIN_UNMARKED_SPAN_S):
+        return None
+    markers = "" if from_markers else ", no ProfilerStep markers"
+    return (
+        f"too short to hold a training step ({start.size} GPU op(s) over {units.format_duration(span_s)}"
+        f"{markers}; at least {MIN_GPU_OPS} ops"
+        + ("" if from_markers else f" over {units.format_duration(MIN_UNMARKED_SPAN_S)}")
+        + "): the trace was cut or recorded nothing; its time breakdown is not judged"
+    )
 
 
 def _spans(spans: list[tuple[float, float]], origin_us: float) -> tuple[iv.Array, iv.Array]:

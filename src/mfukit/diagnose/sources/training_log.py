@@ -9,6 +9,7 @@ so both are kept (``wall_s``) and the rules compare them.
 
 from __future__ import annotations
 
+import ast
 import calendar
 import json
 import re
@@ -46,7 +47,7 @@ TITAN_GC = re.compile(r"GC.*?took\s+(" + NUMBER + r")\s*s")
 TITAN_CKPT = re.compile(r"[Ff]inished saving the checkpoint.*?in\s+(" + NUMBER + r")\s*seconds")
 
 TQDM = re.compile(r"\|\s*(\d+)/(\d+)\s*\[[^\]<]*<[^\],]*,\s*(" + NUMBER + r")\s*(s/it|it/s)")
-HF_DICT = re.compile(r"^\{'(loss|train_runtime)'")
+HF_DICT = re.compile(r"^\{'(loss|train_runtime)'", re.MULTILINE)
 HF_SAVE = re.compile(r"Saving model checkpoint to .*checkpoint-(\d+)")
 LIGHTNING_LOSS = re.compile(r"(?:train_loss|loss)=(" + NUMBER + ")")
 
@@ -112,6 +113,7 @@ class _Parser:
         self.last_step: int | None = None
         self.attempt: object = None
         self.bad_lines = 0
+        self.summary = False
         self.handle: Callable[[int, str], None] = getattr(self, "_" + framework.replace("-", "_"))
 
     def _mfukit_jsonl(self, number: int, line: str) -> None:
@@ -255,8 +257,11 @@ class _Parser:
         if saved:
             self.events.append(LogEvent("checkpoint", number, line.strip(), int(saved.group(1))))
             return
+        if line.startswith("{'train_runtime'"):
+            self._hf_summary(line)
+            return
         if HF_DICT.search(line):
-            loss = re.search(r"'loss':\s*(" + NUMBER + ")", line)
+            loss = re.search(r"'loss':\s*'?(" + NUMBER + ")", line)
             if loss and self.steps and self.steps[-1].loss is None:
                 last = self.steps[-1]
                 self.steps[-1] = StepRecord(
@@ -264,6 +269,33 @@ class _Parser:
                 )
             return
         self._progress(number, line, None)
+
+    def _hf_summary(self, line: str) -> None:
+        """The Trainer's closing ``{'train_runtime': ..., 'train_samples_per_second': ..., ...}`` (printed by
+        its ProgressCallback or PrinterCallback; values are numbers, or strings in the newest versions).
+        ``train_samples_per_second`` is the whole job's: max_steps x the total batch (per device x gradient
+        accumulation x world size), or the dataset's samples x epochs, over ``train_runtime`` — the whole
+        training loop, evaluation and checkpoint saves included."""
+        try:
+            summary = ast.literal_eval(line.strip())
+        except (SyntaxError, ValueError, TypeError, MemoryError, RecursionError) as error:
+            raise ValueError("not a Python dict") from error
+        if not isinstance(summary, dict):
+            raise ValueError("not a Python dict")
+        try:
+            samples = float(summary.get("train_samples_per_second", 0.0))
+            total = round(
+                float(summary.get("train_runtime", 0.0)) * float(summary.get("train_steps_per_second", 0.0))
+            )
+        except TypeError as error:
+            raise ValueError("a value is not a number") from error
+        if samples > 0:
+            self.steps.append(
+                StepRecord(
+                    step=max(total, self.last_step or 0), samples_per_s=samples, interval_steps=total or 1
+                )
+            )
+            self.summary = True
 
     def _lightning(self, number: int, line: str) -> None:
         loss = LIGHTNING_LOSS.search(line)
@@ -326,7 +358,7 @@ def parse(path: Path) -> list[TrainingLog]:
         parser.events.extend(checkpoint_events(path))
     if parser.bad_lines:
         problems.append(f"{parser.bad_lines} lines could not be read and were skipped")
-    if framework in ("huggingface", "lightning"):
+    if framework == "lightning" or (framework == "huggingface" and not parser.summary):
         problems.append("step times come from the progress bar's smoothed rate: single slow steps are damped")
     if not parser.steps:
         problems.append("no training steps found in the log")
