@@ -150,3 +150,31 @@ def test_interleaved_pipelines_need_a_multiple_of_pp_micro_batches() -> None:
     assert np.any(interleaved) and rejected["schedule"] > 0
     assert np.all(grid.num_microbatches[interleaved] % grid.pp[interleaved] == 0)
     assert np.all(grid.num_microbatches[interleaved] >= grid.pp[interleaved])
+
+
+def test_no_smaller_count_meets_the_deadline_when_awkward_counts_have_poor_layouts() -> None:
+    """A batch in tokens (rounded per layout) makes nearly every whole-node count valid, and a count of awkward
+    factors has only poor layouts, so time to train is not monotonic in the count: every valid count below
+    the answer, down to the one the best MFU seen allows, must miss the deadline (brute force)."""
+    workload = Workload(
+        model=catalog.model("llama2-7b"), seq_len=4096, global_batch_sequences=1953, batch_rounding_frac=0.1
+    )
+    space = SearchSpace(tp=(1, 2), pp=(1, 2), recompute=("selective",), sharding=("distributed-optimizer",))
+    # (a bisection on all counts answered 1,712 GPUs here; 1,184 meets the deadline)
+    found = smallest_count(
+        workload,
+        DGX_H100,
+        H100,
+        tokens=8e11,
+        deadline_s=86400.0,
+        space=space,
+        goodput=lambda count, plan: 0.9,
+        mfu_guess=0.2,
+    )
+    assert found.chosen is not None
+    answer = found.chosen.num_gpus
+    for count in valid_counts(workload, DGX_H100, space, answer // 2, answer - 1):
+        plan = search(workload, DGX_H100, H100, [count], space=space, tokens=8e11, top_k=1).best_per_count[
+            count
+        ]
+        assert plan is None or plan.time_to_train_s / 0.9 > 86400.0, count  # type: ignore[operator]

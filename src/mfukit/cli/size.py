@@ -333,8 +333,8 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
         warnings.append("no global batch given: DP is not capped by it (give --global-batch-tokens)")
     elif sizing.gpus_min is not None and sizing.gpus > 1.05 * sizing.gpus_min:
         warnings.append(
-            f"whole nodes and a DP that divides the global batch ({inputs.global_batch_sequences} sequences) "
-            f"round {sizing.gpus_min:,.0f} GPUs up to {sizing.gpus:,}"
+            f"whole nodes and a layout that runs the global batch ({inputs.global_batch_sequences:,} sequences "
+            f"in whole micro-batches per DP rank) round {sizing.gpus_min:,.0f} GPUs up to {sizing.gpus:,}"
         )
     result.update(
         {

@@ -5,10 +5,12 @@ A count is worth evaluating only if some layout exists on it: tp x pp x cp x dp 
 global batch a whole number of micro-batches (exactly for a batch in sequences; within
 :data:`~mfukit.perf.layouts.BATCH_ROUNDING_FRAC` for one in tokens, so 4M tokens of 2,048-token sequences,
 1,953 sequences, run as 2,048 on DP 2,048). The
-deadline search starts from the count an MFU guess gives, moves up by the ratio of predicted to allowed
-time until a count meets the deadline, then bisects down to the smallest count that still meets it (time to
-train falls with the count almost everywhere; where it does not, the answer is a count that meets the
-deadline with no smaller one found between the last failure and it).
+deadline search first works on counts of whole groups of 8 nodes (many factors, so good layouts): from the
+count an MFU guess gives it moves up by the ratio of predicted to allowed time until one meets the deadline,
+then bisects down to the last miss. Time to train does not fall smoothly with the count (a count of awkward
+factors, 419 nodes, has only poor layouts), so it then tries every count below the one found in ascending
+order, from the smallest that could meet the deadline at the best MFU x goodput seen, and takes the first
+that meets it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from mfukit.perf import flops
 from mfukit.perf.layouts import Workload, rounded_batch
 from mfukit.perf.planner import Plan, SearchResult, SearchSpace, search
 
-MAX_EVALUATIONS = 14
+MAX_EVALUATIONS = 64  # counts searched at most (each one a full layout search)
+NICE_NODES = 8  # the coarse grid of the deadline search: counts of whole groups of this many nodes
 
 
 @dataclass
@@ -97,39 +100,55 @@ def smallest_count(
         rate = goodput(count, plan)
         return plan.time_to_train_s / rate, plan, rate
 
-    index = min(bisect.bisect_left(candidates, guess), len(candidates) - 1)
-    failing: int | None = None
-    meeting: tuple[int, Plan, float] | None = None
+    # first on counts of whole groups of NICE_NODES nodes, whose many factors leave good layouts (a count of
+    # awkward factors has only poor ones, which would stop the bisection early): move up by the ratio of
+    # predicted to allowed time until one meets the deadline, then bisect down between it and the last miss
+    nice = [i for i, count in enumerate(candidates) if count % (NICE_NODES * system.gpus_per_node) == 0]
+    grid = nice or list(range(len(candidates)))
+    position = min(bisect.bisect_left([candidates[i] for i in grid], guess), len(grid) - 1)
+    failing, meeting = -1, None
     while len(outcome.evaluated) < MAX_EVALUATIONS:
-        wall, plan, rate = days_at(index)
+        wall, plan, rate = days_at(grid[position])
         if plan is not None and wall <= deadline_s:
-            meeting = (index, plan, rate)
+            meeting = (position, plan, rate)
             break
-        failing = index
-        if index == len(candidates) - 1:
+        failing = position
+        if position == len(grid) - 1:
             break
-        needed = candidates[index] * (wall / deadline_s if math.isfinite(wall) else 2.0)
-        index = max(index + 1, min(bisect.bisect_left(candidates, needed), len(candidates) - 1))
+        needed = candidates[grid[position]] * (wall / deadline_s if math.isfinite(wall) else 2.0)
+        grid_counts = [candidates[i] for i in grid]
+        position = max(position + 1, min(bisect.bisect_left(grid_counts, needed), len(grid) - 1))
     if meeting is None:
         outcome.why_not.append(
             f"no count up to {candidates[-1]:,} GPUs meets the deadline in {len(outcome.evaluated)} searches"
         )
         return outcome
-    low = -1 if failing is None else failing
-    high, best_plan, best_rate = meeting
-    if failing is None and high > 0:
-        low = max(-1, high - 1)
-        wall, plan, rate = days_at(low)
+    found, best_plan, best_rate = meeting
+    while found - failing > 1 and len(outcome.evaluated) < MAX_EVALUATIONS:
+        middle = (failing + found) // 2
+        wall, plan, rate = days_at(grid[middle])
         if plan is not None and wall <= deadline_s:
-            high, best_plan, best_rate = low, plan, rate
-            low = -1
-    while high - low > 1 and len(outcome.evaluated) < MAX_EVALUATIONS:
-        middle = (low + high) // 2
-        wall, plan, rate = days_at(middle)
-        if plan is not None and wall <= deadline_s:
-            high, best_plan, best_rate = middle, plan, rate
+            found, best_plan, best_rate = middle, plan, rate
         else:
-            low = middle
+            failing = middle
+    high = grid[found]
+    # then every count below it, in ascending order from the smallest that could meet the deadline at the
+    # best MFU x goodput seen (a lower bound unless an unseen count runs a better layout): the first that
+    # meets it is the answer
+    seen = [(result.best_per_count[count], count) for count, result in outcome.evaluated.items()]
+    best_mfu = max(plan.mfu for plan, _ in seen if plan is not None)
+    best_goodput = max(goodput(count, plan) for plan, count in seen if plan is not None)
+    lowest = count_guess(workload, accelerator, tokens, deadline_s, best_mfu * best_goodput)
+    for index in range(bisect.bisect_left(candidates, lowest), high):
+        if len(outcome.evaluated) >= MAX_EVALUATIONS:
+            outcome.why_not.append(f"stopped after {MAX_EVALUATIONS} searches; a smaller count may meet it")
+            break
+        if candidates[index] in outcome.evaluated:
+            continue
+        wall, plan, rate = days_at(index)
+        if plan is not None and wall <= deadline_s:
+            best_plan, best_rate = plan, rate
+            break
     outcome.chosen, outcome.goodput = best_plan, best_rate
     return outcome
 
