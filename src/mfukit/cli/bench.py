@@ -257,6 +257,11 @@ def collectives(
         finished = launch.run(
             job, log_path=Path(scratch) / "torchrun.log", echo=lambda line: click.echo(line, err=True)
         )
+        if (
+            finished.signal is not None
+        ):  # Ctrl-C or kill: torchrun and its ranks are ended, exit as the shell does
+            click.echo(f"stopped by {finished.signal_name}", err=True)
+            click.get_current_context().exit(128 + finished.signal)
         if finished.returncode != 0 or not result_path.exists():
             tail = "\n".join(finished.tail[-10:])
             raise RuntimeError(
@@ -335,7 +340,7 @@ def checkpoint(size: str, directory: Path, fmt: Format) -> int:
     table.add(
         "sync save",
         shown(measured.save_bytes_per_s, units.format_rate),
-        f"{measured.save_vs_disk:.2f} of disk",
+        f"{measured.save_vs_disk:.2f} of disk ({measured.save_vs_same_pattern:.2f} of its own pattern)",
     )
     table.add("sync save time", shown(measured.sync_save_s, units.format_duration), "")
     table.add(
@@ -351,6 +356,7 @@ def checkpoint(size: str, directory: Path, fmt: Format) -> int:
         "disk_probes_bytes_per_s": measured.disk_probes_bytes_per_s,
         "save_bytes_per_s": measured.save_bytes_per_s,
         "save_vs_disk": measured.save_vs_disk,
+        "save_vs_same_pattern": measured.save_vs_same_pattern,
         "sync_save_s": measured.sync_save_s,
         "async_blocking_s": measured.async_blocking_s,
         "async_blocking_vs_sync": measured.blocking_vs_sync,

@@ -75,6 +75,11 @@ class CheckpointBench:
         return self.save_bytes_per_s / self.disk_write_bytes_per_s
 
     @property
+    def save_vs_same_pattern(self) -> float:
+        """The save over the probe of its own pattern (one file, one thread): DCP's overhead alone."""
+        return self.save_bytes_per_s / self.disk_probes_bytes_per_s[probe_name(1)]
+
+    @property
     def blocking_vs_sync(self) -> float:
         return self.async_blocking_s / self.sync_save_s
 
