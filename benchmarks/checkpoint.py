@@ -64,7 +64,6 @@ def main() -> int:
         "load_bytes_per_s": io.load_bytes_per_s,
         "async_blocking_vs_sync": io.blocking_vs_sync,
         "save_vs_disk": io.save_vs_disk,
-        "save_vs_same_pattern": io.save_vs_same_pattern,
         "kill_to_resumed_step_s": recovery_s,
         "drill_restarts": drill.result["restarts"],
         "drill_ettr_measured": drill.result["ettr_measured"],

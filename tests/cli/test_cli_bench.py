@@ -44,9 +44,6 @@ def test_checkpoint_io_against_the_disk(mfukit: Any, tmp_path: Path) -> None:
     probes = result["disk_probes_bytes_per_s"]
     assert set(probes) == {"1 file, 1 thread", "4 files, 4 threads"}
     assert result["disk_write_bytes_per_s"] == max(probes.values())
-    assert result["save_vs_same_pattern"] == pytest.approx(
-        result["save_bytes_per_s"] / probes["1 file, 1 thread"]
-    )
     beaten = result["save_vs_disk"] > 1.1
     assert beaten == any("no efficiency" in w for w in run.json()["warnings"])  # a beaten limit is flagged
     assert 0 < result["async_blocking_s"] < result["async_total_s"]
