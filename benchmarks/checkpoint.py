@@ -3,7 +3,9 @@
 Targets (issue 6), each measured against a peer or a physical limit taken in the same run:
 
 * async blocking time <= 10 % of a synchronous save, for a state of at least 500 MB;
-* synchronous save throughput >= 70 % of the disk's own fsynced write bandwidth;
+* synchronous save throughput >= 70 % of the disk's own fsynced write bandwidth: the best of probes
+  that write the save's own bytes in its layout (one thread and file, and several), so the ratio is at
+  most ~1 (a save above 1.1 of it means the disk's speed changed mid-run: the limit did not hold);
 * kill-to-first-resumed-step < 30 s for the CPU preset (examples/tiny-cpu.toml, 2 ranks, gloo).
 
 Writes benchmarks/results/checkpoint.json. Run with `make bench` or `python benchmarks/checkpoint.py`.
@@ -38,10 +40,11 @@ def main() -> int:
     (recovery_s,) = drill.result["recovery_s"] or [float("nan")]
     rows = [
         ("async blocking / sync save", io.blocking_vs_sync, "<= 0.10", io.blocking_vs_sync <= 0.10),
-        ("sync save / disk write bandwidth", io.save_vs_disk, ">= 0.70", io.save_vs_disk >= 0.70),
+        ("sync save / disk write bandwidth", io.save_vs_disk, ">= 0.70", 0.70 <= io.save_vs_disk <= 1.1),
         ("kill to first resumed step (s)", recovery_s, "< 30", recovery_s < 30),
     ]
-    print(f"state {io.state_bytes / 1e6:.0f} MB; disk {io.disk_write_bytes_per_s / 1e9:.3f} GB/s (fsync);"
+    probes = ", ".join(f"{name} {rate / 1e9:.3f}" for name, rate in io.disk_probes_bytes_per_s.items())
+    print(f"state {io.state_bytes / 1e6:.0f} MB; disk {io.disk_write_bytes_per_s / 1e9:.3f} GB/s (fsync; best of {probes});"
           f" sync save {io.sync_save_s:.2f} s ({io.save_bytes_per_s / 1e9:.3f} GB/s);"
           f" async blocking {io.async_blocking_s:.3f} s, durable after {io.async_total_s:.2f} s;"
           f" load {io.load_bytes_per_s / 1e9:.3f} GB/s")  # fmt: skip
@@ -53,6 +56,7 @@ def main() -> int:
     record = {
         "state_bytes": io.state_bytes,
         "disk_write_bytes_per_s": io.disk_write_bytes_per_s,
+        "disk_probes_bytes_per_s": io.disk_probes_bytes_per_s,
         "sync_save_s": io.sync_save_s,
         "save_bytes_per_s": io.save_bytes_per_s,
         "async_blocking_s": io.async_blocking_s,

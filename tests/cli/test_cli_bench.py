@@ -40,6 +40,12 @@ def test_checkpoint_io_against_the_disk(mfukit: Any, tmp_path: Path) -> None:
     assert result["save_vs_disk"] == pytest.approx(
         result["save_bytes_per_s"] / result["disk_write_bytes_per_s"]
     )
+    # the limit is the best probe of the save's own write pattern, one thread and several
+    probes = result["disk_probes_bytes_per_s"]
+    assert set(probes) == {"1 file, 1 thread", "4 files, 4 threads"}
+    assert result["disk_write_bytes_per_s"] == max(probes.values())
+    beaten = result["save_vs_disk"] > 1.1
+    assert beaten == any("no efficiency" in w for w in run.json()["warnings"])  # a beaten limit is flagged
     assert 0 < result["async_blocking_s"] < result["async_total_s"]
     assert list(tmp_path.iterdir()) == []  # the scratch files are removed
 
@@ -63,6 +69,7 @@ def test_step_mfu_of_the_micro_model(mfukit: Any) -> None:
     assert result["tokens_per_step"] == 2 * 16  # micro batch 2 x seq 16
     assert result["mfu"] == pytest.approx(result["flops_per_token"] * result["tokens_per_s"] / 20e9)
     assert len(result["step_times_s"]) == 2
+    assert result["memory_bytes"] > 10 * 2**20  # the process's peak RSS on CPU (torch alone is more), never 0
 
 
 def test_matmul_reports_a_measured_peak(mfukit: Any) -> None:
@@ -71,7 +78,43 @@ def test_matmul_reports_a_measured_peak(mfukit: Any) -> None:
     )
     assert run.exit_code == 0, run.stderr
     result = run.json()["result"]
-    best = max(p["flops_per_s"] for p in result["points"])
-    assert result["peak_flops_per_s"]["fp32"] == best
-    assert result["fraction_of_catalog_peak"]["fp32"] == pytest.approx(best / 67e12)
+    assert run.json()["inputs"]["dtypes"] == ["fp32", "bf16"]  # per dtype on CPU too
+    for dtype, peak in (("fp32", 67e12), ("bf16", 989.4e12)):
+        best = max(p["flops_per_s"] for p in result["points"] if p["dtype"] == dtype)
+        assert result["peak_flops_per_s"][dtype] == best
+        assert result["fraction_of_catalog_peak"][dtype] == pytest.approx(best / peak)
     assert result["environment"]["torch"].startswith("2.")
+    assert result["environment"]["usable_cores"] >= 1
+
+
+def test_tf32_on_cpu_is_refused(mfukit: Any) -> None:
+    run = mfukit("bench", "matmul", "--device", "cpu", "--dtype", "tf32", "--sizes", "64")
+    assert run.exit_code == 2
+    assert "--dtype" in run.stderr and "fp32 or bf16" in run.stderr
+
+
+@pytest.fixture
+def torch_threads() -> Any:
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_membw_with_more_threads_than_free_cores_warns(
+    mfukit: Any, monkeypatch: pytest.MonkeyPatch, torch_threads: None
+) -> None:
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(os, "getloadavg", lambda: (5.0, 5.0, 5.0))  # four other runnable tasks
+    run = mfukit("bench", "membw", "--device", "cpu", "--sizes", "1MiB", "--threads", "2", "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    envelope = run.json()
+    (warning,) = envelope["warnings"]
+    assert "2 torch threads but only ~1 of 2 cores are free" in warning and "--threads 1" in warning
+    assert "2 torch CPU thread(s)" in envelope["assumptions"]
+
+    run = mfukit("bench", "membw", "--device", "cpu", "--sizes", "1MiB", "--threads", "1", "--format", "json")
+    assert run.json()["warnings"] == []

@@ -15,6 +15,8 @@ from mfukit.cli.render import Format, render
 from mfukit.core.hardware import Dtype
 from mfukit.core.results import Output, Table, shown
 
+SAVE_ABOVE_CEILING = 1.1
+"""A save this much faster than the best probe of the same bytes means the disk's speed changed mid-run."""
 _GPU_HELP = "Catalog accelerator to compare against (`mfukit catalog list accelerators`)."
 
 
@@ -23,6 +25,15 @@ def _device(choice: str) -> str:
 
     require_torch("to run `mfukit bench`")
     return "cuda" if cuda_available(choice) else "cpu"
+
+
+def _threads(device: str, requested: int | None) -> tuple[int, str | None]:
+    """CPU threads used (``--threads`` or torch's default) and the oversubscription warning; none on CUDA."""
+    from mfukit.comm.bench import cpu_threads
+
+    if device == "cuda":
+        return 0, None
+    return cpu_threads(requested)
 
 
 def _env(device: str) -> dict[str, Any]:
@@ -40,6 +51,13 @@ device_option = click.option(
 )
 
 
+threads_option = click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    help="torch CPU threads for the measurement [torch's default: the cores; warns when the free ones are fewer].",
+)
+
+
 @click.group()
 def bench() -> None:
     """Measure this machine: GEMM FLOP/s, memory bandwidth, collectives (nccl-tests columns), checkpoint I/O, a step's MFU."""
@@ -52,18 +70,32 @@ def bench() -> None:
     "dtypes",
     multiple=True,
     type=click.Choice(["fp32", "tf32", "bf16", "fp16"]),
-    help="[fp32 on CPU; bf16, fp16, tf32, fp32 on CUDA]",
+    help="[fp32 and bf16 on CPU; bf16, fp16, tf32, fp32 on CUDA]",
 )
 @click.option("--sizes", help="Comma-separated square GEMM sizes [256..2048 on CPU, 1024..8192 on CUDA].")
 @click.option("--gpu", help=_GPU_HELP)
+@threads_option
 @format_option
-def matmul(device: str, dtypes: tuple[str, ...], sizes: str | None, gpu: str | None, fmt: Format) -> int:
+def matmul(
+    device: str, dtypes: tuple[str, ...], sizes: str | None, gpu: str | None, threads: int | None, fmt: Format
+) -> int:
     """Achieved TFLOP/s of square GEMMs per dtype over a size sweep, against the catalog peak."""
     from mfukit.comm.bench import matmul_sweep
 
     where = _device(device)
     cuda = where == "cuda"
-    chosen = list(dtypes) or (["bf16", "fp16", "tf32", "fp32"] if cuda else ["fp32"])
+    if not cuda and "tf32" in dtypes:
+        from mfukit.errors import InputError
+
+        raise InputError(
+            "TF32 is a tensor-core mode of NVIDIA GPUs; on CPU it would time fp32",
+            source="command line",
+            field="--dtype",
+            value="tf32",
+            hint="use --dtype fp32 or bf16 on CPU",
+        )
+    chosen = list(dtypes) or (["bf16", "fp16", "tf32", "fp32"] if cuda else ["fp32", "bf16"])
+    used_threads, thread_warning = _threads(where, threads)
     sweep = (
         _int_list(sizes, "--sizes")
         if sizes
@@ -94,13 +126,17 @@ def matmul(device: str, dtypes: tuple[str, ...], sizes: str | None, gpu: str | N
         "fraction_of_catalog_peak": {d: best[d] / p for d, p in peaks.items() if p},
         "environment": _env(where),
     }
-    assumptions = ["FLOP/s = 2 M N K / time; two warm-up calls; at least 0.2 s timed per point"]
+    assumptions = [
+        "FLOP/s = 2 M N K / time; two warm-up calls; at least 0.2 s timed per point",
+        *([f"{used_threads} torch CPU thread(s)"] if not cuda else []),
+    ]
     return emit(
         Output(
             "bench.matmul/1",
             result,
-            inputs={"device": where, "dtypes": chosen, "sizes": sweep, "gpu": gpu},
+            inputs={"device": where, "dtypes": chosen, "sizes": sweep, "gpu": gpu, "threads": threads},
             assumptions=assumptions,
+            warnings=[thread_warning] if thread_warning else [],
             tables=[table],
         ),
         fmt,
@@ -114,12 +150,14 @@ def matmul(device: str, dtypes: tuple[str, ...], sizes: str | None, gpu: str | N
     help='Comma-separated buffer sizes, e.g. "64MiB,1GiB" [1 MiB..256 MiB on CPU, 64 MiB..2 GiB on CUDA].',
 )
 @click.option("--gpu", help=_GPU_HELP)
+@threads_option
 @format_option
-def membw(device: str, sizes: str | None, gpu: str | None, fmt: Format) -> int:
+def membw(device: str, sizes: str | None, gpu: str | None, threads: int | None, fmt: Format) -> int:
     """Copy bandwidth (read + write bytes per second) over a buffer-size sweep, against the catalog HBM bandwidth."""
     from mfukit.comm.bench import membw_sweep
 
     where = _device(device)
+    used_threads, thread_warning = _threads(where, threads)
     if sizes:
         sweep = [int(units.parse_bytes(text.strip(), field="--sizes")) for text in sizes.split(",")]
     else:
@@ -147,13 +185,17 @@ def membw(device: str, sizes: str | None, gpu: str | None, fmt: Format) -> int:
         "fraction_of_catalog": best / limit if limit else None,
         "environment": _env(where),
     }
-    assumptions = ["bytes moved = 2 x buffer per copy (read + write, STREAM Copy convention)"]
+    assumptions = [
+        "bytes moved = 2 x buffer per copy (read + write, STREAM Copy convention)",
+        *([f"{used_threads} torch CPU thread(s)"] if where == "cpu" else []),
+    ]
     return emit(
         Output(
             "bench.membw/1",
             result,
-            inputs={"device": where, "sizes": sweep, "gpu": gpu},
+            inputs={"device": where, "sizes": sweep, "gpu": gpu, "threads": threads},
             assumptions=assumptions,
+            warnings=[thread_warning] if thread_warning else [],
             tables=[table],
         ),
         fmt,
@@ -215,6 +257,11 @@ def collectives(
         finished = launch.run(
             job, log_path=Path(scratch) / "torchrun.log", echo=lambda line: click.echo(line, err=True)
         )
+        if (
+            finished.signal is not None
+        ):  # Ctrl-C or kill: torchrun and its ranks are ended, exit as the shell does
+            click.echo(f"stopped by {finished.signal_name}", err=True)
+            click.get_current_context().exit(128 + finished.signal)
         if finished.returncode != 0 or not result_path.exists():
             tail = "\n".join(finished.tail[-10:])
             raise RuntimeError(
@@ -278,17 +325,18 @@ def checkpoint(size: str, directory: Path, fmt: Format) -> int:
     from mfukit.train.run import require_torch
 
     require_torch("to run `mfukit bench checkpoint`")
-    from mfukit.train.bench_checkpoint import run_checkpoint_bench
+    from mfukit.train.bench_checkpoint import PROBE_THREADS, ROUNDS, run_checkpoint_bench
 
     measured = run_checkpoint_bench(directory, int(units.parse_bytes(size, field="--size")))
     table = Table(
         "Checkpoint I/O", ["quantity", "value", "ratio"], csv_columns=["quantity", "value", "ratio"]
     )
-    table.add(
-        "disk write bandwidth (fsync)",
-        shown(measured.disk_write_bytes_per_s, units.format_rate),
-        "1.00 (the limit)",
-    )
+    ceiling = measured.disk_write_bytes_per_s
+    for name, probed in measured.disk_probes_bytes_per_s.items():
+        table.add(
+            f"disk write probe ({name}, fsync)", shown(probed, units.format_rate), f"{probed / ceiling:.2f}"
+        )
+    table.add("disk write bandwidth (best probe)", shown(ceiling, units.format_rate), "1.00 (the limit)")
     table.add(
         "sync save",
         shown(measured.save_bytes_per_s, units.format_rate),
@@ -304,7 +352,8 @@ def checkpoint(size: str, directory: Path, fmt: Format) -> int:
     table.add("load (page cache dropped)", shown(measured.load_bytes_per_s, units.format_rate), "")
     result = {
         "state_bytes": measured.state_bytes,
-        "disk_write_bytes_per_s": measured.disk_write_bytes_per_s,
+        "disk_write_bytes_per_s": ceiling,
+        "disk_probes_bytes_per_s": measured.disk_probes_bytes_per_s,
         "save_bytes_per_s": measured.save_bytes_per_s,
         "save_vs_disk": measured.save_vs_disk,
         "sync_save_s": measured.sync_save_s,
@@ -316,16 +365,27 @@ def checkpoint(size: str, directory: Path, fmt: Format) -> int:
         "environment": _env("cpu"),
     }
     assumptions = [
-        "best of two disk probes and two synchronous saves, interleaved; async blocking: the best steady-state "
-        "save (after the first, which allocates the staging buffers)",
-        "single process (no_dist)",
+        f"disk write bandwidth: the save's own bytes written as DCP lays them out (tensor after tensor, one "
+        f"file per writer thread, each fsynced, then a metadata file), with 1 and {PROBE_THREADS} threads; "
+        "the best probe is the limit",
+        f"best of {ROUNDS} rounds of the probes and the synchronous save, interleaved; async blocking: the "
+        "best steady-state save (after the first, which allocates the staging buffers)",
+        "single process (no_dist); DCP's default writer (1 thread)",
     ]
+    warnings = []
+    if measured.save_vs_disk > SAVE_ABOVE_CEILING:
+        warnings.append(
+            f"the save ran at {measured.save_vs_disk:.2f} of the best probe of the same bytes: the disk's speed "
+            "changed during the run (a shared disk, a write cache filling), so this ratio is no efficiency; rerun "
+            "on a quiet disk or with a larger --size"
+        )
     return emit(
         Output(
             "bench.checkpoint/1",
             result,
             inputs={"size": size, "dir": str(directory)},
             assumptions=assumptions,
+            warnings=warnings,
             tables=[table],
         ),
         fmt,
@@ -356,6 +416,7 @@ def step(
 ) -> int:
     """MFU of one device's training step (forward, backward, AdamW) for the scenario's model."""
     from mfukit.train.bench_step import run_step_bench
+    from mfukit.train.preflight import check_fits
     from mfukit.train.prepare import TrainRequest, prepare
     from mfukit.train.run import resolve_peak
 
@@ -364,6 +425,12 @@ def step(
         scenario_path=scenario_path, overrides=overrides, steps=1, nproc_per_node=1, peak_flops=peak_flops
     )
     prepared = prepare(request, cuda=where == "cuda")
+    check_fits(
+        prepared,
+        cuda=where == "cuda",
+        nproc_per_node=1,
+        source=str(scenario_path) if scenario_path else "command line",
+    )
     peak, peak_source = resolve_peak(peak_flops, prepared, where == "cuda")
     config = prepared.config
     measured = run_step_bench(
@@ -384,6 +451,8 @@ def step(
     table.add("tokens/s", shown(measured.tokens_per_s, units.format_count))
     table.add("achieved", shown(measured.achieved_flops_per_s, units.format_flops_rate))
     table.add("MFU", shown(measured.mfu, units.format_percent))
+    memory_what = "peak allocated (CUDA)" if where == "cuda" else "peak RSS of the process"
+    table.add(f"memory ({memory_what})", shown(measured.memory_bytes, units.format_bytes))
     result = {
         "model": config.model.name,
         "params": measured.params,
@@ -401,6 +470,8 @@ def step(
     assumptions = [
         f"MFU peak: {peak_source}",
         f"precision: {config.precision if where == 'cuda' else 'fp32'}; 2 warm-up steps excluded",
+        "memory_bytes: torch.cuda.max_memory_allocated on CUDA; on CPU the peak resident set of this process "
+        "(getrusage ru_maxrss: interpreter and torch included), as `mfukit train` records it",
     ]
     inputs = {
         "scenario": str(scenario_path) if scenario_path else None,

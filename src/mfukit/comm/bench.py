@@ -59,6 +59,8 @@ def environment(device: str) -> dict[str, Any]:
         "torch": torch.__version__,
         "device": device,
         "cpu_count": os.cpu_count(),
+        "usable_cores": len(os.sched_getaffinity(0)),
+        "load_average_1min": os.getloadavg()[0],
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.version.cuda,
     }
@@ -69,6 +71,26 @@ def environment(device: str) -> dict[str, Any]:
     else:
         block["device_name"] = platform.processor() or platform.machine()
     return block
+
+
+def cpu_threads(requested: int | None) -> tuple[int, str | None]:
+    """Set torch's CPU threads (when ``requested``); the count used and a warning when it exceeds the cores
+    free right now: the usable cores less the 1-minute load average of everything else (this process
+    counted as one), so descheduled threads would make the timings measure the scheduler."""
+    torch = _torch()
+    if requested is not None:
+        torch.set_num_threads(requested)
+    threads = int(torch.get_num_threads())
+    usable = len(os.sched_getaffinity(0))
+    others = max(0.0, os.getloadavg()[0] - 1.0)
+    free = max(1, int(usable - others))
+    if threads <= free:
+        return threads, None
+    return threads, (
+        f"{threads} torch threads but only ~{free} of {usable} cores are free (load average {others + 1:.1f}): "
+        f"descheduled threads make short kernels time the scheduler, not the hardware; rerun with "
+        f"--threads {free} (or OMP_NUM_THREADS={free}) or on a quiet host"
+    )
 
 
 def _synchronize(device: str) -> None:

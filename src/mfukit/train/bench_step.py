@@ -17,7 +17,7 @@ import torch
 
 from mfukit.core.model import ModelSpec
 from mfukit.perf.flops import AttentionConvention, model_flops_per_token, utilization
-from mfukit.train.model import Transformer, count_parameters
+from mfukit.train.model import Transformer, count_parameters, peak_memory_bytes
 
 WARMUP_STEPS = 2
 
@@ -30,6 +30,7 @@ class StepBench:
     flops_per_token: float
     peak_flops_per_s: float | None
     memory_bytes: int
+    """peak allocated bytes on CUDA, peak resident set of the process on CPU"""
 
     @property
     def step_time_s(self) -> float:
@@ -92,7 +93,7 @@ def run_step_bench(
         _sync(target)
         if step >= WARMUP_STEPS:
             times.append(time.perf_counter() - started)
-    memory = int(torch.cuda.max_memory_allocated(target)) if target.type == "cuda" else 0
+    memory = peak_memory_bytes(target)
     return StepBench(
         params=count_parameters(model),
         tokens_per_step=micro_batch_size * seq_len,

@@ -4,6 +4,11 @@
 --max-restarts K -m MODULE ARGS`` (torch/distributed/run.py): c10d rendezvous on localhost, elastic
 restarts of the whole worker group on any worker failure. Output goes line by line to the caller (the CLI
 sends it to stderr) and to a log file. A wall-clock limit, when given, ends the whole process group.
+
+torchrun runs in its own session (so a timeout can end every worker with one ``killpg``), which also
+means the terminal's Ctrl-C never reaches it. While it runs, SIGINT and SIGTERM to this process are
+therefore forwarded: the whole group gets SIGTERM, then SIGKILL after a grace period, and :func:`run`
+returns with the signal in :attr:`Finished.signal` once nothing of the group is left.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 SIGNALS_TO_FORWARD = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 """torchrun's defaults plus SIGUSR1, which Slurm's ``--signal`` sends before a time limit or preemption."""
@@ -26,7 +32,10 @@ RESTART_SAFE_ENV = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
 """A fresh store per rendezvous round. By default the workers reuse the rendezvous TCPStore across
 restarts without a per-round prefix, so a restarted gloo/NCCL group can read the dead worker's address
 and fail with "Connection refused" (seen here with torch 2.13; pytorch#167288 reports it for NCCL)."""
-_GRACE_S = 10.0
+GRACE_S = 10.0
+_POLL_S = 0.1
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Signals to this process that stop the run: Ctrl-C in the terminal, ``kill`` or a scheduler's stop."""
 _NOISE = ("OMP_NUM_THREADS environment variable", "*****")
 
 
@@ -74,6 +83,12 @@ class Finished:
     timed_out: bool
     wall_s: float
     tail: list[str]
+    signal: int | None = None
+    """SIGINT or SIGTERM when one to this process stopped the run (the process group was ended)"""
+
+    @property
+    def signal_name(self) -> str | None:
+        return signal.Signals(self.signal).name if self.signal is not None else None
 
 
 def run(
@@ -88,7 +103,8 @@ def run(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     tail: list[str] = []
-    with log_path.open("a", encoding="utf-8") as log:
+    received: list[int] = []
+    with log_path.open("a", encoding="utf-8") as log, _forwarding(received):
         process = subprocess.Popen(
             job.argv(),
             stdout=subprocess.PIPE,
@@ -112,23 +128,122 @@ def run(
 
         reader = threading.Thread(target=pump, name="torchrun-output", daemon=True)
         reader.start()
-        timed_out = False
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _end_group(process)
-        reader.join(timeout=_GRACE_S)
-    return Finished(process.returncode, timed_out, time.monotonic() - started, tail)
+        timed_out = _wait(process, received, None if timeout_s is None else started + timeout_s)
+        if timed_out or received:
+            _end_group(process, received)
+        reader.join(timeout=GRACE_S)
+    stopped_by = received[0] if received else None
+    return Finished(process.returncode, timed_out, time.monotonic() - started, tail, stopped_by)
 
 
-def _end_group(process: subprocess.Popen[str]) -> None:
-    """SIGTERM the whole process group, then SIGKILL what is still there after a grace period."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
+def _wait(process: subprocess.Popen[str], received: list[int], deadline: float | None) -> bool:
+    """Wait for ``process`` to end, a stop signal, or the deadline; True when the deadline passed."""
+    while not received:
+        remaining = _POLL_S if deadline is None else min(_POLL_S, deadline - time.monotonic())
+        if remaining <= 0:
+            return True
         try:
-            process.wait(timeout=_GRACE_S)
-            return
+            process.wait(timeout=remaining)
+            return False
         except subprocess.TimeoutExpired:
             continue
+    return False
+
+
+@contextlib.contextmanager
+def _forwarding(received: list[int]) -> Iterator[None]:
+    """Record SIGINT/SIGTERM in ``received`` instead of dying (or raising KeyboardInterrupt) while torchrun
+    starts, runs and is ended; the previous handlers come back afterwards. Only the main thread can set handlers: elsewhere
+    (a library caller's thread) nothing is installed and the signals keep their previous meaning."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, handle)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _end_group(process: subprocess.Popen[str], received: list[int]) -> None:
+    """SIGTERM torchrun's process group, then SIGKILL whatever of it and of its descendants is left after a
+    grace period (or at once when a second stop signal arrives: Ctrl-C pressed again).
+
+    torchrun starts every worker in a session of its own (``start_new_session`` in torch's
+    ``SubprocessHandler``), so a ``killpg`` of torchrun's group never reaches them: torchrun passes SIGTERM
+    on, but if it is killed first its workers are orphans. The descendants are therefore listed (from
+    ``/proc``) before the stop and while it runs, and each is ended by its own process group."""
+    family = _descendants(process.pid)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    signals_before = len(received)
+    while time.monotonic() < deadline and len(received) == signals_before:
+        family |= _descendants(process.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=_POLL_S)
+        if process.returncode is not None and not _group_alive(process.pid) and not _alive(family):
+            return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    for member in _alive(family):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(os.getpgid(member[0]), signal.SIGKILL)
+    process.wait()
+
+
+_Process = tuple[int, str]
+"""A pid and its start time (field 22 of ``/proc/PID/stat``), so a reused pid is never taken for it."""
+
+
+def _stat(pid: int) -> tuple[int, str, str] | None:
+    """Parent pid, start time and state letter of ``pid`` (``/proc/PID/stat``), None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "; comm may hold spaces
+    return int(fields[1]), fields[19], fields[0]
+
+
+def _descendants(root: int) -> set[_Process]:
+    """Every live descendant of ``root`` (children, their children, ...) with its start time."""
+    parents: dict[int, list[_Process]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
+            parents.setdefault(stat[0], []).append((int(entry.name), stat[1]))
+    found: set[_Process] = set()
+    frontier = [root]
+    while frontier:
+        for child in parents.get(frontier.pop(), []):
+            if child not in found:
+                found.add(child)
+                frontier.append(child[0])
+    return found
+
+
+def _alive(processes: set[_Process]) -> set[_Process]:
+    """Those of ``processes`` still running (a zombie counts as gone: it only waits for its parent)."""
+    live: set[_Process] = set()
+    for pid, started in processes:
+        stat = _stat(pid)
+        if stat is not None and stat[1] == started and stat[2] != "Z":
+            live.add((pid, started))
+    return live
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # a member now runs as another user: still there
+        return True
+    return True

@@ -12,6 +12,7 @@ same model.
 from __future__ import annotations
 
 import math
+import resource
 
 import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional name)
@@ -140,3 +141,11 @@ class Transformer(nn.Module):
 def count_parameters(model: nn.Module) -> int:
     """Distinct trainable parameters (a tied embedding counts once)."""
     return sum(p.numel() for p in model.parameters())
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak memory of this process on ``device``: ``max_memory_allocated`` on CUDA, the peak RSS on CPU
+    (the whole process: interpreter, torch and the model's tensors)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB

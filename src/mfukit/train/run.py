@@ -24,6 +24,7 @@ from mfukit.train.config import TrainConfig
 from mfukit.train.data import ensure_synthetic, open_token_file
 from mfukit.train.ettr import expected_ettr, predicted_ettr
 from mfukit.train.ledger import EventLog, Goodput, account, read_records
+from mfukit.train.preflight import check_fits
 from mfukit.train.prepare import Prepared, TrainRequest, catalog_peak, prepare, synthetic_token_count
 
 INSTALL_TORCH = "pip install 'mfukit[torch]'  (or any torch >= 2.13: pip install torch)"
@@ -120,6 +121,17 @@ def run_training(
     cuda = cuda_available(request.device)
     prepared = prepare(request, cuda=cuda)
     config = prepared.config
+    source = str(request.scenario_path) if request.scenario_path else "command line"
+    fits = check_fits(
+        prepared, cuda=cuda, nproc_per_node=prepared.world_size // prepared.nnodes_min, source=source
+    )
+    if fits is not None:
+        prepared.assumptions.append(
+            f"memory per rank: ~{units.format_bytes(fits.need_bytes)} needed (the memory model of "
+            f"`mfukit estimate`) of {units.format_bytes(fits.available_bytes)} ({fits.available_how})"
+        )
+    else:
+        prepared.warnings.append("host memory unknown (no MemAvailable in /proc/meminfo): no memory check")
     out = config.out
     out.mkdir(parents=True, exist_ok=True)
     if request.data is not None:
@@ -159,9 +171,19 @@ def run_training(
         run_id=f"mfukit-{config.name}-{int(time.time())}",
     )
     finished = launch.run(job, log_path=out / "logs" / "train.log", echo=echo, timeout_s=timeout_s)
-    events.record("run_end", returncode=finished.returncode, timed_out=finished.timed_out)
+    if finished.signal_name is not None:
+        events.record("stop", signal=finished.signal_name, by="launcher")
+    events.record(
+        "run_end",
+        returncode=finished.returncode,
+        timed_out=finished.timed_out,
+        stopped_by=finished.signal_name,
+    )
     outcome = summarize(config, prepared, finished)
-    (out / "goodput.json").write_text(json.dumps(outcome.result, indent=2), encoding="utf-8")
+    goodput_path = out / "goodput.json"
+    temporary = goodput_path.with_suffix(".json.tmp")
+    temporary.write_text(json.dumps(outcome.result, indent=2), encoding="utf-8")
+    temporary.replace(goodput_path)
     return outcome
 
 
@@ -245,7 +267,16 @@ def summarize(config: TrainConfig, prepared: Prepared, finished: launch.Finished
         f"({prepared.failures.display_name}) for {prepared.world_size} rank(s) on {nodes} node(s)"
     )
     exit_code = 0
-    if finished.timed_out:
+    if finished.signal is not None:
+        if result["status"] != "complete":
+            result["status"] = "stopped"
+        warnings.append(
+            f"stopped by {finished.signal_name} after {finished.wall_s:.0f} s: torchrun and its workers were ended "
+            f"(SIGTERM, then SIGKILL after {launch.GRACE_S:.0f} s); rerun the same command to resume from the "
+            "newest complete checkpoint"
+        )
+        exit_code = 128 + finished.signal  # the shell's convention: 130 for SIGINT, 143 for SIGTERM
+    elif finished.timed_out:
         warnings.append(f"the run exceeded --timeout after {finished.wall_s:.0f} s and was stopped")
         exit_code = 1
     elif finished.returncode != 0 or result["status"] != "complete":

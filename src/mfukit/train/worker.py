@@ -11,7 +11,6 @@ import contextlib
 import json
 import math
 import os
-import resource
 import signal
 import socket
 import sys
@@ -39,7 +38,7 @@ from mfukit.train.data import Sampler, TokenFile, ensure_synthetic, windows
 from mfukit.train.faults import FaultInjector, parse_all
 from mfukit.train.ledger import EventLog, read_records
 from mfukit.train.metrics import MetricsLog, StepMetrics, progress_line, say, step_mfu, straggler
-from mfukit.train.model import Transformer
+from mfukit.train.model import Transformer, peak_memory_bytes
 from mfukit.train.watchdog import Watchdog
 
 LONG_PHASE_FACTOR = 4.0
@@ -110,12 +109,6 @@ def _build(config: TrainConfig, device: torch.device) -> nn.Module:
         fully_shard(model)
         return model
     return DistributedDataParallel(model, forward_sync_buffers=False)
-
-
-def _memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
 class _StopRequest:
@@ -441,7 +434,7 @@ class Trainer:
             tokens=tokens,
             tokens_per_s=tokens_per_s,
             mfu=step_mfu(self.flops_per_token, tokens_per_s, self.env.world_size, config.peak_flops_per_s),
-            memory_bytes=_memory_bytes(self.device),
+            memory_bytes=peak_memory_bytes(self.device),
             rank_compute_s=compute,
             slowest_rank=slowest,
             straggler_ratio=ratio,
