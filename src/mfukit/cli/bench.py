@@ -325,7 +325,7 @@ def checkpoint(size: str, directory: Path, fmt: Format) -> int:
     from mfukit.train.run import require_torch
 
     require_torch("to run `mfukit bench checkpoint`")
-    from mfukit.train.bench_checkpoint import PROBE_THREADS, ROUNDS, run_checkpoint_bench
+    from mfukit.train.bench_checkpoint import PROBE_THREADS, ROUNDS, WRITER_THREADS, run_checkpoint_bench
 
     measured = run_checkpoint_bench(directory, int(units.parse_bytes(size, field="--size")))
     table = Table(
@@ -370,7 +370,8 @@ def checkpoint(size: str, directory: Path, fmt: Format) -> int:
         "the best probe is the limit",
         f"best of {ROUNDS} rounds of the probes and the synchronous save, interleaved; async blocking: the "
         "best steady-state save (after the first, which allocates the staging buffers)",
-        "single process (no_dist); DCP's default writer (1 thread)",
+        f"single process (no_dist); FileSystemWriter with {WRITER_THREADS} threads and files, as the training "
+        "harness saves ([checkpoint] writer_threads)",
     ]
     warnings = []
     if measured.save_vs_disk > SAVE_ABOVE_CEILING:

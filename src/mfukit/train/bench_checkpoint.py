@@ -5,16 +5,17 @@ In one run, in one directory:
 1. the disk's write bandwidth, the ceiling of a checkpoint write: the save's own bytes (the state's
    tensors, incompressible) written with ``os.write`` the way DCP's ``FileSystemWriter`` writes them
    (tensor after tensor into one file per writer thread, each file fsynced, then a small fsynced metadata
-   file), with one thread and one file (the save's pattern: ``thread_count=1``) and with
-   ``PROBE_THREADS`` threads and files (a disk that needs queue depth shows more); the ceiling is the
+   file), with one thread and one file (DCP's default, ``thread_count=1``) and with
+   ``PROBE_THREADS`` threads and files (the harness's pattern: ``[checkpoint] writer_threads``, default
+   4; a disk that needs queue depth shows more); the ceiling is the
    best of these probes. A save beats a single probe now and then (on a shared disk the one-file probe
    has measured 0.6x of the save: write-back and neighbours vary from second to second), so no single
    pattern is taken for the limit;
 2. a synchronous ``dcp.save`` of a state of ``size`` bytes (float32 tensors of 64 MiB, like model and
-   optimizer shards) with fsynced files: its throughput over (1) is the save efficiency. (1) and (2) run
-   ``ROUNDS`` times, interleaved, and the best of each counts, so a neighbour's burst of I/O on a shared
-   disk penalises neither side alone (a save that still beats the ceiling says the disk's speed changed
-   during the run: the command warns);
+   optimizer shards) with fsynced files, written as the harness saves (``thread_count=WRITER_THREADS``):
+   its throughput over (1) is the save efficiency. (1) and (2) run ``ROUNDS`` times, interleaved, and the
+   best of each counts, so a neighbour's burst of I/O on a shared disk penalises neither side alone (a
+   save that still beats the ceiling says the disk's speed changed during the run: the command warns);
 3. ``dcp.async_save`` of the same state, three times through one stager (a training run saves
    repeatedly; the first save allocates the staging buffers, the later ones only copy): the best time the
    caller is blocked (the copy to host memory) over the synchronous save time, and the time until the
@@ -40,9 +41,12 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_loader import load
 from torch.distributed.checkpoint.state_dict_saver import async_save, save
 
+from mfukit.train.config import CheckpointPolicy
+
 ASYNC_SAVES = 3
 ROUNDS = 2
-PROBE_THREADS = 4
+WRITER_THREADS = CheckpointPolicy.model_fields["writer_threads"].default  # as the harness saves
+PROBE_THREADS = WRITER_THREADS
 PROBE_METADATA_BYTES = 4096
 TENSOR_BYTES = 64 * 2**20
 FLOAT_BYTES = 4
@@ -169,7 +173,11 @@ def _run(directory: Path, size_bytes: int) -> CheckpointBench:
                 probes[name] = max(probes[name], disk_write_bytes_per_s(work, buffers, files))
             shutil.rmtree(work / "sync", ignore_errors=True)
             started = time.perf_counter()
-            save(state, storage_writer=FileSystemWriter(work / "sync", sync_files=True), no_dist=True)
+            save(
+                state,
+                storage_writer=FileSystemWriter(work / "sync", sync_files=True, thread_count=WRITER_THREADS),
+                no_dist=True,
+            )
             sync_s = min(sync_s, time.perf_counter() - started)
 
         stager = DefaultStager(StagingOptions(False, False, False, False))
@@ -181,7 +189,7 @@ def _run(directory: Path, size_bytes: int) -> CheckpointBench:
                 started = time.perf_counter()
                 future = async_save(
                     state,
-                    storage_writer=FileSystemWriter(target, sync_files=True),
+                    storage_writer=FileSystemWriter(target, sync_files=True, thread_count=WRITER_THREADS),
                     async_stager=stager,
                     no_dist=True,
                 )

@@ -96,6 +96,7 @@ class Checkpointer:
         *,
         group: dist.ProcessGroup,
         mode: str,
+        writer_threads: int,
         config_hash: str,
         faults: FaultInjector,
         record: Record,
@@ -107,6 +108,7 @@ class Checkpointer:
         self.train_state = train_state
         self.group = group
         self.mode = mode
+        self.writer_threads = writer_threads
         self.config_hash = config_hash
         self.faults = faults
         self.record = record
@@ -143,7 +145,7 @@ class Checkpointer:
             saved_unix_s=time.time(),
             params_sha256=params_sha256(self.model) if self.verify else None,
         )
-        writer = FileSystemWriter(staging, sync_files=True)
+        writer = FileSystemWriter(staging, sync_files=True, thread_count=self.writer_threads)
         if self.mode == "async":
             future = async_save(
                 self._state(), storage_writer=writer, process_group=self.group, async_stager=self.stager

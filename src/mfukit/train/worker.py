@@ -167,6 +167,7 @@ class Trainer:
             self.train_state,
             group=self.checkpoint_group,
             mode=config.checkpoint.mode,
+            writer_threads=config.checkpoint.writer_threads,
             config_hash=config.config_hash(),
             faults=self.faults,
             record=self.events.record,
