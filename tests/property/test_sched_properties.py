@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mfukit.sched.engine import ClusterSpec, Qos, simulate
@@ -52,8 +52,14 @@ def run(jobs: list[Job], spec: ClusterSpec, name: str, seed: int):  # type: igno
     return simulate(jobs, spec, policy, seed=seed, record_events=True)
 
 
+# found by this test: the slurm policy's next pass at epoch 0 was 0 again (an ulp past 0 underflowed in
+# the grid arithmetic), so the simulation spun at t = 0 for ever
+TWO_JOBS_ON_ONE_GPU = ([Job(1, 0.0, 1.0, 1.0, 1, 1), Job(2, 0.0, 1.0, 1.0, 1, 1)], ClusterSpec(1, 1), "slurm", 0)
+
+
 @settings(max_examples=120, deadline=None)
 @given(scenarios())
+@example(TWO_JOBS_ON_ONE_GPU)
 def test_same_seed_same_event_log(scenario: tuple[list[Job], ClusterSpec, str, int]) -> None:
     jobs, spec, name, seed = scenario
     first = run(jobs, spec, name, seed).events

@@ -106,21 +106,27 @@ class PeriodicController(Controller):
                     self.requested_s, math.ceil(self.last_main_s + self.batch_sched_delay_s)
                 )
 
-    def _next_full(self, now: float) -> float:
-        return math.ceil(now / self.sched_interval_s) * self.sched_interval_s
+    @staticmethod
+    def _grid(now: float, interval_s: float, *, after: bool) -> float:
+        """The first multiple of ``interval_s`` at ``now`` or later (strictly later with ``after``: not
+        ``now`` nudged up by an ulp, which underflows to 0 at epoch 0)."""
+        return (math.floor(now / interval_s) + 1 if after else math.ceil(now / interval_s)) * interval_s
 
-    def _next_backfill(self, now: float) -> float | None:
+    def _next_full(self, now: float, *, after: bool = False) -> float:
+        return self._grid(now, self.sched_interval_s, after=after)
+
+    def _next_backfill(self, now: float, *, after: bool = False) -> float | None:
         last = self.last_backfill_s
         if last is None:
-            return math.ceil(now / self.bf_interval_s) * self.bf_interval_s
+            return self._grid(now, self.bf_interval_s, after=after)
         if self.last_change_s < math.floor(last):
             return None  # nothing new since the last cycle: the thread only keeps checking
         first = last + self.bf_interval_s
-        return first + max(0.0, math.ceil(now - first))
+        return first + max(0.0, math.floor(now - first) + 1 if after else math.ceil(now - first))
 
     def next_pass(self, now: float) -> float | None:
-        candidates = [self._next_full(math.nextafter(now, math.inf)), self.requested_s]
-        backfill = self._next_backfill(math.nextafter(now, math.inf))
+        candidates = [self._next_full(now, after=True), self.requested_s]
+        backfill = self._next_backfill(now, after=True)
         return min(t for t in [*candidates, backfill] if t is not None)
 
     def due(self, now: float) -> list[ControllerPass]:
