@@ -54,7 +54,12 @@ def run(jobs: list[Job], spec: ClusterSpec, name: str, seed: int):  # type: igno
 
 # found by this test: the slurm policy's next pass at epoch 0 was 0 again (an ulp past 0 underflowed in
 # the grid arithmetic), so the simulation spun at t = 0 for ever
-TWO_JOBS_ON_ONE_GPU = ([Job(1, 0.0, 1.0, 1.0, 1, 1), Job(2, 0.0, 1.0, 1.0, 1, 1)], ClusterSpec(1, 1), "slurm", 0)
+TWO_JOBS_ON_ONE_GPU = (
+    [Job(1, 0.0, 1.0, 1.0, 1, 1), Job(2, 0.0, 1.0, 1.0, 1, 1)],
+    ClusterSpec(1, 1),
+    "slurm",
+    0,
+)
 
 
 @settings(max_examples=120, deadline=None)
