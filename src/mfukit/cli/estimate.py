@@ -89,10 +89,10 @@ def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
     main.add("options", options_text(plan.layout))
     main.add("micro-batch x micro-batches", f"{plan.micro_batch_size} x {plan.num_microbatches}")
     rows: list[tuple[str, float | None, Any]] = [
-        ("step time", plan.step_time_s, lambda v: f"{v:,.3f} s"),
+        ("step time", plan.step_time_s, lambda v: units.format_duration(v, digits=3)),
         (f"MFU ({workload.attention} attention FLOPs)", plan.mfu, units.format_percent),
         (f"HFU (recompute {plan.layout.recompute})", plan.hfu, units.format_percent),
-        ("model TFLOP/s per GPU", plan.model_flops_per_s_per_gpu / 1e12, lambda v: f"{v:,.1f}"),
+        ("model FLOP/s per GPU", plan.model_flops_per_s_per_gpu, units.format_flops_rate),
         ("tokens/s", plan.tokens_per_s, lambda v: f"{v:,.0f}"),
         ("tokens/s per GPU", plan.tokens_per_s_per_gpu, lambda v: f"{v:,.0f}"),
         ("time to train", plan.time_to_train_s, days),

@@ -108,8 +108,8 @@ def mfu(
     rows: list[tuple[str, Cell]] = [
         ("MFU", shown(result.mfu, units.format_percent)),
         (f"HFU (recompute: {recompute})", shown(result.hfu, units.format_percent)),
-        ("model TFLOP/s per GPU", shown(result.model_flops_per_s_per_gpu, units.format_flops_rate)),
-        ("hardware TFLOP/s per GPU", shown(result.hardware_flops_per_s_per_gpu, units.format_flops_rate)),
+        ("model FLOP/s per GPU", shown(result.model_flops_per_s_per_gpu, units.format_flops_rate)),
+        ("hardware FLOP/s per GPU", shown(result.hardware_flops_per_s_per_gpu, units.format_flops_rate)),
         ("tokens/s per GPU", shown(rate, lambda v: f"{v:,.1f}")),
         (f"peak ({training.precision}, dense)", shown(peak, units.format_flops_rate)),
         ("model FLOPs per token", shown(result.model_flops_per_token, units.format_flops)),

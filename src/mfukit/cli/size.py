@@ -248,12 +248,12 @@ def memory_table(stage: StageMemory, hbm_bytes: float) -> Table:
         if value:
             table.add(
                 name,
-                shown(value, lambda v: f"{v / 2**30:,.2f}"),
+                shown(value, lambda v: f"{v / 2**30:,.2f}", unit="bytes"),
                 shown(value / hbm_bytes, units.format_percent),
             )
     table.add(
         "total",
-        shown(stage.total_bytes, lambda v: f"{v / 2**30:,.2f}"),
+        shown(stage.total_bytes, lambda v: f"{v / 2**30:,.2f}", unit="bytes"),
         shown(stage.total_bytes / hbm_bytes, units.format_percent),
     )
     return table
