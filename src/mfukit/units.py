@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Final
 
 from mfukit.errors import InputError
@@ -374,3 +375,19 @@ def format_usd(value_usd: float) -> str:
     if abs(value_usd) >= 1e3:
         return f"${value_usd / 1e3:.1f}k"
     return f"${value_usd:.2f}"
+
+
+SI_UNIT_OF_FORMATTER: dict[Callable[..., str], str] = {
+    format_bytes: "bytes",
+    format_bytes_si: "bytes",
+    format_rate: "bytes/s",
+    format_bit_rate: "bytes/s",
+    format_flops_rate: "FLOP/s",
+    format_flops: "FLOP",
+    format_duration: "s",
+    format_power: "W",
+    format_energy_kwh: "kWh",
+    format_usd: "USD",
+}
+"""The unit of the raw value each formatter takes (what CSV writes); fractions (``format_percent``) are 0..1
+everywhere and carry none."""

@@ -62,11 +62,10 @@ def test_estimate_table_fits_the_console(mfukit) -> None:  # type: ignore[no-unt
 
 def test_estimate_says_exactly_why_a_layout_cannot_be_built(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit("estimate", *GPT3, "--tp", "8", "--pp", "7", "--format", "json")
-    assert run.exit_code == 1
-    result = run.json()["result"]
-    assert result["feasible"] is False
-    messages = " ".join(problem["message"] for problem in result["problems"])
-    assert "does not divide num_hidden_layers=96" in messages and "1024 GPUs" in messages
+    assert run.exit_code == 2  # the user chose the layout: bad input, not a negative answer
+    assert "command line: --pp (parallelism.pp): 7:" in run.stderr
+    assert "does not divide num_hidden_layers=96" in run.stderr and "1024 GPUs" in run.stderr
+    assert "choose pp x vpp among 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 96" in run.stderr
 
 
 def test_estimate_exits_1_when_the_layout_does_not_fit(mfukit) -> None:  # type: ignore[no-untyped-def]

@@ -58,8 +58,10 @@ def test_size_csv_is_si(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit("size", EXAMPLE, "--format", "csv")
     lines = run.stdout.splitlines()
     assert lines[0] == "quantity,value"
-    flops = next(line for line in lines if line.startswith("total training FLOPs,"))
+    flops = next(line for line in lines if line.startswith("total training FLOPs [FLOP],"))
     assert float(flops.split(",")[1]) > 5e23
+    memory = next(line for line in lines if line.startswith("memory per GPU (peak) [bytes],"))
+    assert float(memory.split(",")[1]) > 2**30
 
 
 def test_size_report(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -70,6 +70,8 @@ def test_accelerator_peaks_are_plausible(device: Accelerator) -> None:
 @pytest.mark.parametrize("device", ACCELERATORS, ids=_name)
 def test_accelerator_memory_power_and_links_are_plausible(device: Accelerator) -> None:
     assert 8 * 2**30 <= device.hbm_bytes <= 512 * 2**30
+    # HBM stacks are binary sizes, and vendors' "80 GB" means 80 GiB: a decimal entry would read ~7 % low
+    assert device.hbm_bytes % 2**30 == 0, f"{device.name}: HBM of {device.hbm_bytes} B is not whole GiB"
     assert 0.3e12 <= device.hbm_bytes_per_s <= 20e12
     assert 10e9 <= device.scale_up_bytes_per_s <= 2e12
     if device.tdp_w is None:
@@ -141,6 +143,12 @@ def test_storage_aggregate_not_below_one_client(tier: StorageTier) -> None:
         if aggregate is not None:
             assert aggregate >= per_client
     assert tier.write_bytes_per_s(10_000) >= tier.write_bytes_per_s(1)
+
+
+@pytest.mark.parametrize("tier", STORAGE, ids=_name)
+def test_storage_rates_a_source_does_not_state_are_marked_assumed(tier: StorageTier) -> None:
+    if "states no rates" in tier.source.what:
+        assert "ASSUMED" in tier.notes and "override" in tier.notes
 
 
 def test_storage_covers_each_kind() -> None:

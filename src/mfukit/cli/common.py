@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from mfukit.cli.render import FORMATS, Format, render
 from mfukit.core.cluster import Cluster
 from mfukit.core.results import Output, ProgressCallback
+from mfukit.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -233,7 +234,10 @@ def scenario_options(*names: str) -> Callable[[F], F]:
                 if value is not None:
                     flag = SCENARIO_FLAGS[name]
                     overrides[flag.field] = value
-            return function(*args, overrides=overrides, **kwargs)
+            try:
+                return function(*args, overrides=overrides, **kwargs)
+            except InputError as error:
+                raise blame_flag(error, overrides) from None
 
         command: Any = wrapper
         for name in reversed(names):
@@ -247,6 +251,18 @@ def scenario_options(*names: str) -> Callable[[F], F]:
         return command  # type: ignore[no-any-return]
 
     return decorate
+
+
+def blame_flag(error: InputError, overrides: dict[str, Any]) -> InputError:
+    """``error`` located on the command line when its field is one a flag set: a flag overrides the
+    scenario file, so a bad value it gave is not the file's."""
+    field = error.field or ""
+    given = [flag for flag in SCENARIO_FLAGS.values() if flag.field in overrides]
+    flag = next((f for f in given if field == f.field or field.startswith(f.field + ".")), None)
+    if flag is not None:
+        error.source = "command line"
+        error.field = f"{flag.option} ({field})"
+    return error
 
 
 def scenario_argument(function: F) -> F:
@@ -277,8 +293,6 @@ def cluster_from_flags(
     fields.setdefault("system", DEFAULT_SYSTEM)
     if "num_gpus" not in fields and "num_nodes" not in fields:
         if default_nodes is None:
-            from mfukit.errors import InputError
-
             raise InputError("needs --nodes or --gpus", field="--nodes", hint="e.g. --nodes 128")
         fields["num_nodes"] = default_nodes
     section = validate_as(ClusterSection, fields, source="command line", prefix="cluster")

@@ -24,6 +24,7 @@ from mfukit.cli.render import Format
 from mfukit.cli.size import memory_table
 from mfukit.core.results import Output, Table, shown
 from mfukit.core.scenario import load_scenario
+from mfukit.errors import InputError
 from mfukit.perf.efficiency import beyond_measured
 from mfukit.perf.estimate import LayoutEstimate, estimate_layout
 from mfukit.perf.inputs import PerfInputs, layout_for_estimate, perf_inputs
@@ -42,7 +43,22 @@ def estimate(scenario_path: Path | None, overrides: dict[str, Any], fmt: Format)
     scenario = load_scenario(scenario_path, overrides)
     inputs = perf_inputs(scenario, scenario_path)
     result = estimate_layout(inputs, layout_for_estimate(inputs))
+    if result.plan is None or result.memory is None:
+        raise _unbuildable(inputs, result)
     return emit(_output(inputs, result), fmt)
+
+
+def _unbuildable(inputs: PerfInputs, result: LayoutEstimate) -> InputError:
+    """A layout that breaks a divisibility rule is bad input (the user chose it), named by its first field."""
+    first = result.problems[0]
+    fixes = list(dict.fromkeys(problem.fix for problem in result.problems))
+    return InputError(
+        "; ".join(problem.message for problem in result.problems),
+        source=inputs.source,
+        field=first.field,
+        value=first.value,
+        hint="; ".join(fixes),
+    )
 
 
 def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
@@ -64,28 +80,7 @@ def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
     warnings = list(result.efficiency.uncalibrated_notes)
     plan, memory = result.plan, result.memory
     if plan is None or memory is None:
-        table = Table(
-            title, ["rule", "value", "problem", "fix"], csv_columns=["field", "value", "problem", "fix"]
-        )
-        for problem in result.problems:
-            table.add(problem.field, problem.value, problem.message, problem.fix)
-        return Output(
-            schema="estimate/1",
-            inputs=echo,
-            result={
-                "feasible": False,
-                "fits": None,
-                "problems": [
-                    {"field": p.field, "value": p.value, "message": p.message, "fix": p.fix}
-                    for p in result.problems
-                ],
-                "attention_flops_convention": workload.attention,
-            },
-            assumptions=assumptions,
-            warnings=warnings + [f"{p.message} ({p.fix})" for p in result.problems],
-            tables=[table],
-            exit_code=1,
-        )
+        raise _unbuildable(inputs, result)
     hbm = accelerator.hbm_bytes
     fits = result.fits
     main = Table(title, ["quantity", "value"], csv_columns=["quantity", "value"])
@@ -93,10 +88,10 @@ def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
     main.add("options", options_text(plan.layout))
     main.add("micro-batch x micro-batches", f"{plan.micro_batch_size} x {plan.num_microbatches}")
     rows: list[tuple[str, float | None, Any]] = [
-        ("step time", plan.step_time_s, lambda v: f"{v:,.3f} s"),
+        ("step time", plan.step_time_s, lambda v: units.format_duration(v, digits=3)),
         (f"MFU ({workload.attention} attention FLOPs)", plan.mfu, units.format_percent),
         (f"HFU (recompute {plan.layout.recompute})", plan.hfu, units.format_percent),
-        ("model TFLOP/s per GPU", plan.model_flops_per_s_per_gpu / 1e12, lambda v: f"{v:,.1f}"),
+        ("model FLOP/s per GPU", plan.model_flops_per_s_per_gpu, units.format_flops_rate),
         ("tokens/s", plan.tokens_per_s, lambda v: f"{v:,.0f}"),
         ("tokens/s per GPU", plan.tokens_per_s_per_gpu, lambda v: f"{v:,.0f}"),
         ("time to train", plan.time_to_train_s, days),

@@ -11,9 +11,12 @@ from mfukit import units
 from mfukit.catalog import resolve
 from mfukit.cli.common import emit, format_option, scenario_argument, scenario_options
 from mfukit.cli.render import Format
+from mfukit.core.hardware import Accelerator
 from mfukit.core.results import Cell, Output, Table, shown
 from mfukit.core.scenario import load_scenario
-from mfukit.perf.utilization import measure, tokens_per_s_per_gpu
+from mfukit.errors import InputError
+from mfukit.perf.efficiency import efficiency_for
+from mfukit.perf.utilization import Utilization, measure, tokens_per_s_per_gpu
 
 
 @click.command("mfu")
@@ -76,14 +79,37 @@ def mfu(
         recompute=recompute,
         convention=training.attention_flops,
     )
+    flag, given = next(
+        (flag, value)
+        for flag, value in (
+            ("--tokens-per-s", tokens_per_s),
+            ("--tokens-per-s-per-gpu", per_gpu),
+            ("--step-time", step_time),
+        )
+        if value is not None
+    )
+    _check_possible(result, flag, given, accelerator, num_gpus)
+    ceiling = efficiency_for(accelerator).gemm_peak_fraction
+    if training.precision == "fp8":
+        ceiling = efficiency_for(accelerator).fp8_gemm_peak_fraction
+    warnings = (
+        [
+            f"MFU {units.format_percent(result.mfu)} is above {units.format_percent(ceiling)}, the share of the "
+            f"{training.precision} peak that large GEMMs reach on {accelerator.name} (the fitted GEMM ceiling of "
+            "the performance model): a whole training step, with attention, element-wise work and "
+            f"communication, rarely gets there; check {flag}, the GPU count and --gpu"
+        ]
+        if result.mfu > ceiling
+        else []
+    )
     other = "causal" if result.convention == "full" else "full"
     table = Table(f"MFU of {model.display_name or model.name} on {accelerator.name}", ["quantity", "value"])
     table.csv_columns = ["quantity", "value"]
     rows: list[tuple[str, Cell]] = [
         ("MFU", shown(result.mfu, units.format_percent)),
         (f"HFU (recompute: {recompute})", shown(result.hfu, units.format_percent)),
-        ("model TFLOP/s per GPU", shown(result.model_flops_per_s_per_gpu, units.format_flops_rate)),
-        ("hardware TFLOP/s per GPU", shown(result.hardware_flops_per_s_per_gpu, units.format_flops_rate)),
+        ("model FLOP/s per GPU", shown(result.model_flops_per_s_per_gpu, units.format_flops_rate)),
+        ("hardware FLOP/s per GPU", shown(result.hardware_flops_per_s_per_gpu, units.format_flops_rate)),
         ("tokens/s per GPU", shown(rate, lambda v: f"{v:,.1f}")),
         (f"peak ({training.precision}, dense)", shown(peak, units.format_flops_rate)),
         ("model FLOPs per token", shown(result.model_flops_per_token, units.format_flops)),
@@ -123,7 +149,36 @@ def mfu(
             f"peak: {accelerator.display_name} dense {training.precision}, {units.format_flops_rate(peak)}",
             "model FLOPs: matrix multiplies only, backward = 2 x forward (Narayanan et al. 2021)",
             f"HFU adds the recompute '{recompute}' executes (--recompute to change)",
+            f"sequence length {training.seq_len} tokens ("
+            + ("given" if "seq_len" in training.model_fields_set else "the default")
+            + "; the 12·L·h·s attention term of the FLOPs depends on it; --seq-len to change)",
         ],
+        warnings=warnings,
         tables=[table],
     )
     return emit(output, fmt)
+
+
+def _check_possible(
+    result: Utilization, flag: str, given: str, accelerator: Accelerator, num_gpus: int | None
+) -> None:
+    """An MFU above 100 % cannot be measured: the rate, the GPU count or the GPU is wrong."""
+    if result.mfu <= 1.0:
+        return
+    most = result.peak_flops_per_s / result.model_flops_per_token
+    likely = {
+        "--tokens-per-s-per-gpu": "if it is the whole job's rate, pass it as --tokens-per-s with --gpus N",
+        "--tokens-per-s": f"check --gpus ({num_gpus:,} given): the total is divided by it"
+        if num_gpus
+        else "",
+        "--step-time": "check --step-time, the global batch (tokens per step) and --gpus",
+    }[flag]
+    raise InputError(
+        f"gives {result.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, MFU {units.format_percent(result.mfu)}: "
+        f"more than {accelerator.name} can compute even at 100 % MFU ({most:,.0f} tokens/s per GPU at its "
+        "dense peak)",
+        source="command line",
+        field=flag,
+        value=given,
+        hint=f"{likely}; or check --gpu (is it {accelerator.name}?), the model and --seq-len",
+    )

@@ -218,7 +218,9 @@ def network_table(check: NetworkCheck) -> Table:
     table.add("NIC rate that hides it, per GPU", shown(check.required_bytes_per_s, units.format_bit_rate))
     table.add("NIC rate available, per GPU", shown(check.available_bytes_per_s, units.format_bit_rate))
     table.add("NICs per node to hide it", shown(check.nics_to_hide, lambda v: f"{v:,.0f}"))
-    table.add("exposed communication per step", shown(check.exposed_comm_s, lambda v: f"{v:,.3f} s"))
+    table.add(
+        "exposed communication per step", shown(check.exposed_comm_s, lambda v: f"{v:,.3f} s", unit="s")
+    )
     return table
 
 

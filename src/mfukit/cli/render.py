@@ -51,10 +51,7 @@ def render_csv(output: Output, stream: TextIO) -> None:
         if index:
             stream.write("\n")
         writer.writerow(table.csv_header)
-        for row in table.rows:
-            writer.writerow(
-                ["" if cell is None else cell.value if isinstance(cell, Quantity) else cell for cell in row]
-            )
+        writer.writerows(table.csv_rows())
 
 
 def _rich_table(table: Table) -> RichTable:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from mfukit.cli.common import (
 )
 from mfukit.cli.perf_views import PERF_FLAGS, layout_json
 from mfukit.cli.render import Format
+from mfukit.comm.topology import scale_out_switch
 from mfukit.core.results import Output, Table, shown
 from mfukit.core.scenario import Scenario, load_scenario
 from mfukit.errors import InputError
@@ -74,10 +76,15 @@ def size(
 
     Example: mfukit size --model llama-65b --tokens 1.4T --deadline 14d --gpu a100-80gb-sxm
     """
-    scenario = load_scenario(scenario_path, overrides)
+    scenario = _flags_over_file(load_scenario(scenario_path, overrides), overrides)
     inputs = _inputs(scenario, scenario_path, mfu_text)
     source = str(scenario_path) if scenario_path else "command line"
-    goodput = _goodput_of(scenario, source, scenario_path.parent if scenario_path else None)
+    goodput = _goodput_of(
+        scenario,
+        source,
+        scenario_path.parent if scenario_path else None,
+        given_as_flag="ft.goodput" in overrides,
+    )
     if mfu_text is None and inputs.global_batch_sequences is not None:
         with progress("searching layouts per GPU count") as bar:
             sizing, goodput_source = size_by_model(inputs, perf_inputs(scenario, scenario_path), goodput, bar)
@@ -160,7 +167,29 @@ def _inputs(scenario: Scenario, path: Path | None, mfu_text: str | None) -> Sizi
     )
 
 
-def _goodput_of(scenario: Scenario, source: str, base_dir: Path | None) -> GoodputOf:
+FAILURE_FLAGS = ("ft.failure_model", "cluster.failure_rate_per_1000_node_days")
+
+
+def _flags_over_file(scenario: Scenario, overrides: dict[str, Any]) -> Scenario:
+    """A failure model given as a flag replaces the file's flat ``[ft] goodput`` (flags override the
+    scenario: the expected ETTR takes the allowance's place); ``--goodput`` with one is a contradiction."""
+    failure_flags = [field for field in FAILURE_FLAGS if field in overrides]
+    if not failure_flags:
+        return scenario
+    if "ft.goodput" in overrides:
+        raise InputError(
+            "a flat goodput allowance and a failure model contradict each other",
+            source="command line",
+            field="--goodput",
+            value=overrides["ft.goodput"],
+            hint="give --goodput for a flat allowance, or --failure-model/--failure-rate for the expected ETTR",
+        )
+    if scenario.ft.goodput is None:
+        return scenario
+    return scenario.model_copy(update={"ft": scenario.ft.model_copy(update={"goodput": None})})
+
+
+def _goodput_of(scenario: Scenario, source: str, base_dir: Path | None, *, given_as_flag: bool) -> GoodputOf:
     """Goodput at a GPU count: the fault-tolerance model's expected ETTR when the scenario names a failure
     model (``[ft] failure_model``, ``--failure-rate``), else the flat allowance (``--goodput``, 0.9)."""
     ft, cluster = scenario.ft, scenario.cluster
@@ -169,9 +198,16 @@ def _goodput_of(scenario: Scenario, source: str, base_dir: Path | None) -> Goodp
     )
     if ft.goodput is not None or not failure_model:
         flat = ft.goodput if ft.goodput is not None else DEFAULT_GOODPUT
+        origin = (
+            "--goodput"
+            if given_as_flag
+            else f"ft.goodput in {source}"
+            if ft.goodput is not None
+            else "default"
+        )
         how = (
-            f"flat goodput allowance {flat:g} ({'--goodput' if ft.goodput is not None else 'default'}; "
-            "name a failure model for the expected ETTR)"
+            f"flat goodput allowance {flat:g} ({origin}; name a failure model with --failure-model "
+            "for the expected ETTR)"
         )
         return lambda count, step_time_s: (flat, how)
 
@@ -213,12 +249,12 @@ def memory_table(stage: StageMemory, hbm_bytes: float) -> Table:
         if value:
             table.add(
                 name,
-                shown(value, lambda v: f"{v / 2**30:,.2f}"),
+                shown(value, lambda v: f"{v / 2**30:,.2f}", unit="bytes"),
                 shown(value / hbm_bytes, units.format_percent),
             )
     table.add(
         "total",
-        shown(stage.total_bytes, lambda v: f"{v / 2**30:,.2f}"),
+        shown(stage.total_bytes, lambda v: f"{v / 2**30:,.2f}", unit="bytes"),
         shown(stage.total_bytes / hbm_bytes, units.format_percent),
     )
     return table
@@ -252,7 +288,7 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
         inputs.goodput,
         units.format_percent,
     )
-    row("GPUs the deadline needs", sizing.gpus_min, lambda v: f"{v:,.1f}", "no deadline")
+    row("GPUs the deadline needs", sizing.gpus_min, lambda v: f"{math.ceil(v):,}", "no deadline")
     warnings: list[str] = []
     result: dict[str, Any] = {
         "total_train_flops": sizing.total_train_flops,
@@ -322,6 +358,11 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
             f"{system.name} has {system.nics_per_node} NICs per node; keeping exposed gradient traffic within "
             f"{EXPOSED_COMM_BUDGET:.0%} of a step needs {nics}"
         )
+    _, fabric_note = scale_out_switch(
+        system, sizing.nodes * system.nics_per_node, rail_groups=system.nics_per_node
+    )
+    if fabric_note is not None:
+        warnings.append(f"network: {fabric_note}")
     bubble = sizing.pipeline_bubble_frac
     if bubble is not None and bubble > 0.1 and not predicted:  # the model's MFU already pays the bubble
         warnings.append(

@@ -15,7 +15,7 @@ from mfukit import catalog
 from mfukit.comm.tuning import Arch, CpuVendor, constants
 from mfukit.core.hardware import Accelerator, Switch, System
 from mfukit.errors import InputError
-from mfukit.fabric.fat_tree import leaf_split, levels_needed
+from mfukit.fabric.fat_tree import leaf_split, levels_needed, max_endpoints
 
 ScaleUpKind = Literal["nvlink", "pci"]
 _ARCHES: dict[str, Arch] = {
@@ -93,6 +93,47 @@ def switch_for(system: System) -> Switch | None:
     return sorted(found, key=lambda s: s.name)[0] if found else None
 
 
+def scale_out_switch(system: System, ports: int, *, rail_groups: int = 1) -> tuple[Switch | None, str | None]:
+    """The catalog switch a non-blocking fat tree of ``ports`` NIC ports is built from, and a note when it is
+    not the system's own: the switch of the system's link (:func:`switch_for`) when at most 3 tiers of it hold
+    every port; else the smallest-radix switch of the same family with ports at the NIC rate that does; else
+    the highest-radix one, noted as needing more than 3 tiers (the collective model then takes 3)."""
+    own = switch_for(system)
+    rate = system.nic_bytes_per_s
+    if own is None or ports <= max_endpoints(own.radix_at(rate), 3):
+        return own, None
+    family = catalog.link(system.scale_out_fabric).family
+    fitting = sorted(
+        (
+            entry
+            for entry in catalog.entries("fabrics").values()
+            if isinstance(entry, Switch)
+            and catalog.link(entry.link).family == family
+            and entry.radix_at(rate) > own.radix_at(rate)
+        ),
+        key=lambda entry: (entry.radix_at(rate), entry.name),
+    )
+    built = [entry for entry in fitting if ports <= max_endpoints(entry.radix_at(rate), 3)]
+    line = f"{rate * 8 / 1e9:.0f} Gb/s"
+    need = (
+        f"{ports:,} NIC ports need more than a 3-tier non-blocking fat tree of {own.name} "
+        f"({own.radix_at(rate)} ports at {line}: at most {max_endpoints(own.radix_at(rate), 3):,})"
+    )
+    if built:
+        chosen = built[0]
+        return chosen, (
+            f"{need}; fabric modelled with {chosen.name} ({chosen.radix_at(rate)} ports at {line}, "
+            f"{levels_needed(ports, chosen.radix_at(rate), rail_groups=rail_groups)} tiers)"
+        )
+    if fitting:
+        chosen = fitting[-1]
+        return chosen, (
+            f"{need}, and so does every {family} switch in the catalog; modelled as 3 tiers of {chosen.name}: "
+            "split the cluster, oversubscribe the core, or name a larger switch with --switch"
+        )
+    return own, f"{need}; modelled as 3 tiers: split the cluster or oversubscribe the core"
+
+
 def from_system(
     system: System,
     accelerator: Accelerator,
@@ -147,7 +188,12 @@ def from_system(
         sharp=sharp,
         cpu=cpu,
     )
-    switch = switch or switch_for(system)
+    ports = max(1, num_nodes) * system.nics_per_node
+    rail_groups = system.nics_per_node if rail_optimized else 1
+    note: str | None = None
+    if switch is None:
+        switch, note = scale_out_switch(system, ports, rail_groups=rail_groups)
+        assumptions.extend([note] if note else [])
     if switch is None or system.nics_per_node == 0:
         if oversubscription > 1.0:
             raise InputError(
@@ -167,8 +213,8 @@ def from_system(
         )
     down, _ = leaf_split(radix, oversubscription)
     nodes_per_leaf = down if rail_optimized else max(1, down // system.nics_per_node)
-    ports = max(1, num_nodes) * system.nics_per_node
-    levels = levels_needed(ports, radix, rail_groups=system.nics_per_node if rail_optimized else 1)
+    fits = ports <= max_endpoints(radix, 3) or note is None  # a named switch too small stays an error
+    levels = levels_needed(ports, radix, rail_groups=rail_groups) if fits else 3
     assumptions.append(
         f"fabric: {switch.name} ({radix} ports), {'rail-optimised' if rail_optimized else 'top-of-rack'} "
         f"leaves of {nodes_per_leaf} nodes, {levels} switch tier{'s' if levels > 1 else ''}, "

@@ -8,6 +8,7 @@ ZeRO-3, ``"hybrid"`` shards inside a node and replicates across nodes (HSDP).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -122,6 +123,24 @@ def _uneven_split_problems(
     )
 
 
+def _divisors(n: int, limit: int | None = None) -> str:
+    found = [d for d in range(1, n + 1) if n % d == 0 and (limit is None or d <= limit)]
+    return ", ".join(str(d) for d in found)
+
+
+def valid_tp_text(model: ModelSpec, max_tp: int | None = None) -> str:
+    """The tensor-parallel degrees ``model`` allows (dividing the heads, the KV heads and the FFN width),
+    within a scale-up domain of ``max_tp`` GPUs when given, as a fix a user can act on."""
+    sizes = [model.num_attention_heads, model.intermediate_size]
+    if model.mla is None:
+        sizes.append(model.kv_heads)
+    common = math.gcd(*sizes)
+    domain = f" (within the {max_tp}-GPU scale-up domain)" if max_tp is not None else ""
+    return (
+        f"use tp = {_divisors(common, max_tp)}{domain}: the degrees that divide the heads and the FFN width"
+    )
+
+
 def layout_problems(
     layout: Parallelism,
     model: ModelSpec,
@@ -130,8 +149,10 @@ def layout_problems(
     global_batch_sequences: int | None,
     micro_batch_size: int,
     num_gpus: int | None = None,
+    max_tp: int | None = None,
 ) -> list[LayoutProblem]:
-    """Every divisibility rule the layout breaks (empty when it can be built)."""
+    """Every divisibility rule the layout breaks (empty when it can be built); ``max_tp`` (the scale-up
+    domain) only narrows the tp values a fix suggests."""
     problems: list[LayoutProblem] = []
 
     def need(ok: bool, field: str, value: int, message: str, fix: str) -> None:
@@ -139,26 +160,27 @@ def layout_problems(
             problems.append(LayoutProblem(field, value, message, fix))
 
     t = layout.tp
+    tp_fix = valid_tp_text(model, max_tp)
     need(
         model.num_attention_heads % t == 0,
         "parallelism.tp",
         t,
         f"tp={t} does not divide num_attention_heads={model.num_attention_heads}",
-        "choose tp among the divisors of the head count",
+        tp_fix,
     )
     need(
         model.kv_heads % t == 0 or model.mla is not None,
         "parallelism.tp",
         t,
         f"tp={t} does not divide num_key_value_heads={model.kv_heads} (Megatron needs whole query groups per rank)",
-        f"use tp <= {model.kv_heads} dividing it",
+        tp_fix,
     )
     need(
         model.intermediate_size % t == 0,
         "parallelism.tp",
         t,
         f"tp={t} does not divide intermediate_size={model.intermediate_size}",
-        "choose a tp that divides the FFN width",
+        tp_fix,
     )
     stages = layout.pp * layout.vpp
     if layout.uneven:
@@ -169,8 +191,8 @@ def layout_problems(
             "parallelism.pp",
             layout.pp,
             f"pp x vpp = {stages} does not divide num_hidden_layers={model.num_hidden_layers}",
-            "choose pp (and vpp) so that every stage holds the same number of layers, or set "
-            "first_stage_layers / last_stage_layers",
+            f"choose pp x vpp among {_divisors(model.num_hidden_layers)} so that every stage holds the same "
+            "number of layers, or set first_stage_layers / last_stage_layers",
         )
     need(
         layout.vpp == 1 or layout.pp > 1,
@@ -192,7 +214,7 @@ def layout_problems(
             "parallelism.ep",
             layout.ep,
             f"ep={layout.ep} does not divide num_experts={model.moe.num_experts}",
-            "choose ep among the divisors of the expert count",
+            f"choose ep among {_divisors(model.moe.num_experts)}",
         )
     need(
         (layout.dp * layout.cp) % layout.ep == 0,
@@ -211,11 +233,15 @@ def layout_problems(
             "choose dp and micro_batch_size that divide the global batch (in sequences)",
         )
     if num_gpus is not None:
+        model_parallel = t * layout.pp * layout.cp
         need(
             layout.world_size == num_gpus,
             "parallelism.dp",
             layout.dp,
             f"tp x pp x dp x cp = {layout.world_size} but the cluster has {num_gpus} GPUs",
-            f"set dp = {num_gpus // max(1, t * layout.pp * layout.cp)} or change the GPU count",
+            f"set dp = {num_gpus // model_parallel} or change the GPU count"
+            if num_gpus % model_parallel == 0
+            else f"tp x pp x cp = {model_parallel} does not divide {num_gpus} GPUs: choose degrees whose product "
+            f"divides the GPU count, or use a multiple of {model_parallel} GPUs",
         )
     return problems

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from mfukit import __version__
+from mfukit import __version__, units
 from mfukit.core.findings import Finding
 
 ProgressCallback = Callable[[int, int], None]
@@ -27,19 +27,38 @@ ProgressCallback = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class Quantity:
-    """A value with the text a human reads: tables show ``text``, CSV writes ``value`` (SI units, or
-    the full wording where the table abbreviates)."""
+    """A value with the text a human reads: tables show ``text``, CSV writes ``value`` (SI units, or the
+    full wording where the table abbreviates) and names ``unit``, the SI unit of ``value`` (None for
+    counts, 0..1 fractions and text)."""
 
     value: float | int | str | None
     text: str
+    unit: str | None = None
 
     def __str__(self) -> str:
         return self.text
 
 
-def shown(value: float | int | None, formatter: Callable[[float], str], missing: str = "—") -> Quantity:
-    """``Quantity(value, formatter(value))``, or ``missing`` when there is no value."""
-    return Quantity(value, missing if value is None else formatter(value))
+def shown(
+    value: float | int | None,
+    formatter: Callable[[float], str],
+    missing: str = "—",
+    *,
+    unit: str | None = None,
+) -> Quantity:
+    """``Quantity(value, formatter(value))``, or ``missing`` when there is no value. ``unit`` is the SI unit of
+    ``value``; by default the one of a :mod:`mfukit.units` formatter (give it for any other formatter)."""
+    return Quantity(
+        value,
+        missing if value is None else formatter(value),
+        unit if unit is not None else units.SI_UNIT_OF_FORMATTER.get(formatter),
+    )
+
+
+def csv_label(label: str, unit: str | None) -> str:
+    """A row label for CSV, which carries SI values: ``label [unit]`` unless the label already names it."""
+    named = unit is not None and re.search(rf"(?<![\w/]){re.escape(unit)}(?![\w/])", label)
+    return label if unit is None or named else f"{label} [{unit}]"
 
 
 Cell = str | int | float | Quantity | None
@@ -58,9 +77,42 @@ class Table:
 
     @property
     def csv_header(self) -> list[str]:
-        if self.csv_columns is not None:
-            return self.csv_columns
-        return [re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_") for name in self.columns]
+        """The CSV header; a column of quantities gets its SI unit appended when its name does not say it."""
+        names = self.csv_columns or [
+            re.sub(r"[^0-9a-z]+", "_", name.lower()).strip("_") for name in self.columns
+        ]
+        header = []
+        for index, name in enumerate(names):
+            unit = self.column_unit(index)
+            slug = None if unit is None else units_slug(unit)
+            header.append(name if slug is None or name.endswith(slug) else f"{name}_{slug}")
+        return header
+
+    def column_unit(self, index: int) -> str | None:
+        """The SI unit every quantity in column ``index`` shares, or None (none, or several)."""
+        found = {
+            cell.unit
+            for row in self.rows
+            if isinstance(cell := row[index], Quantity) and cell.value is not None
+        }
+        return found.pop() if len(found) == 1 else None
+
+    def csv_rows(self) -> list[list[str | int | float]]:
+        """Rows as CSV writes them: SI values, and a row label (first column) naming the unit of its quantity
+        when the column holds several units (a quantity/value table)."""
+        mixed = {index for index in range(len(self.columns)) if self.column_unit(index) is None}
+        rows: list[list[str | int | float]] = []
+        for row in self.rows:
+            out = ["" if cell is None else cell.value if isinstance(cell, Quantity) else cell for cell in row]
+            row_units = {
+                cell.unit
+                for index, cell in enumerate(row)
+                if isinstance(cell, Quantity) and cell.unit and index in mixed
+            }
+            if isinstance(row[0], str) and len(row_units) == 1:
+                out[0] = csv_label(row[0], row_units.pop())
+            rows.append([value if value is not None else "" for value in out])
+        return rows
 
     def add(self, *cells: Cell) -> None:
         if len(cells) != len(self.columns):
@@ -91,6 +143,11 @@ class Output:
             "result": jsonable(self.result),
             "warnings": jsonable(self.warnings),
         }
+
+
+def units_slug(unit: str) -> str:
+    """An SI unit as a snake_case header suffix: ``FLOP/s`` -> ``flops_per_s``, ``bytes/s`` -> ``bytes_per_s``."""
+    return unit.replace("FLOP", "flops").replace("/", "_per_").lower()
 
 
 def jsonable(value: Any) -> Any:

@@ -89,6 +89,7 @@ def evaluate_layout(
         global_batch_sequences=sequences,
         micro_batch_size=micro_batch_size,
         num_gpus=num_gpus,
+        max_tp=system.scale_up_domain_gpus,
     )
     if problems:
         return LayoutEstimate(layout, num_gpus, micro_batch_size, problems, machine, efficiency, None, None)

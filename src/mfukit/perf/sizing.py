@@ -334,7 +334,12 @@ def check_fixed_degrees(inputs: SizingInputs) -> None:
     the layers...) is bad input, not a negative answer."""
     layout = inputs.layout.model_copy(update={**inputs.fixed, "dp": 1})
     for problem in layout_problems(
-        layout, inputs.model, seq_len=inputs.seq_len, global_batch_sequences=None, micro_batch_size=1
+        layout,
+        inputs.model,
+        seq_len=inputs.seq_len,
+        global_batch_sequences=None,
+        micro_batch_size=1,
+        max_tp=inputs.system.scale_up_domain_gpus,
     ):
         if problem.field.removeprefix("parallelism.") in inputs.fixed:
             raise InputError(problem.message, field=problem.field, value=problem.value, hint=problem.fix)
