@@ -95,7 +95,7 @@ def diagnose(
     model, cluster = known.model, known.cluster
     with progress("reading artifacts") as callback:
         diagnosis = run_diagnosis(paths, **known._asdict(), progress=callback)
-    tables = [diagnosis_report.findings_table(diagnosis), diagnosis_report.gates_table(diagnosis)]
+    tables = [diagnosis_report.findings_table(diagnosis), *diagnosis_report.gates_tables(diagnosis)]
     table = diagnosis_report.breakdown_table(diagnosis)
     if table is not None:
         tables.append(table)

@@ -41,10 +41,10 @@ from mfukit.perf.planner import REASONS, Objective, Plan, SearchResult, search
 from mfukit.perf.scaling import scaling_counts, smallest_count
 
 REASON_NAMES = {
-    "divisibility": "degrees that do not divide heads, layers, sequence, experts or the GPU count",
-    "batch": "dp x micro-batch does not divide the global batch (rounded by at most "
-    f"{units.format_percent(BATCH_ROUNDING_FRAC, 0)} when given in tokens)",
-    "schedule": "interleaved pipeline with micro-batches not a multiple of pp",
+    "divisibility": "degrees do not divide heads, layers, sequence, experts or GPUs",
+    "batch": "dp x micro-batch does not divide the global batch "
+    f"(within {units.format_percent(BATCH_ROUNDING_FRAC, 0)} if in tokens)",
+    "schedule": "interleaved pipeline, micro-batches not a multiple of pp",
     "compatibility": "DeepSpeed ZeRO-2/3 with a pipeline",
     "memory": "does not fit in HBM",
 }

@@ -153,12 +153,16 @@ def findings_table(diagnosis: Diagnosis) -> Table:
     return table
 
 
-def gates_table(diagnosis: Diagnosis) -> Table:
-    table = Table("MFU-first gates", ["gate", "status", "value", "target", "basis"])
+def gates_tables(diagnosis: Diagnosis) -> list[Table]:
+    """The verdicts, then what each rests on (a table of its own: the basis is a sentence or two, which a
+    fifth column of a terminal-wide table would squeeze to a word per line)."""
+    verdicts = Table("MFU-first gates", ["gate", "status", "value", "target"])
+    bases = Table("What each gate rests on", ["gate", "basis"])
     for gate in diagnosis.gates:
         basis = gate.why if gate.status != "unknown" else f"{gate.why}; {gate.decided_by} would decide it"
-        table.add(gate.name, gate.status.upper(), gate.value_text, gate.target_text, basis)
-    return table
+        verdicts.add(gate.name, gate.status.upper(), gate.value_text, gate.target_text)
+        bases.add(gate.name, basis)
+    return [verdicts, bases]
 
 
 def breakdown_table(diagnosis: Diagnosis) -> Table | None:
@@ -250,7 +254,7 @@ def html_report(diagnosis: Diagnosis, warnings: list[str]) -> Report:
         Section(
             "Findings", [f"{f.id}: {f.summary}" for f in diagnosis.findings[:8]], [findings_table(diagnosis)]
         ),
-        Section("MFU-first gates", [], [gates_table(diagnosis)]),
+        Section("MFU-first gates", [], gates_tables(diagnosis)),
         Section("Post-mortem", notes(diagnosis)[1:]),
     ]
     charts = []

@@ -5,12 +5,12 @@ A count is worth evaluating only if some layout exists on it: tp x pp x cp x dp 
 global batch a whole number of micro-batches (exactly for a batch in sequences; within
 :data:`~mfukit.perf.layouts.BATCH_ROUNDING_FRAC` for one in tokens, so 4M tokens of 2,048-token sequences,
 1,953 sequences, run as 2,048 on DP 2,048). The
-deadline search first works on counts of whole groups of 8 nodes (many factors, so good layouts): from the
-count an MFU guess gives it moves up by the ratio of predicted to allowed time until one meets the deadline,
-then bisects down to the last miss. Time to train does not fall smoothly with the count (a count of awkward
-factors, 419 nodes, has only poor layouts), so it then tries every count below the one found in ascending
-order, from the smallest that could meet the deadline at the best MFU x goodput seen, and takes the first
-that meets it.
+deadline search starts from the count an MFU guess gives and, on the counts that take the batch exactly,
+moves up by the ratio of predicted to allowed time until a count meets the deadline, then bisects down to
+the last miss. Time to train does not fall smoothly with the count (a count of awkward factors has only poor
+layouts), so it then tries every count below the one found, rounded batches included, in ascending order
+from the smallest that could meet the deadline at the best MFU x goodput seen, and takes the first that
+meets it (within ``MAX_EVALUATIONS`` searches in all).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -29,7 +29,6 @@ from mfukit.perf.layouts import Workload, rounded_batch
 from mfukit.perf.planner import Plan, SearchResult, SearchSpace, search
 
 MAX_EVALUATIONS = 64  # counts searched at most (each one a full layout search)
-NICE_NODES = 8  # the coarse grid of the deadline search: counts of whole groups of this many nodes
 
 
 @dataclass
@@ -87,9 +86,14 @@ def smallest_count(
     if not candidates:
         outcome.why_not.append("no GPU count in range allows a layout that divides the global batch")
         return outcome
+    # the coarse search runs on the counts that take the batch exactly (their layouts need no rounding,
+    # so time to train falls with them about as the count rises); the fine one on every count
+    exact = valid_counts(
+        replace(workload, batch_rounding_frac=0.0), system, space, system.gpus_per_node, 64 * guess
+    )
+    coarse = exact or candidates
 
-    def days_at(index: int) -> tuple[float, Plan | None, float]:
-        count = candidates[index]
+    def days_at(count: int) -> tuple[float, Plan | None, float]:
         result = search(workload, system, accelerator, [count], space=space, tokens=tokens, top_k=1)
         outcome.evaluated[count] = result
         if progress is not None:
@@ -100,38 +104,33 @@ def smallest_count(
         rate = goodput(count, plan)
         return plan.time_to_train_s / rate, plan, rate
 
-    # first on counts of whole groups of NICE_NODES nodes, whose many factors leave good layouts (a count of
-    # awkward factors has only poor ones, which would stop the bisection early): move up by the ratio of
-    # predicted to allowed time until one meets the deadline, then bisect down between it and the last miss
-    nice = [i for i, count in enumerate(candidates) if count % (NICE_NODES * system.gpus_per_node) == 0]
-    grid = nice or list(range(len(candidates)))
-    position = min(bisect.bisect_left([candidates[i] for i in grid], guess), len(grid) - 1)
+    # move up by the ratio of predicted to allowed time until a count meets the deadline, then bisect down
+    # between it and the last miss
+    position = min(bisect.bisect_left(coarse, guess), len(coarse) - 1)
     failing, meeting = -1, None
     while len(outcome.evaluated) < MAX_EVALUATIONS:
-        wall, plan, rate = days_at(grid[position])
+        wall, plan, rate = days_at(coarse[position])
         if plan is not None and wall <= deadline_s:
             meeting = (position, plan, rate)
             break
         failing = position
-        if position == len(grid) - 1:
+        if position == len(coarse) - 1:
             break
-        needed = candidates[grid[position]] * (wall / deadline_s if math.isfinite(wall) else 2.0)
-        grid_counts = [candidates[i] for i in grid]
-        position = max(position + 1, min(bisect.bisect_left(grid_counts, needed), len(grid) - 1))
+        needed = coarse[position] * (wall / deadline_s if math.isfinite(wall) else 2.0)
+        position = max(position + 1, min(bisect.bisect_left(coarse, needed), len(coarse) - 1))
     if meeting is None:
         outcome.why_not.append(
-            f"no count up to {candidates[-1]:,} GPUs meets the deadline in {len(outcome.evaluated)} searches"
+            f"no count up to {coarse[-1]:,} GPUs meets the deadline in {len(outcome.evaluated)} searches"
         )
         return outcome
     found, best_plan, best_rate = meeting
     while found - failing > 1 and len(outcome.evaluated) < MAX_EVALUATIONS:
         middle = (failing + found) // 2
-        wall, plan, rate = days_at(grid[middle])
+        wall, plan, rate = days_at(coarse[middle])
         if plan is not None and wall <= deadline_s:
             found, best_plan, best_rate = middle, plan, rate
         else:
             failing = middle
-    high = grid[found]
     # then every count below it, in ascending order from the smallest that could meet the deadline at the
     # best MFU x goodput seen (a lower bound unless an unseen count runs a better layout): the first that
     # meets it is the answer
@@ -139,13 +138,15 @@ def smallest_count(
     best_mfu = max(plan.mfu for plan, _ in seen if plan is not None)
     best_goodput = max(goodput(count, plan) for plan, count in seen if plan is not None)
     lowest = count_guess(workload, accelerator, tokens, deadline_s, best_mfu * best_goodput)
-    for index in range(bisect.bisect_left(candidates, lowest), high):
+    for count in candidates[
+        bisect.bisect_left(candidates, lowest) : bisect.bisect_left(candidates, coarse[found])
+    ]:
         if len(outcome.evaluated) >= MAX_EVALUATIONS:
             outcome.why_not.append(f"stopped after {MAX_EVALUATIONS} searches; a smaller count may meet it")
             break
-        if candidates[index] in outcome.evaluated:
+        if count in outcome.evaluated:
             continue
-        wall, plan, rate = days_at(index)
+        wall, plan, rate = days_at(count)
         if plan is not None and wall <= deadline_s:
             best_plan, best_rate = plan, rate
             break

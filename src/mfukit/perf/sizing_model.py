@@ -73,7 +73,11 @@ def size_by_model(
         num_gpus=base.num_gpus,
         model_warnings=tuple(
             note
-            for note in (plan.batch_note(workload), beyond_measured(efficiency, plan.mfu, workload.precision))
+            for note in (
+                plan.batch_note(workload),
+                beyond_measured(efficiency, plan.mfu, workload.precision),
+                *(why_not if base.num_gpus is None else ()),  # a deadline search cut short says so
+            )
             if note
         ),
     )
