@@ -12,6 +12,13 @@ import os
 import shutil
 
 import pytest
+from hypothesis import settings
+
+# CI (.ci/run sets HYPOTHESIS_PROFILE=ci) draws the same property-test examples on every run, so a failure
+# there is reproduced by the same command; developers' runs draw new examples each time and keep the
+# failing ones in .hypothesis/
+settings.register_profile("ci", derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 REQUIREMENTS = {
     "torch": ("MFUKIT_REQUIRE_TORCH", lambda: importlib.util.find_spec("torch") is not None),
