@@ -318,7 +318,6 @@ class Simulation:
         progress_every = max(1, total // 200)
         reported = 0
         events = self.events
-        at_least = nodes.at_least
         pending_per_gpus = self.pending_per_gpus
         heappop = heapq.heappop
         ticking = type(policy).next_tick is not Policy.next_tick
@@ -335,7 +334,7 @@ class Simulation:
             dt = now - last_t
             if dt > 0:
                 if self.pending_count:
-                    result.idle_with_queue_gpu_s += (sum(at_least) - at_least[0]) * dt
+                    result.idle_with_queue_gpu_s += nodes.free_gpus() * dt
                     if not pending_per_gpus[1]:  # with 1-GPU jobs waiting, no free GPU is stranded
                         smallest = next(g for g, n in enumerate(pending_per_gpus) if n)
                         result.stranded_gpu_s += nodes.stranded_gpus(smallest) * dt
