@@ -97,6 +97,7 @@ class Policy(ABC):
         self._part_max = max([p.job_factor for p in spec.partitions] + [1])
         self._qos_max = max([q.priority for q in spec.qos] + [1])
         self._tiers = {p.name: p.tier for p in spec.partitions}
+        self._one_tier = len(set(self._tiers.values())) <= 1
         self._preempts = any(q.preempts for q in spec.qos)
 
     def submit(self, job: Job) -> None:
@@ -139,9 +140,13 @@ class Policy(ABC):
     def ordered(self, now: float) -> list[Job]:
         """Pending jobs in Slurm's order: PriorityTier, priority, submit time, job id."""
         jobs = list(self.pending.values())
-        if not self.weights.any and self._submit_order and len(set(self._tiers.values())) <= 1:
+        if self._in_submit_order():
             return jobs
         return sorted(jobs, key=lambda j: self.sort_key(j, now))
+
+    def _in_submit_order(self) -> bool:
+        """Is the pending dict already in queue order (no priorities, no requeues, one tier)?"""
+        return not self.weights.any and self._submit_order and self._one_tier
 
     def sort_key(self, job: Job, now: float) -> tuple[int, int, float, int]:
         return (-self._tiers.get(job.partition, 1), -self.priority(job, now), job.submit_s, job.job_id)
@@ -154,7 +159,7 @@ class Policy(ABC):
         partition"), and every partition here spans every node, so the pass ends there.
         """
         self.blocked = None
-        if self._preempts or self.weights.any or not self._submit_order or len(set(self._tiers.values())) > 1:
+        if self._preempts or not self._in_submit_order():
             for job in self.ordered(now):
                 if not self.start(job) and not self.preempt_for(job):
                     self.blocked = job
