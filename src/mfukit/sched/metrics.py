@@ -25,12 +25,24 @@ import numpy as np
 
 from mfukit.sched import job as states
 from mfukit.sched.job import SIZE_CLASSES, Job, size_class
+from mfukit.units import SECONDS_PER_HOUR
 
 SLOWDOWN_TAU_S = 10.0
 # The MFU-first gate for scheduling (the project's gate, stated in the scheduling issue).
 GATE_IDLE_GAP_S = 300.0
 GATE_UTILIZATION = 0.85
 PERCENTILES = (50, 95, 99)
+# a job's final state -> the count it adds to
+_COUNTED_AS = {
+    states.COMPLETED: "completed",
+    states.FAILED: "failed",
+    states.OUT_OF_MEMORY: "failed",
+    states.TIMEOUT: "timeout",
+    states.CANCELLED: "cancelled",
+    states.NODE_FAIL: "node_fail",
+    states.PREEMPTED: "preempted",
+    states.RUNNING: "running",
+}
 
 
 @dataclass
@@ -248,17 +260,7 @@ def measure(
         by_partition[job.partition].append(wait)
         if job.restarts:
             counts["requeued"] += 1
-        state = job.state
-        key = {
-            states.COMPLETED: "completed",
-            states.FAILED: "failed",
-            states.OUT_OF_MEMORY: "failed",
-            states.TIMEOUT: "timeout",
-            states.CANCELLED: "cancelled",
-            states.NODE_FAIL: "node_fail",
-            states.PREEMPTED: "preempted",
-            states.RUNNING: "running",
-        }.get(state)
+        key = _COUNTED_AS.get(job.state)
         if key:
             counts[key] += 1
         if job.end_s is not None and job.start_s is not None:
@@ -283,5 +285,5 @@ def measure(
         makespan_s=(max(ends) - min(submits)) if ends and submits else 0.0,
         counts=counts,
         backfill_share=backfilled / counts["started"] if counts["started"] else None,
-        gpu_hours_lost_to_failures=failed_gpu_s / 3600.0,
+        gpu_hours_lost_to_failures=failed_gpu_s / SECONDS_PER_HOUR,
     )
