@@ -133,14 +133,10 @@ def result_dict(metrics: Metrics) -> dict[str, Any]:
     }
 
 
-def _fraction(value: float) -> str:
-    return units.format_percent(value)
-
-
 def tables(metrics: Metrics, title: str) -> list[Table]:
     summary = Table(title, ["metric", "value"], csv_columns=["metric", "value"])
     rows: list[tuple[str, Any]] = [
-        ("GPU utilization (allocated / capacity)", shown(metrics.utilization, _fraction)),
+        ("GPU utilization (allocated / capacity)", shown(metrics.utilization, units.format_percent)),
         ("wait mean", shown(metrics.wait_s["mean"], units.format_duration)),
         ("wait p50 / p95 / p99", " / ".join(_opt(metrics.wait_s[k]) for k in ("p50", "p95", "p99"))),
         ("bounded slowdown mean (tau 10 s)", shown(metrics.bounded_slowdown_mean, lambda v: f"{v:.2f}")),
@@ -148,9 +144,12 @@ def tables(metrics: Metrics, title: str) -> list[Table]:
             "GPU idle gap between jobs mean / p95",
             f"{_opt(metrics.idle_gap_s['mean'])} / {_opt(metrics.idle_gap_s['p95'])}",
         ),
-        ("fragmentation: free GPUs no waiting job fits", shown(metrics.stranded_gpu_frac, _fraction)),
-        ("free GPUs while jobs wait", shown(metrics.idle_with_queue_gpu_frac, _fraction)),
-        ("jobs started by backfill", shown(metrics.backfill_share, _fraction)),
+        (
+            "fragmentation: free GPUs no waiting job fits",
+            shown(metrics.stranded_gpu_frac, units.format_percent),
+        ),
+        ("free GPUs while jobs wait", shown(metrics.idle_with_queue_gpu_frac, units.format_percent)),
+        ("jobs started by backfill", shown(metrics.backfill_share, units.format_percent)),
         ("makespan", shown(metrics.makespan_s, units.format_duration)),
         (
             "jobs completed / failed / timeout",
@@ -230,7 +229,7 @@ def write(
     report = Report(
         title,
         summary=[
-            ("utilization", _fraction(metrics.utilization)),
+            ("utilization", units.format_percent(metrics.utilization)),
             ("wait p50", _opt(metrics.wait_s["p50"])),
             ("wait p95", _opt(metrics.wait_s["p95"])),
             ("idle gap mean", _opt(metrics.idle_gap_s["mean"])),
