@@ -437,7 +437,7 @@ def analyze(
     starts = [a.start_s for a in attempts if a.start_s is not None]
     ends = [a.end_s for a in attempts if a.end_s is not None]
     window = (min(starts), max(ends or starts))
-    metrics = summary.analysis_metrics(read.jobs, attempts, capacity, window)
+    metrics = summary.analysis_metrics(read.jobs, attempts, nodes, capacity, window)
     output = Output(
         schema="sched.analyze/1",
         inputs={"sacct_file": str(sacct_file), "format": read.format, "gpus": capacity},

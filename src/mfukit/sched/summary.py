@@ -78,11 +78,15 @@ def job_waits(jobs: list[Job], attempts: list[Job], until_s: float) -> list[tupl
 
 
 def analysis_metrics(
-    jobs: list[Job], attempts: list[Job], capacity_gpus: int, window: tuple[float, float]
+    jobs: list[Job],
+    attempts: list[Job],
+    nodes: dict[Hashable, int],
+    capacity_gpus: int,
+    window: tuple[float, float],
 ) -> Metrics:
+    """Metrics of a sacct read; ``nodes`` is :func:`node_gpus` of ``attempts``."""
     timeline = Timeline.from_attempts(attempts, window[1])
     metrics = measure(jobs, attempts, timeline, capacity_gpus, window)
-    nodes = node_gpus(attempts)
     stranded, idle = queue_idle_gpu_s(
         attempts,
         job_waits(jobs, attempts, window[1]),
