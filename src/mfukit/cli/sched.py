@@ -361,7 +361,6 @@ def simulate(
         output.files.append(
             summary.write(
                 metrics,
-                result.jobs,
                 report_dir,
                 f"Scheduling simulation: {policy_name}",
                 assumptions,
@@ -451,7 +450,6 @@ def analyze(
         output.files.append(
             summary.write(
                 metrics,
-                read.jobs,
                 report_dir,
                 f"Slurm analytics: {sacct_file.name}",
                 output.assumptions,

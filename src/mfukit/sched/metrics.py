@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -193,9 +193,10 @@ class Metrics:
     counts: dict[str, int]
     backfill_share: float | None
     gpu_hours_lost_to_failures: float
+    timeline: Timeline
+    jobs: Sequence[Job]  # what the figures were measured on, for the report
     stranded_gpu_frac: float | None = None
     idle_with_queue_gpu_frac: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def gate_pass(self) -> bool:
@@ -286,4 +287,6 @@ def measure(
         counts=counts,
         backfill_share=backfilled / counts["started"] if counts["started"] else None,
         gpu_hours_lost_to_failures=failed_gpu_s / SECONDS_PER_HOUR,
+        timeline=timeline,
+        jobs=jobs,
     )

@@ -42,8 +42,6 @@ def simulation_metrics(result: SimResult) -> Metrics:
     metrics.counts["node_failures"] = result.node_failures
     metrics.counts["preemptions"] = result.preemptions
     metrics.counts["rejected_too_large"] = len(result.rejected)
-    metrics.extra["timeline"] = timeline
-    metrics.extra["jobs"] = jobs
     return metrics
 
 
@@ -97,8 +95,6 @@ def analysis_metrics(
     span = max(window[1] - window[0], 1e-9) * capacity_gpus
     metrics.stranded_gpu_frac = stranded / span
     metrics.idle_with_queue_gpu_frac = idle / span
-    metrics.extra["timeline"] = timeline
-    metrics.extra["jobs"] = jobs
     return metrics
 
 
@@ -177,7 +173,7 @@ def tables(metrics: Metrics, title: str) -> list[Table]:
         csv_columns=["size_class", "jobs", "wait_s_p50", "wait_s_p95", "wait_s_p99"],
     )
     counts: dict[str, int] = {}
-    for job in metrics.extra.get("jobs", []):
+    for job in metrics.jobs:
         counts[size_class(job.num_gpus)] = counts.get(size_class(job.num_gpus), 0) + 1
     for name, stats in metrics.wait_s_by_size.items():
         by_size.add(
@@ -200,14 +196,11 @@ def _opt(value: float | None) -> str:
     return "—" if value is None else units.format_duration(value)
 
 
-def write(
-    metrics: Metrics, jobs: list[Job], out_dir: Path, title: str, assumptions: list[str], warnings: list[str]
-) -> Path:
+def write(metrics: Metrics, out_dir: Path, title: str, assumptions: list[str], warnings: list[str]) -> Path:
     """The HTML report: headline figures, the tables, utilization over time and the wait CDF."""
-    timeline: Timeline = metrics.extra["timeline"]
     start, end = metrics.window_s
     fig, axes = figure()
-    times, values = timeline.sampled(start, end)
+    times, values = metrics.timeline.sampled(start, end)
     hours = [(t - start) / units.SECONDS_PER_HOUR for t in times]
     axes.plot(hours, [v / metrics.capacity_gpus for v in values], linewidth=1.2)
     axes.axhline(GATE_UTILIZATION, color="#c23b3b", linestyle="--", linewidth=0.8, label="MFU gate")
@@ -218,7 +211,7 @@ def write(
     usage = Chart("utilization.png", fig, "GPU allocation over time")
     fig2, axes2 = figure()
     by_class: dict[str, list[float]] = {}
-    for job in jobs:
+    for job in metrics.jobs:
         wait = job.wait_s
         if wait is not None:
             by_class.setdefault(size_class(job.num_gpus), []).append(wait)
