@@ -21,6 +21,7 @@ ESTIMATE_KEYS = {
     "memory_breakdown_bytes",
     "attention_flops_convention",
 }
+GPT3_ON_8 = ["--model", "gpt3-175b", "--gpu", "a100-80gb-sxm", "--gpus", "8", "--global-batch-size", "8"]
 SMALL_PLAN = ["--model", "llama2-7b", "--gpu", "h100-sxm", "--gpus", "64", "--global-batch-size", "256"]
 
 
@@ -71,14 +72,7 @@ def test_estimate_says_exactly_why_a_layout_cannot_be_built(mfukit) -> None:  # 
 def test_estimate_exits_1_when_the_layout_does_not_fit(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit(
         "estimate",
-        "--model",
-        "gpt3-175b",
-        "--gpu",
-        "a100-80gb-sxm",
-        "--gpus",
-        "8",
-        "--global-batch-size",
-        "8",
+        *GPT3_ON_8,
         "--tp",
         "8",
         "--pp",
@@ -131,14 +125,7 @@ def test_plan_with_a_deadline_finds_the_cluster(mfukit) -> None:  # type: ignore
 def test_plan_reports_when_nothing_fits(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit(
         "plan",
-        "--model",
-        "gpt3-175b",
-        "--gpu",
-        "a100-80gb-sxm",
-        "--gpus",
-        "8",
-        "--global-batch-size",
-        "8",
+        *GPT3_ON_8,
         "--format",
         "json",
     )

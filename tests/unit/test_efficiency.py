@@ -85,7 +85,6 @@ def test_profiles_record_the_data_they_were_fitted_on() -> None:
 
 def test_evaluator_predicts_measured_runs_on_catalog_systems() -> None:
     """Runs are grouped by their system, whose catalog entry may hold mappings (its NCCL environment)."""
-    from mfukit.perf.calibration_data import load_cases
     from mfukit.perf.evaluator import Evaluator
 
     cases = load_cases(sources=("torchtitan",))

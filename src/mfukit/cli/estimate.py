@@ -28,6 +28,8 @@ from mfukit.errors import InputError
 from mfukit.perf.efficiency import beyond_measured
 from mfukit.perf.estimate import LayoutEstimate, estimate_layout
 from mfukit.perf.inputs import PerfInputs, layout_for_estimate, perf_inputs
+from mfukit.perf.memory import MemoryEstimate
+from mfukit.perf.planner import Plan
 
 
 @click.command("estimate")
@@ -45,7 +47,7 @@ def estimate(scenario_path: Path | None, overrides: dict[str, Any], fmt: Format)
     result = estimate_layout(inputs, layout_for_estimate(inputs))
     if result.plan is None or result.memory is None:
         raise _unbuildable(inputs, result)
-    return emit(_output(inputs, result), fmt)
+    return emit(_output(inputs, result, result.plan, result.memory), fmt)
 
 
 def _unbuildable(inputs: PerfInputs, result: LayoutEstimate) -> InputError:
@@ -61,7 +63,8 @@ def _unbuildable(inputs: PerfInputs, result: LayoutEstimate) -> InputError:
     )
 
 
-def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
+def _output(inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memory: MemoryEstimate) -> Output:
+    """The estimate of a layout that can be built (``plan`` and ``memory`` are ``result``'s)."""
     workload, accelerator = inputs.workload, inputs.accelerator
     title = f"estimate: {inputs.model.display_name or inputs.model.name} on {result.num_gpus:,} x {accelerator.name}"
     echo = {
@@ -78,9 +81,6 @@ def _output(inputs: PerfInputs, result: LayoutEstimate) -> Output:
     }
     assumptions = model_assumptions(workload, result.machine, result.efficiency)
     warnings = list(result.efficiency.uncalibrated_notes)
-    plan, memory = result.plan, result.memory
-    if plan is None or memory is None:
-        raise _unbuildable(inputs, result)
     hbm = accelerator.hbm_bytes
     fits = result.fits
     main = Table(title, ["quantity", "value"], csv_columns=["quantity", "value"])

@@ -36,8 +36,9 @@ from mfukit.perf.efficiency import beyond_measured, efficiency_for
 from mfukit.perf.estimate import plan_memory, plan_shape
 from mfukit.perf.inputs import PerfInputs, perf_inputs, search_space
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC
+from mfukit.perf.memory import MemoryEstimate
 from mfukit.perf.network import NetworkCheck, network_check
-from mfukit.perf.planner import REASONS, Objective, Plan, SearchResult, search
+from mfukit.perf.planner import REASONS, Objective, Plan, SearchResult, SearchSpace, search
 from mfukit.perf.scaling import scaling_counts, smallest_count
 
 REASON_NAMES = {
@@ -119,7 +120,7 @@ def plan(
     return emit(output, fmt)
 
 
-def _count_for_deadline(inputs: PerfInputs, space: Any, notes: list[str]) -> int:
+def _count_for_deadline(inputs: PerfInputs, space: SearchSpace, notes: list[str]) -> int:
     if inputs.deadline_s is None or inputs.tokens is None:
         raise InputError(
             "needs the GPU count, or a deadline and the training tokens",
@@ -226,7 +227,7 @@ def network_table(check: NetworkCheck) -> Table:
 
 def _output(
     inputs: PerfInputs, result: SearchResult, count: int, curve: dict[int, Plan | None], notes: list[str]
-) -> tuple[Output, Any, NetworkCheck | None]:
+) -> tuple[Output, MemoryEstimate | None, NetworkCheck | None]:
     workload, accelerator = inputs.workload, inputs.accelerator
     machine = result.machines[count]
     efficiency = efficiency_for(accelerator, workload.framework)
