@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from mfukit.core.files import write_text_atomic
+
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast")
 _BUSBW_FACTOR: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -438,9 +440,7 @@ def collectives_worker(arguments: list[str]) -> None:
     if dist.get_rank() == 0:
         result["devices"] = lines
         result["environment"] = environment(device)
-        path = Path(options.result)
-        path.with_suffix(".tmp").write_text(json.dumps(result), encoding="utf-8")
-        path.with_suffix(".tmp").replace(path)
+        write_text_atomic(Path(options.result), json.dumps(result))
     dist.destroy_process_group()
 
 

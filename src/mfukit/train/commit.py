@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mfukit.core.files import write_text_atomic
+
 META_NAME = "mfukit-checkpoint.json"
 DCP_METADATA = ".metadata"
 STAGING_PREFIX = ".staging-"
@@ -70,15 +72,6 @@ def _fsync_directory(path: Path) -> None:
         os.close(descriptor)
 
 
-def _write_durably(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    temporary.replace(path)
-
-
 class CheckpointStore:
     def __init__(self, root: Path, keep: int) -> None:
         self.root = root
@@ -102,7 +95,7 @@ class CheckpointStore:
             entry.name: entry.stat().st_size for entry in sorted(staging.iterdir()) if entry.name != META_NAME
         }
         meta = CheckpointMeta(**{**asdict(meta), "files": files})
-        _write_durably(staging / META_NAME, json.dumps(asdict(meta), indent=2))
+        write_text_atomic(staging / META_NAME, json.dumps(asdict(meta), indent=2), durable=True)
         _fsync_directory(staging)
         final = self.final_path(meta.step)
         if final.exists():  # the same step was committed before a restart: same config, same bytes

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from mfukit.core.files import write_text_atomic
 from mfukit.core.model import ModelSpec
 from mfukit.core.schema import Strict
 from mfukit.errors import InputError
@@ -101,9 +102,7 @@ class TrainConfig(Strict):
 
     def write(self, path: Path) -> None:
         """Write atomically (temp file, then rename), so a worker never reads half a config."""
-        temporary = path.with_suffix(".json.tmp")
-        temporary.write_text(self.model_dump_json(indent=2), encoding="utf-8")
-        temporary.replace(path)
+        write_text_atomic(path, self.model_dump_json(indent=2))
 
     @classmethod
     def read(cls, path: Path) -> TrainConfig:

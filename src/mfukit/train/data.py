@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from mfukit.core.files import write_text_atomic
 from mfukit.errors import InputError
 
 SYNTHETIC_NOISE = 0.1
@@ -93,8 +94,7 @@ def ensure_synthetic(directory: Path, *, vocab_size: int, num_tokens: int, seed:
         "floor_nats": synthetic_floor_nats(vocab_size),
     }
     sidecar = path.with_suffix(".json")
-    sidecar.with_suffix(".json.tmp").write_text(json.dumps(description, indent=2), encoding="utf-8")
-    sidecar.with_suffix(".json.tmp").replace(sidecar)
+    write_text_atomic(sidecar, json.dumps(description, indent=2))
     temporary = path.with_suffix(".bin.tmp")
     flat.tofile(temporary)
     temporary.replace(path)

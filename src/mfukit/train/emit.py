@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from mfukit import catalog, units
+from mfukit.core.files import write_text_atomic
 from mfukit.core.hardware import System
 from mfukit.core.results import Output, Table
 from mfukit.errors import InputError
@@ -148,9 +149,7 @@ def emit_job(
         assumptions.append(f"{prepared.config.out} is on storage every node sees (checkpoints, data, logs)")
     prepared.config.out.mkdir(parents=True, exist_ok=True)
     config.write(prepared.config.out / "config.json")
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text, encoding="utf-8")
-    temporary.replace(path)
+    write_text_atomic(path, text)
     nodes = request.nnodes
     table = Table(
         f"{'sbatch script' if kind == 'slurm' else 'Kubernetes JobSet'} for {config.name}", ["item", "value"]

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from mfukit.core.files import append_line
 
 
 class EventLog:
@@ -37,12 +38,9 @@ class EventLog:
         self.attempt = attempt
 
     def record(self, kind: str, **fields: Any) -> None:
-        line = json.dumps({"t": time.time(), "kind": kind, "attempt": self.attempt, **fields}) + "\n"
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(descriptor, line.encode())
-        finally:
-            os.close(descriptor)
+        append_line(
+            self.path, json.dumps({"t": time.time(), "kind": kind, "attempt": self.attempt, **fields})
+        )
 
 
 def read_records(path: Path) -> tuple[list[dict[str, Any]], int]:

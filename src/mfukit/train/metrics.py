@@ -15,13 +15,13 @@ to the median of the others.
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mfukit import units
+from mfukit.core.files import append_line
 from mfukit.perf.flops import utilization
 
 
@@ -75,11 +75,7 @@ class MetricsLog:
         self.path = path
 
     def write(self, metrics: StepMetrics) -> None:
-        descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(descriptor, (metrics.line() + "\n").encode())
-        finally:
-            os.close(descriptor)
+        append_line(self.path, metrics.line())
 
 
 def progress_line(metrics: StepMetrics, total_steps: int) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mfukit import units
+from mfukit.core.files import write_text_atomic
 from mfukit.errors import InputError, MissingComponentError
 from mfukit.train import launch
 from mfukit.train.commit import CheckpointStore
@@ -180,10 +181,7 @@ def run_training(
         stopped_by=finished.signal_name,
     )
     outcome = summarize(config, prepared, finished)
-    goodput_path = out / "goodput.json"
-    temporary = goodput_path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(outcome.result, indent=2), encoding="utf-8")
-    temporary.replace(goodput_path)
+    write_text_atomic(out / "goodput.json", json.dumps(outcome.result, indent=2))
     return outcome
 
 

@@ -29,6 +29,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
+from mfukit.core.files import write_text_atomic
 from mfukit.ft.interval import recommended_interval_s
 from mfukit.perf.flops import model_flops_per_token
 from mfukit.train.checkpoint import Checkpointer, TrainState, params_sha256
@@ -455,10 +456,7 @@ class Trainer:
             "attempt": self.env.attempt,
             "checkpoints": [c.meta.step for c in committed],
         }
-        path = self.out / "result.json"
-        temporary = path.with_suffix(".json.tmp")
-        temporary.write_text(json.dumps(result, indent=2), encoding="utf-8")
-        temporary.replace(path)
+        write_text_atomic(self.out / "result.json", json.dumps(result, indent=2))
 
 
 @record

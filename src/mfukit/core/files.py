@@ -1,0 +1,29 @@
+"""Writing files so that a reader never sees half of one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_text_atomic(path: Path, text: str, *, durable: bool = False) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename: the old file or the whole new one.
+
+    ``durable`` also fsyncs the data before the rename (the caller fsyncs the directory if it must).
+    """
+    temporary = path.with_name(path.name + ".tmp")
+    with temporary.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
+    temporary.replace(path)
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line with a single ``O_APPEND`` write, so lines from several processes never interleave."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, (line + "\n").encode())
+    finally:
+        os.close(descriptor)
