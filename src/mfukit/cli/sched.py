@@ -12,6 +12,7 @@ import click
 from mfukit import units
 from mfukit.cli.common import emit, format_option, progress, report_option, scenario_options
 from mfukit.cli.render import Format
+from mfukit.core.files import write_text_atomic
 from mfukit.core.results import Output, Table
 from mfukit.core.scenario import ClusterSection, FtSection, load_scenario
 from mfukit.core.schema import validate_as
@@ -371,13 +372,9 @@ def simulate(
 
 
 def _write_events(path: Path, events: list[tuple[float, str, int, str]]) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
+    lines = [f"{at:.3f}\t{what}\t{job_id}\t{detail}\n" for at, what, job_id, detail in events]
     try:
-        with temporary.open("w", encoding="utf-8") as handle:
-            handle.write("time_s\tevent\tjob_id\tdetail\n")
-            for at, what, job_id, detail in events:
-                handle.write(f"{at:.3f}\t{what}\t{job_id}\t{detail}\n")
-        temporary.replace(path)
+        write_text_atomic(path, "time_s\tevent\tjob_id\tdetail\n" + "".join(lines))
     except OSError as error:
         raise InputError(f"cannot write the event log: {error}", field="--events", value=str(path)) from None
 

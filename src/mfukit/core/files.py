@@ -6,18 +6,23 @@ import os
 from pathlib import Path
 
 
-def write_text_atomic(path: Path, text: str, *, durable: bool = False) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename: the old file or the whole new one.
+def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename: the old file or the whole new one.
 
     ``durable`` also fsyncs the data before the rename (the caller fsyncs the directory if it must).
     """
     temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("w", encoding="utf-8") as handle:
-        handle.write(text)
+    with temporary.open("wb") as handle:
+        handle.write(data)
         if durable:
             handle.flush()
             os.fsync(handle.fileno())
     temporary.replace(path)
+
+
+def write_text_atomic(path: Path, text: str, *, durable: bool = False) -> None:
+    """:func:`write_bytes_atomic` of ``text`` in UTF-8."""
+    write_bytes_atomic(path, text.encode("utf-8"), durable=durable)
 
 
 def append_line(path: Path, line: str) -> None:

@@ -93,6 +93,8 @@ def smallest_count(
     )
     coarse = exact or candidates
 
+    rated: list[tuple[float, float]] = []  # (MFU, goodput) of every count whose best plan was timed
+
     def days_at(count: int) -> tuple[float, Plan | None, float]:
         result = search(workload, system, accelerator, [count], space=space, tokens=tokens, top_k=1)
         outcome.evaluated[count] = result
@@ -102,6 +104,7 @@ def smallest_count(
         if plan is None or plan.time_to_train_s is None:
             return math.inf, None, 1.0
         rate = goodput(count, plan)
+        rated.append((plan.mfu, rate))
         return plan.time_to_train_s / rate, plan, rate
 
     # move up by the ratio of predicted to allowed time until a count meets the deadline, then bisect down
@@ -134,9 +137,8 @@ def smallest_count(
     # then every count below it, in ascending order from the smallest that could meet the deadline at the
     # best MFU x goodput seen (a lower bound unless an unseen count runs a better layout): the first that
     # meets it is the answer
-    seen = [(result.best_per_count[count], count) for count, result in outcome.evaluated.items()]
-    best_mfu = max(plan.mfu for plan, _ in seen if plan is not None)
-    best_goodput = max(goodput(count, plan) for plan, count in seen if plan is not None)
+    best_mfu = max(mfu for mfu, _ in rated)
+    best_goodput = max(rate for _, rate in rated)
     lowest = count_guess(workload, accelerator, tokens, deadline_s, best_mfu * best_goodput)
     for count in candidates[
         bisect.bisect_left(candidates, lowest) : bisect.bisect_left(candidates, coarse[found])

@@ -76,7 +76,7 @@ def size_by_model(
             for note in (
                 plan.batch_note(workload),
                 beyond_measured(efficiency, plan.mfu, workload.precision),
-                *(why_not if base.num_gpus is None else ()),  # a deadline search cut short says so
+                *why_not,  # a deadline search cut short says so (a fixed count that fits leaves none)
             )
             if note
         ),

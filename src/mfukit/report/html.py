@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import jinja2
 
 from mfukit import __version__
+from mfukit.core.files import write_text_atomic
 from mfukit.core.results import Quantity, Table
 from mfukit.errors import InputError
 from mfukit.report.plots import save_png
@@ -105,7 +106,5 @@ def write_report(report: Report, out_dir: Path) -> Path:
         version=__version__,
     )
     path = out_dir / "report.html"
-    temporary = path.with_name(".report.html.tmp")
-    temporary.write_text(html, encoding="utf-8")
-    temporary.replace(path)
+    write_text_atomic(path, html)
     return path

@@ -9,6 +9,8 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mfukit.core.files import write_bytes_atomic
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -43,7 +45,5 @@ def save_png(fig: Figure, path: Path) -> bytes:
     """Write ``fig`` to ``path`` atomically and return the bytes written."""
     data = png_bytes(fig)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_bytes(data)
-    temporary.replace(path)
+    write_bytes_atomic(path, data)
     return data
