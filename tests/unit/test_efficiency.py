@@ -6,7 +6,7 @@ import pytest
 
 from mfukit import catalog
 from mfukit.errors import InputError
-from mfukit.perf.calibration_data import file_digests, highest_measured_mfu, in_fit_split, load_cases
+from mfukit.perf.calibration_data import data_files, file_digests, highest_measured_mfu, load_cases
 from mfukit.perf.efficiency import beyond_measured, efficiency_file, efficiency_for
 
 
@@ -26,9 +26,9 @@ def test_borrowed_framework_constants_are_named() -> None:
     h100 = catalog.accelerator("h100-sxm")
     titan = efficiency_for(h100, "torchtitan")
     assert not titan.calibrated and "constants of fsdp" in " ".join(titan.notes)
-    fsdp = efficiency_for(h100, "fsdp")  # LLM Foundry never used a pipeline: its send cost is Megatron's
-    assert "p2p_overhead_s not shown by its data: megatron's" in " ".join(fsdp.notes)
-    assert fsdp.p2p_overhead_s == efficiency_for(h100, "megatron").p2p_overhead_s
+    fsdp = efficiency_for(h100, "fsdp")  # LLM Foundry never used a pipeline: its send cost is Megatron-Core's
+    assert "p2p_overhead_s not shown by its data: megatron-core's" in " ".join(fsdp.notes)
+    assert fsdp.p2p_overhead_s == efficiency_for(h100, "megatron-core").p2p_overhead_s
 
 
 def test_framework_facts_follow_the_code_they_cite() -> None:
@@ -42,10 +42,15 @@ def test_framework_facts_follow_the_code_they_cite() -> None:
         2.0,
         None,
     )
-    megatron = efficiency_for(h100, "megatron")  # Megatron-Core with both overlaps, 40M-parameter buckets
+    megatron = efficiency_for(h100, "megatron")  # the alias of Megatron-Core: both overlaps, 40M buckets
+    assert megatron.framework == "megatron-core"
     assert (megatron.grad_reduce_overlap, megatron.param_gather_overlap) == (1.0, 1.0)
-    assert megatron.host_layer_s == deepspeed.host_layer_s  # borrowed, and said
-    assert "constants of megatron-deepspeed" in " ".join(megatron.notes)
+    assert megatron.tp_comm_overlap == 1.0 and megatron.zero3_gathers == "per-layer"
+    ds = efficiency_for(h100, "deepspeed")  # ZeRO-3 fetches per submodule, prefetches 5e7 parameters
+    assert ds.zero3_gathers == "per-matrix" and ds.zero3_prefetch_params == 5e7
+    assert ds.host_layer_s == deepspeed.host_layer_s  # the DeepSpeed engine's host costs
+    nemo = efficiency_for(h100, "nemo")  # Megatron-Core underneath, FP8 current scaling of its own
+    assert nemo.host_layer_s == megatron.host_layer_s and nemo.fp8_input_cast_bytes == 6
 
 
 def test_fitted_network_profile_reaches_only_its_own_network() -> None:
@@ -67,19 +72,25 @@ def test_unknown_framework_is_bad_input_with_a_suggestion() -> None:
     assert "megatron" in raised.value.render()
 
 
-def test_fit_split_is_deterministic_and_about_thirty_percent() -> None:
-    fitted = sum(in_fit_split("vtrain_single", row) for row in range(1, 1441))
-    assert 0.25 < fitted / 1440 < 0.35
-    assert in_fit_split("vtrain_single", 7) == in_fit_split("vtrain_single", 7)
-    assert not any(in_fit_split("torchtitan", row) for row in range(83, 105))
+def test_fit_subset_is_deterministic_and_capped_per_group() -> None:
+    from mfukit.perf.calibrate import MAX_ROWS_PER_GROUP, fit_subset
+
+    cases = load_cases(sources=("vtrain_single", "torchtitan"))
+    chosen = fit_subset(cases)
+    assert {(c.source, c.row_id) for c in chosen} == {
+        (c.source, c.row_id) for c in fit_subset(list(reversed(cases)))
+    }
+    assert sum(c.source == "vtrain_single" for c in chosen) == MAX_ROWS_PER_GROUP
+    assert sum(c.source == "torchtitan" for c in chosen) == 22  # fewer than the cap: all of them
 
 
 def test_profiles_record_the_data_they_were_fitted_on() -> None:
     provenance = efficiency_file().provenance
-    assert len(provenance.files) == 3 and all(len(digest) == 64 for digest in provenance.files.values())
     from mfukit.perf.calibration_data import calibration_dir
 
     folder = calibration_dir()
+    assert sorted(provenance.files) == sorted(data_files(folder))
+    assert all(len(digest) == 64 for digest in provenance.files.values())
     assert file_digests(folder) == provenance.files, "the data changed: run python -m mfukit.perf.calibrate"
 
 
@@ -98,12 +109,14 @@ def test_evaluator_predicts_measured_runs_on_catalog_systems() -> None:
 
 
 def test_only_the_borrowed_parts_are_warned_about() -> None:
-    # hopper is fitted, megatron borrows megatron-deepspeed's constants: the warning names only the latter
-    efficiency = efficiency_for(catalog.accelerator("h100-sxm"), "megatron")
+    # h200 borrows hopper's GPU constants (nothing measured on it): the warning names only that
+    efficiency = efficiency_for(catalog.accelerator("h200-sxm"), "megatron-core")
     assert not efficiency.calibrated
     assert efficiency.uncalibrated_notes and all("fitted on" not in n for n in efficiency.uncalibrated_notes)
-    assert any(n.startswith("framework megatron: uncalibrated") for n in efficiency.uncalibrated_notes)
+    assert any(n.startswith("hardware hopper-variants: uncalibrated") for n in efficiency.uncalibrated_notes)
     assert efficiency_for(catalog.accelerator("h100-sxm"), "fsdp").uncalibrated_notes == ()
+    # a stack that shares another's fitted constants (NeMo runs Megatron-Core) is not uncalibrated
+    assert efficiency_for(catalog.accelerator("h100-sxm"), "nemo").uncalibrated_notes == ()
 
 
 def test_recorded_highest_mfu_is_the_highest_measured_on_each_fitted_family() -> None:

@@ -15,6 +15,7 @@ from mfukit.cli.perf_views import (
     days,
     layout_json,
     layout_text,
+    mfu_with_interval,
     model_assumptions,
     options_text,
     plan_json,
@@ -89,7 +90,7 @@ def _output(inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memory: Memo
     main.add("micro-batch x micro-batches", f"{plan.micro_batch_size} x {plan.num_microbatches}")
     rows: list[tuple[str, float | None, Any]] = [
         ("step time", plan.step_time_s, lambda v: units.format_duration(v, digits=3)),
-        (f"MFU ({workload.attention} attention FLOPs)", plan.mfu, units.format_percent),
+        (f"MFU ({workload.attention} attention FLOPs)", plan.mfu, lambda _: mfu_with_interval(plan)),
         (f"HFU (recompute {plan.layout.recompute})", plan.hfu, units.format_percent),
         ("model FLOP/s per GPU", plan.model_flops_per_s_per_gpu, units.format_flops_rate),
         ("tokens/s", plan.tokens_per_s, lambda v: f"{v:,.0f}"),
@@ -101,6 +102,11 @@ def _output(inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memory: Memo
         main.add(name, shown(value, formatter))
     main.add("fits in HBM", f"{'yes' if fits else 'NO'} ({units.format_bytes(hbm)})")
     result_json = {"feasible": fits, "problems": [], **plan_json(plan, memory, workload, hbm)}
+    if plan.interval is not None and plan.interval.extrapolated:
+        warnings.append(
+            f"the prediction extrapolates beyond the measured runs ({plan.interval.reason}): its interval is "
+            "widened; validate it on a short run (`mfukit validate` with your measured rows)"
+        )
     for note in (plan.batch_note(workload), beyond_measured(result.efficiency, plan.mfu, workload.precision)):
         if note:
             warnings.append(note)

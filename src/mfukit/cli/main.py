@@ -23,6 +23,8 @@ COMMANDS: dict[str, str] = {
     "size": "mfukit.cli.size:size",
     "estimate": "mfukit.cli.estimate:estimate",
     "plan": "mfukit.cli.plan:plan",
+    "validate": "mfukit.cli.validate:validate",
+    "calibrate": "mfukit.cli.validate:calibrate",
     "mfu": "mfukit.cli.mfu:mfu",
     "comm": "mfukit.cli.comm:comm",
     "fabric": "mfukit.cli.fabric:fabric",

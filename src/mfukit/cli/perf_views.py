@@ -61,6 +61,7 @@ BREAKDOWN_NAMES = {
     "dp_comm": "DP gradient sync (exposed)",
     "optimizer": "optimizer step",
     "other": "framework overhead (per layer, micro-batch)",
+    "stragglers": "stragglers (slowest of the ranks)",
 }
 SHORT_SHARDING = {
     "none": "DDP",
@@ -138,7 +139,42 @@ def plan_json(
         "memory_stage": peak.stage if peak else None,
         "crosses_network": plan.crosses_network,
         "attention_flops_convention": workload.attention,
+        **interval_json(plan),
     }
+
+
+def interval_json(plan: Plan) -> dict[str, Any]:
+    """The 80 % interval of a plan's MFU and step time, and what it rests on (perf.uncertainty)."""
+    interval = plan.interval
+    if interval is None:
+        return {"mfu_interval": None}
+    low, high = interval.around(plan.mfu)
+    return {
+        "mfu_interval": {
+            "low": low,
+            "high": high,
+            "coverage": 0.8,
+            "basis": interval.basis(),
+            "matched_on": list(interval.matched_on),
+            "held_out_runs": interval.rows,
+            "sources": interval.sources,
+            "extrapolated": interval.extrapolated,
+        },
+        "step_time_interval_s": [
+            plan.step_time_s / interval.high_factor,
+            plan.step_time_s / interval.low_factor,
+        ],
+    }
+
+
+def mfu_with_interval(plan: Plan) -> str:
+    """``44.0 % (38.1-47.9 %)``, marked when the regime lies outside the measured runs."""
+    text = units.format_percent(plan.mfu)
+    if plan.mfu_interval is None or plan.interval is None:
+        return text
+    low, high = plan.mfu_interval
+    mark = " extrapolated" if plan.interval.extrapolated else ""
+    return f"{text} ({low * 100:.1f}-{high * 100:.1f} %){mark}"
 
 
 def breakdown_table(plan: Plan, title: str = "step-time breakdown") -> Table:

@@ -168,10 +168,19 @@ def compact_layout(plan: Plan) -> str:
     return text
 
 
+def compact_mfu(plan: Plan) -> str:
+    """``44.0 % (38-48)``; ``*`` marks a regime no measured run shares (its interval widened)."""
+    text = units.format_percent(plan.mfu)
+    if plan.mfu_interval is None or plan.interval is None:
+        return text
+    low, high = plan.mfu_interval
+    return f"{text} ({low * 100:.0f}-{high * 100:.0f}){'*' if plan.interval.extrapolated else ''}"
+
+
 def plans_table(plans: list[Plan], title: str) -> Table:
     table = Table(
         title,
-        ["#", "layout", "options", "mbs x m", "MFU", "step", "tok/s/GPU", "GiB", "days"],
+        ["#", "layout", "options", "mbs x m", "MFU (80 % interval)", "step", "tok/s/GPU", "GiB", "days"],
         csv_columns=[
             "rank",
             "layout",
@@ -193,7 +202,7 @@ def plans_table(plans: list[Plan], title: str) -> Table:
                 options_text(plan.layout, sequence_parallel=False, compact=True),
             ),
             f"{plan.micro_batch_size} x {plan.num_microbatches}",
-            shown(plan.mfu, units.format_percent),
+            Quantity(plan.mfu, compact_mfu(plan)),
             shown(plan.step_time_s, lambda v: f"{v:,.2f} s"),
             shown(plan.tokens_per_s_per_gpu, lambda v: f"{v:,.0f}"),
             shown(plan.memory_bytes, lambda v: f"{v / 2**30:,.1f}"),

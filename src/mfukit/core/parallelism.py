@@ -92,6 +92,40 @@ def stage_layer_counts(layout: Parallelism, num_layers: int) -> tuple[float, flo
     return float(first), others, float(last)
 
 
+def default_stage_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | None:
+    """Layers on the first and the last pipeline rank when ``num_layers`` does not divide over pp x vpp
+    stages, as Megatron-Core and NeMo split them when told nothing (None when they divide, or no pipeline).
+
+    Megatron-Core's ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``
+    (``megatron/core/transformer/transformer_config.py``; NeMo's Llama 3.1 405B recipe sets both) count the
+    embedding and the loss as one layer each: with (L + 2) / (pp x vpp) layers per virtual stage, the first
+    and the last virtual stage hold one layer less. With L + 1 dividing, only the loss is counted (the last
+    stage holds the logits). Otherwise the first and last stages get the count that lets the middle stages
+    split the rest evenly while the heaviest stage stays lightest (Llama 3 405B: 126 layers on 16 stages,
+    7 + 14 x 8 + 7; Megatron's --decoder-first/last-pipeline-num-layers)."""
+    stages = pp * vpp
+    if pp == 1 or num_layers % stages == 0:
+        return None
+    if (num_layers + 2) % stages == 0:
+        per_rank = (num_layers + 2) // stages * vpp
+        return per_rank - 1, per_rank - 1
+    if (num_layers + 1) % stages == 0:
+        per_rank = (num_layers + 1) // stages * vpp
+        return per_rank, per_rank - 1
+    if pp == 2:
+        first = math.ceil(num_layers / 2)
+        return first, num_layers - first
+    best: tuple[float, int] | None = None
+    for edge in range(1, num_layers // 2 + 1):
+        rest = num_layers - 2 * edge
+        if rest <= 0 or rest % (pp - 2) or (rest // (pp - 2)) % vpp:
+            continue
+        heaviest = max(edge + 1.0, rest / (pp - 2))  # the edge stages also run the embedding or the loss
+        if best is None or heaviest < best[0] or (heaviest == best[0] and edge > best[1]):
+            best = (heaviest, edge)
+    return None if best is None else (best[1], best[1])
+
+
 def _uneven_split_problems(
     layout: Parallelism, num_layers: int, need: Callable[[bool, str, int, str, str], None]
 ) -> None:
@@ -103,16 +137,13 @@ def _uneven_split_problems(
         "first_stage_layers / last_stage_layers need a pipeline (pp > 1)",
         "raise pp or drop the uneven split",
     )
-    need(
-        layout.vpp == 1,
-        "parallelism.vpp",
-        layout.vpp,
-        "an uneven first/last stage is modelled for the non-interleaved schedule only",
-        "set vpp = 1 or drop first_stage_layers / last_stage_layers",
-    )
     rest = num_layers - sum(given)
     others = layout.pp - len(given)
-    splits = rest == 0 if others == 0 else others > 0 and rest >= others and rest % others == 0
+    splits = (
+        rest == 0
+        if others == 0
+        else others > 0 and rest >= others and rest % others == 0 and (rest // others) % layout.vpp == 0
+    )
     need(
         layout.pp == 1 or splits,
         "parallelism.first_stage_layers",

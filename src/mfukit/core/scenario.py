@@ -11,7 +11,7 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import Field, ValidationError, field_validator
@@ -23,6 +23,31 @@ from mfukit.errors import InputError
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 AttentionConvention = Literal["full", "causal"]
+# The software stacks the performance model tells apart (mfukit.perf.efficiency has a profile for each).
+Stack = Literal["megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "fsdp", "nanotron"]
+STACKS: tuple[Stack, ...] = get_args(Stack)
+# the names users write for them (compared lower-case, with '_' and ' ' read as '-')
+STACK_ALIASES: dict[str, Stack] = {
+    "megatron": "megatron-core",
+    "megatron-lm": "megatron-core",
+    "mcore": "megatron-core",
+    "nemo-megatron": "nemo",
+    "megatron-bridge": "nemo",
+    "nvidia-nemo": "nemo",
+    "deepspeed-zero": "deepspeed",
+    "megatron-ds": "megatron-deepspeed",
+    "pytorch-fsdp": "fsdp",
+    "llm-foundry": "fsdp",
+    "composer": "fsdp",
+}
+
+
+def stack_alias(name: str) -> str:
+    """The stack ``name`` means (aliases and spelling folded), or ``name`` itself when it means none."""
+    folded = name.strip().lower().replace("_", "-").replace(" ", "-")
+    if folded in STACKS:
+        return folded
+    return STACK_ALIASES.get(folded, name)
 
 
 class TrainingSection(Strict):
@@ -37,20 +62,26 @@ class TrainingSection(Strict):
         default="full",
         description="full s^2 (PaLM / Megatron 2021) or causal-halved (Megatron since 2025-03)",
     )
-    framework: str = Field(
-        default="megatron",
-        description="training framework whose fitted overheads the step-time model uses "
-        "(megatron, fsdp, nanotron, torchtitan)",
+    framework: Stack = Field(
+        default="megatron-core",
+        description="the software stack that trains: its fitted overheads, overlaps, sharding implementation "
+        "and fused kernels (" + ", ".join(STACKS) + "; megatron = megatron-core)",
     )
     compile: bool = Field(
         default=False,
         description="torch.compile of the model (Inductor): element-wise ops fuse into few kernels",
     )
-    tp_comm_overlap: bool = Field(
-        default=False,
+    tp_comm_overlap: bool | None = Field(
+        default=None,
         description="TP collectives split into chunks that overlap the GEMMs they feed (torchtitan's async TP, "
-        "Megatron's --tp-comm-overlap); needs sequence parallelism",
+        "Megatron's --tp-comm-overlap); needs sequence parallelism; default: what the stack's recipes set "
+        "(on for megatron-core and nemo with SP, off otherwise)",
     )
+
+    @field_validator("framework", mode="before")
+    @classmethod
+    def _stack_alias(cls, value: object) -> object:
+        return stack_alias(value) if isinstance(value, str) else value
 
     @property
     def global_batch_sequences(self) -> int | None:

@@ -20,6 +20,7 @@ profile; borrowed profiles and framework facts are kept as they are.
 from __future__ import annotations
 
 import collections
+import hashlib
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -32,29 +33,31 @@ import numpy as np
 
 from mfukit.perf.calibrate_network import fit_network
 from mfukit.perf.calibration_data import (
-    FIT_SHARE,
-    Case,
     calibration_dir,
     file_digests,
     highest_measured_mfu,
     load_cases,
 )
 from mfukit.perf.efficiency import (
+    DEFAULT_FRAMEWORK,
     EFFICIENCY_FILE,
     FRAMEWORK_FIELDS,
     HARDWARE_FIELDS,
+    SCALE_FIELDS,
     Efficiency,
     EfficiencyFile,
     FitRecord,
     FrameworkProfile,
     HardwareProfile,
     NetworkProfile,
+    _load_efficiency,
     efficiency_file,
     efficiency_for,
     hardware_profile_of,
 )
-from mfukit.perf.evaluator import LOSS_SCALE, Evaluator, error_summary, levenberg_marquardt, soft_l1
+from mfukit.perf.evaluator import LOSS_SCALE, Evaluator, Group, error_summary, levenberg_marquardt, soft_l1
 from mfukit.perf.layouts import Floats
+from mfukit.perf.measured_runs import Case
 
 P = TypeVar("P", HardwareProfile, FrameworkProfile)
 FRACTIONS = frozenset({"gemm_peak_fraction", "attention_peak_fraction", "fp8_gemm_peak_fraction"})
@@ -70,7 +73,14 @@ _BOUNDS = {
 
 # A GEMM's fixed cost (launch and tail) is kept to what profilers show, 2-20 us: beyond that it would trade
 # places with the framework's per-layer cost (a layer runs the same handful of GEMMs every time).
-_FIELD_BOUNDS = {"gemm_latency_s": (math.log(2e-6), math.log(2e-5))}
+_FIELD_BOUNDS = {
+    "gemm_latency_s": (math.log(2e-6), math.log(2e-5)),
+    # a rank's step time varying by 0.01-20 % (1 sigma): what measured clusters show (Lin et al. OSDI 2025)
+    "sync_jitter_cv": (math.log(1e-4), math.log(0.2)),
+}
+# At most this many rows of one (source, accelerator) group enter a fit, chosen by a hash of their ids: the
+# groups are weighted equally anyway, and the sweeps of thousands of rows would only slow the solver.
+MAX_ROWS_PER_GROUP = 40
 
 
 def _kind(name: str) -> str:
@@ -93,12 +103,21 @@ def _decode(name: str, value: float) -> float:
     return 1 / (1 + math.exp(-bounded)) if name in FRACTIONS else math.exp(bounded)
 
 
+def _owners(file: EfficiencyFile) -> dict[tuple[str, str], str]:
+    """(kind, profile) -> the profile whose fitted constants it runs on (itself, or the one it borrows)."""
+    owners = {("hardware", p.name): p.borrows or p.name for p in file.hardware}
+    return owners | {("framework", p.name): p.borrows or p.name for p in file.framework}
+
+
 @dataclass
 class _Problem:
     evaluator: Evaluator
     parameters: list[tuple[str, str, str]]  # (kind, profile, field)
     start: dict[tuple[str, str], Efficiency]
     weights: Floats
+    owners: dict[tuple[str, str], str]
+    _base_x: Floats | None = None
+    _base: Floats | None = None
 
     def efficiencies(self, x: Floats) -> Callable[[str, str], Efficiency]:
         updates: dict[tuple[str, str], dict[str, float]] = collections.defaultdict(dict)
@@ -107,17 +126,40 @@ class _Problem:
 
         def lookup(accelerator: str, framework: str) -> Efficiency:
             base = self.start[(accelerator, framework)]
+            hardware = self.owners[("hardware", base.hardware)]
+            stack = self.owners[("framework", base.framework)]
             return base.model_copy(
-                update=updates.get(("hardware", base.hardware), {})
-                | updates.get(("framework", base.framework), {})
+                update=updates.get(("hardware", hardware), {}) | updates.get(("framework", stack), {})
             )
 
         return lookup
 
     def residuals(self, x: Floats) -> Floats:
-        predicted = self.evaluator.predict(self.efficiencies(x))
-        ratio = np.log(predicted / self.evaluator.measured)
-        return soft_l1(ratio, self.weights)
+        return self._loss(self.evaluator.predict(self.efficiencies(x)))
+
+    def _loss(self, predicted: Floats) -> Floats:
+        return soft_l1(np.log(predicted / self.evaluator.measured), self.weights)
+
+    def column(self, x: Floats, r: Floats, j: int, step: float) -> Floats:
+        """The residuals with parameter ``j`` moved by ``step``: only the groups running on its profile are
+        evaluated again (a GPU family's constants do not move another family's runs)."""
+        kind, profile, _ = self.parameters[j]
+        touched = [
+            number
+            for number, group in enumerate(self.evaluator.groups)
+            if self.owners[(kind, self._profile(group, kind))] == profile
+        ]
+        if not touched:
+            return r
+        if self._base_x is None or not np.array_equal(self._base_x, x):
+            self._base_x, self._base = x.copy(), self.evaluator.predict(self.efficiencies(x))
+        moved = x.copy()
+        moved[j] += step
+        return self._loss(self.evaluator.predict(self.efficiencies(moved), only=touched, base=self._base))
+
+    def _profile(self, group: Group, kind: str) -> str:
+        base = self.start[(group.accelerator, group.framework)]
+        return base.hardware if kind == "hardware" else base.framework
 
 
 def _group_of(case: Case) -> str:
@@ -133,24 +175,31 @@ def _weights(cases: Sequence[Case]) -> Floats:
 def _parameters(
     file: EfficiencyFile, start: dict[tuple[str, str], Efficiency], cases: Sequence[Case], kinds: set[str]
 ) -> tuple[list[tuple[str, str, str]], list[float]]:
-    """The constants to fit: those of every calibrated profile the cases use, of the given kinds."""
+    """The constants to fit: those of every calibrated profile the cases run on, of the given kinds
+    (``hardware``: the GEMM curve; ``framework``: the host costs; ``scale``: the rank jitter)."""
     parameters: list[tuple[str, str, str]] = []
     x0: list[float] = []
-    used_hardware = {efficiency.hardware for efficiency in start.values()}
-    used_frameworks = {efficiency.framework for efficiency in start.values()}
-    if "hardware" in kinds:
-        for profile in file.hardware:
-            if profile.name not in used_hardware or profile.borrows is not None:
-                continue
+    owners = _owners(file)
+    used_hardware = {owners[("hardware", e.hardware)] for e in start.values()}
+    used_frameworks = {owners[("framework", e.framework)] for e in start.values()}
+    for profile in file.hardware:
+        if profile.name not in used_hardware or profile.borrows is not None:
+            continue
+        names: list[str] = []
+        if "hardware" in kinds:
             fp8 = any(
-                case.workload.precision == "fp8" and hardware_profile_of(case.accelerator.name) is profile
+                case.workload.precision == "fp8"
+                and owners[("hardware", _hardware_name(case, file) or "")] == profile.name
                 for case in cases
+                if _hardware_name(case, file)
             )
-            for name in HARDWARE_FIELDS:
-                if name == "fp8_gemm_peak_fraction" and not fp8:
-                    continue
-                parameters.append(("hardware", profile.name, name))
-                x0.append(_encode(name, float(getattr(profile, name) or profile.gemm_peak_fraction or 0.7)))
+            names += [name for name in HARDWARE_FIELDS if fp8 or name != "fp8_gemm_peak_fraction"]
+        if "scale" in kinds:
+            names += list(SCALE_FIELDS)
+        for name in names:
+            parameters.append(("hardware", profile.name, name))
+            fallback = 0.01 if name in SCALE_FIELDS else profile.gemm_peak_fraction or 0.7
+            x0.append(_encode(name, float(getattr(profile, name) or fallback)))
     if "framework" in kinds:
         for framework in file.framework:
             if framework.name not in used_frameworks or framework.borrows is not None:
@@ -162,17 +211,23 @@ def _parameters(
 
 
 def _solve(
-    file: EfficiencyFile, cases: Sequence[Case], kinds: set[str]
+    file: EfficiencyFile, cases: Sequence[Case], kinds: set[str], iterations: int = 40
 ) -> dict[tuple[str, str], dict[str, float]]:
     """Fit the constants of ``kinds`` on ``cases`` starting from ``file``."""
+    if not cases:
+        return {}
     evaluator = Evaluator(cases)
     start = {
         (group.accelerator, group.framework): _efficiency(file, cases[int(group.indices[0])], group.framework)
         for group in evaluator.groups
     }
     parameters, x0 = _parameters(file, start, cases, kinds)
-    problem = _Problem(evaluator, parameters, start, _weights(cases))
-    best = levenberg_marquardt(problem.residuals, np.asarray(x0))
+    if not parameters:
+        return {}
+    problem = _Problem(evaluator, parameters, start, _weights(cases), _owners(file))
+    best = levenberg_marquardt(
+        problem.residuals, np.asarray(x0), iterations=iterations, column=problem.column
+    )
     values: dict[tuple[str, str], dict[str, float]] = collections.defaultdict(dict)
     for (kind, profile, name), value in zip(parameters, best.tolist(), strict=True):
         values[(kind, profile)][name] = _decode(name, value)
@@ -190,50 +245,132 @@ def _updated(file: EfficiencyFile, values: dict[tuple[str, str], dict[str, float
     return file.model_copy(update={"hardware": hardware, "framework": frameworks})
 
 
-def fit(cases: Sequence[Case]) -> tuple[EfficiencyFile, dict[str, tuple[int, float, float]]]:
-    """Fit every calibrated profile on the fit rows of ``cases`` that ran inside one node (the constants
-    describe the GPU and the framework), then each ``[[network]]`` profile on the multi-node fit rows that
-    crossed that network (:mod:`mfukit.perf.calibrate_network`); every other multi-node row tests the
-    collective model. Returns the new file and, per profile, (rows, median, p90) of the fit error."""
-    fitted_cases = [case for case in cases if case.fitted and case.num_gpus <= case.system.gpus_per_node]
-    by_name = {case.accelerator.name: case.accelerator for case in cases}
-    current = efficiency_file()
-    current = _updated(current, _solve(current, fitted_cases, {"hardware", "framework"}))
-    evaluator = Evaluator(fitted_cases)
-    lookup = {
-        (g.accelerator, g.framework): _efficiency(current, fitted_cases[int(g.indices[0])], g.framework)
-        for g in evaluator.groups
-    }
-    predicted = evaluator.predict(lambda a, f: lookup[(a, f)])
-    errors = predicted / evaluator.measured - 1
-    records: dict[str, tuple[int, float, float]] = {}
-    hardware, frameworks = [], []
-    for profile in current.hardware:
-        mask = np.asarray([_hardware_name(case, current) == profile.name for case in fitted_cases])
-        hardware.append(_with_record(profile, mask, errors, fitted_cases, records))
-    for framework in current.framework:
-        mask = np.asarray([case.workload.framework == framework.name for case in fitted_cases])
-        unidentified = {
-            name: None
-            for name in FRAMEWORK_FIELDS
-            if mask.any() and not _moves(evaluator, lookup, predicted, framework.name, name, mask)
-        }
-        framework = framework.model_copy(update=unidentified)
-        frameworks.append(_with_record(framework, mask, errors, fitted_cases, records))
-    current = current.model_copy(update={"hardware": hardware, "framework": frameworks})
-    # then each scale-out network NCCL's IB constants do not describe, under the constants just fitted
-    networks = []
+def fit_subset(cases: Sequence[Case]) -> list[Case]:
+    """At most :data:`MAX_ROWS_PER_GROUP` rows of each (source, accelerator) group, the same ones every time
+    (the lowest SHA-256 of ``"<source>:<row_id>"``)."""
+    groups: dict[str, list[Case]] = collections.defaultdict(list)
+    for case in cases:
+        groups[_group_of(case)].append(case)
+
+    def digest(case: Case) -> str:
+        return hashlib.sha256(f"{case.source}:{case.row_id}".encode()).hexdigest()
+
+    return [case for members in groups.values() for case in sorted(members, key=digest)[:MAX_ROWS_PER_GROUP]]
+
+
+def fit(
+    cases: Sequence[Case], start: EfficiencyFile | None = None
+) -> tuple[EfficiencyFile, dict[str, tuple[int, float, float]]]:
+    """Fit every calibrated profile on ``cases`` (at most :data:`MAX_ROWS_PER_GROUP` of each group), in three
+    stages: (1) the GPU and framework constants on the runs inside one node (the GPU's kernels and the
+    stack's host costs, no network); (2) each ``[[network]]`` profile on the multi-node runs that crossed
+    that network (:mod:`mfukit.perf.calibrate_network`); (3) the framework constants again and each GPU
+    family's rank jitter on every run, under the fitted GPU and network constants. A profile none of
+    ``cases`` ran on keeps no constants of its own: it takes the default stack's (or the most-fitted GPU
+    family's), so a leave-one-source-out fold never reuses what the held-out source taught. Returns the new
+    file and, per profile, (rows, median, p90) of the fit error."""
+    chosen = fit_subset(cases)
+    single = [case for case in chosen if case.num_gpus <= case.system.gpus_per_node]
+    by_name = {case.accelerator.name: case.accelerator for case in chosen}
+    current = start or efficiency_file()
+    current = _updated(current, _solve(current, single, {"hardware", "framework"}))
+    current = _drop_unidentified(current, single)
     fitted_file = current
 
     def constants(accelerator: str, framework: str) -> Efficiency:
         return efficiency_for(by_name[accelerator], framework, file=fitted_file)
 
+    records: dict[str, tuple[int, float, float]] = {}
+    networks = []
     for network in current.network:
-        fitted, record = fit_network(network, cases, constants)
+        fitted, record = fit_network(network, chosen, constants)
         networks.append(fitted)
         if record is not None:
             records[f"network {network.name}"] = record
-    return current.model_copy(update={"network": networks}), records
+    current = current.model_copy(update={"network": networks})
+    current = _updated(current, _solve(current, chosen, {"framework", "scale"}))
+    current = _without_unused(current, chosen)
+    return _with_records(current, chosen, records), records
+
+
+def _drop_unidentified(file: EfficiencyFile, cases: Sequence[Case]) -> EfficiencyFile:
+    """Framework constants that move none of their runs' predictions set to None (the default stack's)."""
+    if not cases:
+        return file
+    evaluator = Evaluator(cases)
+    lookup = {
+        (g.accelerator, g.framework): _efficiency(file, cases[int(g.indices[0])], g.framework)
+        for g in evaluator.groups
+    }
+    predicted = evaluator.predict(lambda a, f: lookup[(a, f)])
+    owners = _owners(file)
+    frameworks = []
+    for framework in file.framework:
+        mask = np.asarray([owners[("framework", c.workload.framework)] == framework.name for c in cases])
+        unidentified = {
+            name: None
+            for name in FRAMEWORK_FIELDS
+            if mask.any()
+            and framework.borrows is None
+            and framework.name != DEFAULT_FRAMEWORK
+            and not _moves(evaluator, lookup, predicted, framework.name, name, mask)
+        }
+        frameworks.append(framework.model_copy(update=unidentified))
+    return file.model_copy(update={"framework": frameworks})
+
+
+def _without_unused(file: EfficiencyFile, cases: Sequence[Case]) -> EfficiencyFile:
+    """Profiles no case ran on lose their constants: a stack takes the default stack's (efficiency_for), a
+    GPU family the constants of the family fitted on the most runs."""
+    owners = _owners(file)
+    used_stacks = collections.Counter(owners[("framework", c.workload.framework)] for c in cases)
+    used_hardware = collections.Counter(owners[("hardware", _hardware_name(c, file) or "")] for c in cases)
+    frameworks = [
+        p
+        if p.borrows or used_stacks[p.name] or p.name == DEFAULT_FRAMEWORK
+        else p.model_copy(update=dict.fromkeys(FRAMEWORK_FIELDS) | {"fit": None})
+        for p in file.framework
+    ]
+    donor = next(
+        (p for p in file.hardware if used_hardware and p.name == used_hardware.most_common(1)[0][0]), None
+    )
+    hardware = [
+        p
+        if p.borrows or used_hardware[p.name] or donor is None
+        else p.model_copy(
+            update={name: getattr(donor, name) for name in (*HARDWARE_FIELDS, *SCALE_FIELDS)} | {"fit": None}
+        )
+        for p in file.hardware
+    ]
+    return file.model_copy(update={"framework": frameworks, "hardware": hardware})
+
+
+def _with_records(
+    file: EfficiencyFile, cases: Sequence[Case], records: dict[str, tuple[int, float, float]]
+) -> EfficiencyFile:
+    """Each fitted profile with the rows it was fitted on and its error on them."""
+    if not cases:
+        return file
+    evaluator = Evaluator(cases)
+    errors = evaluator.predict(lambda a, f: _efficiency(file, evaluator.cases[_first(evaluator, a, f)], f))
+    errors = errors / evaluator.measured - 1
+    owners = _owners(file)
+    hardware = []
+    for profile in file.hardware:
+        mask = np.asarray(
+            [owners[("hardware", _hardware_name(c, file) or "")] == profile.name for c in cases]
+        )
+        hardware.append(_with_record(profile, mask, errors, cases, records))
+    frameworks = []
+    for framework in file.framework:
+        mask = np.asarray([owners[("framework", c.workload.framework)] == framework.name for c in cases])
+        frameworks.append(_with_record(framework, mask, errors, cases, records))
+    return file.model_copy(update={"hardware": hardware, "framework": frameworks})
+
+
+def _first(evaluator: Evaluator, accelerator: str, framework: str) -> int:
+    group = next(g for g in evaluator.groups if g.accelerator == accelerator and g.framework == framework)
+    return int(group.indices[0])
 
 
 def _moves(
@@ -292,24 +429,32 @@ def with_highest_mfu(profile: HardwareProfile, cases: list[Case]) -> HardwarePro
     )
 
 
-def main() -> int:
+def calibrated(cases: Sequence[Case], start: EfficiencyFile | None = None) -> EfficiencyFile:
+    """Every profile fitted on ``cases``, with each GPU family's highest measured MFU in its record."""
+    fitted, _ = fit(cases, start=start)
+    return fitted.model_copy(update={"hardware": [with_highest_mfu(h, list(cases)) for h in fitted.hardware]})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Refit ``perf/data/efficiency.toml`` on every source, then predict each source with constants fitted
+    without it and write the residuals the prediction intervals use (``perf/data/loso_residuals.csv``)."""
+    from mfukit.perf.loso import leave_one_source_out, stderr_progress
+    from mfukit.perf.uncertainty import RESIDUALS_FILE, residual_of, write_residuals
+
     folder = calibration_dir()
     cases = load_cases(folder)
-    single = sum(case.fitted and case.num_gpus <= case.system.gpus_per_node for case in cases)
-    print(
-        f"{len(cases)} measured runs; fitting the {single} of the fit split that ran inside one node",
-        file=sys.stderr,
-    )
-    fitted, records = fit(cases)
-    fitted = fitted.model_copy(update={"hardware": [with_highest_mfu(h, cases) for h in fitted.hardware]})
+    sources = sorted({case.source for case in cases})
+    print(f"{len(cases)} measured runs of {len(sources)} sources; fitting on all of them", file=sys.stderr)
+    fitted = calibrated(cases)
     provenance = fitted.provenance.model_copy(
         update={
             "data": "benchmarks/data/calibration",
             "files": file_digests(folder),
-            "split": f"rows with SHA-256('<source>:<row_id>') mod 10 < {FIT_SHARE} are the fit split; GPU and "
-            "framework constants are fitted on its rows that ran inside one node, a network profile on its "
-            "multi-node rows on that network with no pipeline across nodes; torchtitan never; every other row "
-            "is test data",
+            "split": f"every source fitted ({', '.join(sources)}), at most {MAX_ROWS_PER_GROUP} rows of each "
+            "(source, accelerator) group; GPU and framework constants first on the runs inside one node, then "
+            "each network profile on the multi-node runs on it with no pipeline across nodes, then the "
+            "framework constants and each GPU family's rank jitter on every run; accuracy and the prediction "
+            "intervals come from leave-one-source-out refits (perf/data/loso_residuals.csv)",
             "fitted": date.today(),
             "objective": f"soft-L1 of the log error of tokens/s per GPU, scale {LOSS_SCALE}, each (source, "
             "accelerator) group weighted equally; Levenberg-Marquardt",
@@ -318,9 +463,16 @@ def main() -> int:
             "work is a few % of a large model's step",
         }
     )
-    write_file(fitted.model_copy(update={"provenance": provenance}), EFFICIENCY_FILE)
-    for name, (rows, median, p90) in records.items():
-        print(f"{name:12} {rows:5} rows  median {median:6.1%}  p90 {p90:6.1%}", file=sys.stderr)
+    fitted = fitted.model_copy(update={"provenance": provenance})
+    write_file(fitted, EFFICIENCY_FILE)
+    if argv and "--no-loso" in argv:
+        return 0
+    predicted = leave_one_source_out(cases, start=fitted, progress=stderr_progress)
+    measured = np.asarray([case.measured_tokens_per_s_per_gpu for case in cases])
+    errors = np.log(measured / predicted).tolist()
+    write_residuals(RESIDUALS_FILE, [residual_of(c, e) for c, e in zip(cases, errors, strict=True)])
+    median, p90 = error_summary(predicted / measured - 1)
+    print(f"leave-one-source-out: median {median:.1%}, p90 {p90:.1%} over {len(cases)} runs", file=sys.stderr)
     return 0
 
 
@@ -368,8 +520,8 @@ def write_file(content: EfficiencyFile, path: Path) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
     temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
     temporary.replace(path)
-    efficiency_file.cache_clear()
+    _load_efficiency.cache_clear()
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(sys.argv[1:]))

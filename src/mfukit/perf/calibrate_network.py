@@ -3,10 +3,10 @@
 Where NCCL's InfiniBand constants do not describe a network (AWS EFA: NCCL runs through the aws-ofi-nccl
 plugin over the SRD transport), two physical numbers say how collectives behave on it: the fraction of the
 NICs' line rate they move (nccl-tests' busbw over the line rate) and an extra latency per network step of
-every algorithm. Both are fitted, after the GPU and framework constants, on the fit-split runs that crossed
+every algorithm. Both are fitted, after the GPU and framework constants, on the runs that crossed
 that network: the multi-node runs whose pipeline stays inside a node (a pipeline's send/receive stalls
 across the network are a framework effect the collective model does not describe; the README shows them).
-Every other run of that network stays test data. The loss is the same soft-L1 of the log error as the rest
+The loss is the same soft-L1 of the log error as the rest
 of the calibration, each run weighted equally.
 """
 
@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from mfukit.perf.calibration_data import Case
 from mfukit.perf.efficiency import Efficiency, FitRecord, NetworkProfile, network_name
 from mfukit.perf.evaluator import Evaluator, error_summary, levenberg_marquardt, soft_l1
 from mfukit.perf.layouts import Floats
+from mfukit.perf.measured_runs import Case
 
 # Searched in logit / log space: a busbw fraction of 2-99 % of line rate, 0.1 us - 2 ms per network step.
 _EFFICIENCY_BOUNDS = (math.log(0.02 / 0.98), math.log(0.99 / 0.01))
@@ -28,13 +28,12 @@ _LATENCY_BOUNDS = (math.log(1e-7), math.log(2e-3))
 
 
 def network_cases(cases: Sequence[Case], name: str) -> list[Case]:
-    """The fit-split runs that cross network ``name`` (a link, or one system's network) with no pipeline stage
-    boundary on it."""
+    """The runs that cross network ``name`` (a link, or one system's network) with no pipeline stage boundary
+    on it."""
     return [
         case
         for case in cases
-        if case.fitted
-        and network_name(case.system) == name
+        if network_name(case.system) == name
         and case.num_gpus > case.system.gpus_per_node
         and case.layout.pp == 1
     ]
@@ -52,10 +51,10 @@ def fit_network(
     profile: NetworkProfile, cases: Sequence[Case], efficiency: Callable[[str, str], Efficiency]
 ) -> tuple[NetworkProfile, tuple[int, float, float] | None]:
     """``profile`` fitted on its runs of ``cases`` under the (already fitted) GPU and framework constants,
-    and (rows, median, p90) of its fit error; unchanged when no fit-split run crossed the network."""
+    and (rows, median, p90) of its fit error; unfitted (NCCL's constants) when no run crossed the network."""
     rows = network_cases(cases, profile.name)
-    if not rows:
-        return profile, None
+    if not rows:  # nothing measured it: NCCL's InfiniBand constants, said in the estimate's notes
+        return profile.model_copy(update={"efficiency": None, "step_latency_s": None, "fit": None}), None
     measured = np.asarray([case.measured_tokens_per_s_per_gpu for case in rows])
     weights = np.full(len(rows), 1.0 / len(rows))
 

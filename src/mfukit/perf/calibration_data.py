@@ -19,8 +19,11 @@ Sources (column notes in ``shared/reference/perf-model.md`` §2):
   entry, 400 Gb/s RDMA per GPU), FSDP2, Float8 (``fp8``), CP, async TP (``tp_comm_overlap``) and
   torch.compile (``compile``) as each table's header or row says; never fitted, only tested.
 
-The split is deterministic: a row is fitted when the SHA-256 of ``"<source>:<row_id>"`` is 0 modulo 10 to 2
-modulo 10 (30 %), tested otherwise; torchtitan rows are always tested.
+* the plain-schema files (``megatron_published_runs.csv``: Korthikanti et al. 2022, the Megatron-Core H100
+  scaling tables, NeMo's FP8 recipes; ``gathered_runs.csv``), read by :mod:`mfukit.perf.measured_runs`, one
+  source per ``source_group``.
+
+Every source is fitted (:mod:`mfukit.perf.calibrate`); accuracy is measured leave-one-source-out.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ import math
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -43,43 +46,13 @@ from mfukit.core.scenario import Precision
 from mfukit.errors import InputError
 from mfukit.perf import flops
 from mfukit.perf.layouts import Workload
+from mfukit.perf.measured_runs import Accounting, Case, read_runs
 
 SOURCES = ("llmfoundry_mpt", "vtrain_multi", "vtrain_single", "ultrascale_playbook", "torchtitan")
 FILES = ("published_runs_calibration.csv", "ultrascale_h100_sweep.csv", "vtrain_a100_single_node.csv")
-FIT_SHARE = 3  # of 10 hash buckets
-NEVER_FITTED = frozenset({"torchtitan"})
-Accounting = Literal["model", "hardware"]
-
-
-@dataclass(frozen=True)
-class Case:
-    """One measured run as the step-time model sees it."""
-
-    source: str
-    row_id: int
-    label: str
-    workload: Workload
-    layout: Parallelism
-    micro_batch_size: int
-    num_microbatches: int
-    first_layers: int
-    last_layers: int
-    system: System
-    accelerator: Accelerator
-    num_gpus: int
-    measured_tokens_per_s_per_gpu: float
-    accounting: Accounting
-
-    @property
-    def fitted(self) -> bool:
-        return in_fit_split(self.source, self.row_id)
-
-
-def in_fit_split(source: str, row_id: int) -> bool:
-    if source in NEVER_FITTED:
-        return False
-    digest = hashlib.sha256(f"{source}:{row_id}".encode()).hexdigest()
-    return int(digest, 16) % 10 < FIT_SHARE
+# files in the plain schema (mfukit.perf.measured_runs), one source per source_group: the Megatron stack
+# (shared/reference/calibration) and the runs gathered from papers and vendor tables; used when present
+SCHEMA_FILES = ("megatron_published_runs.csv", "gathered_runs.csv")
 
 
 REPOSITORY_DATA = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "calibration"
@@ -98,8 +71,12 @@ def calibration_dir() -> Path:
     return folder
 
 
+def data_files(folder: Path) -> list[str]:
+    return [*FILES, *(name for name in SCHEMA_FILES if (folder / name).is_file())]
+
+
 def file_digests(folder: Path) -> dict[str, str]:
-    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in FILES}
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name in data_files(folder)}
 
 
 def _rows(path: Path) -> Iterator[dict[str, str]]:
@@ -376,8 +353,17 @@ def torchtitan_cases(folder: Path) -> Iterator[Case]:
         yield replace(case, workload=replace(case.workload, compile=compiled, tp_comm_overlap=async_tp))
 
 
-def load_cases(folder: Path | None = None, sources: tuple[str, ...] = SOURCES) -> list[Case]:
-    """Every usable row of the calibration data, in source order."""
+def schema_cases(folder: Path) -> list[Case]:
+    """The rows of the plain-schema files that give a layout and a measurement (each source_group a source)."""
+    cases: list[Case] = []
+    for name in SCHEMA_FILES:
+        if (folder / name).is_file():
+            cases += read_runs(folder / name)[0]
+    return cases
+
+
+def load_cases(folder: Path | None = None, sources: tuple[str, ...] | None = None) -> list[Case]:
+    """Every usable row of the calibration data, in source order (``sources``: only those)."""
     where = folder or calibration_dir()
     readers = {
         "llmfoundry_mpt": mpt_cases,
@@ -386,7 +372,8 @@ def load_cases(folder: Path | None = None, sources: tuple[str, ...] = SOURCES) -
         "ultrascale_playbook": ultrascale_cases,
         "torchtitan": torchtitan_cases,
     }
-    return [case for source in sources for case in readers[source](where)]
+    cases = [case for source in SOURCES for case in readers[source](where)] + schema_cases(where)
+    return [case for case in cases if sources is None or case.source in sources]
 
 
 SIXTEEN_BIT = ("bf16", "fp16")  # the same tensor-core peak on every catalog GPU

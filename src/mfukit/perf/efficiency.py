@@ -22,6 +22,7 @@ An accelerator or framework without calibration data borrows another profile and
 
 from __future__ import annotations
 
+import os
 from datetime import date
 from functools import cache
 from pathlib import Path
@@ -31,12 +32,12 @@ from pydantic import Field
 
 from mfukit import units
 from mfukit.core.hardware import Accelerator, System
-from mfukit.core.scenario import read_document
+from mfukit.core.scenario import read_document, stack_alias
 from mfukit.core.schema import Strict, validate_as
 from mfukit.errors import UnknownNameError
 
 EFFICIENCY_FILE = Path(__file__).parent / "data" / "efficiency.toml"
-DEFAULT_FRAMEWORK = "megatron"
+DEFAULT_FRAMEWORK = "megatron-core"
 HARDWARE_FIELDS = (
     "gemm_peak_fraction",
     "gemm_latency_s",
@@ -45,6 +46,9 @@ HARDWARE_FIELDS = (
     "attention_peak_fraction",
     "fp8_gemm_peak_fraction",
 )
+# fitted on multi-node runs after the constants above (mfukit.perf.calibrate): how much one rank's step
+# time varies, which the slowest of thousands of ranks turns into lost time (step_time.straggler_factor)
+SCALE_FIELDS = ("sync_jitter_cv",)
 FRAMEWORK_FIELDS = ("host_layer_s", "microbatch_overhead_s", "collective_overhead_s", "p2p_overhead_s")
 # What a framework does, read from its code rather than fitted: how much of the data-parallel gradient
 # reduction hides under the last micro-batch's backward, how much of a sharded optimizer's weight all-gather
@@ -70,8 +74,18 @@ FRAMEWORK_FACTS: dict[str, float | str | None] = {
     "fp8_input_cast_bytes": 4.0,
     "fp8_grad_cast_bytes": 4.0,
     "fp8_weight_cast_bytes": 0.0,
+    # 1: with sequence parallelism on a GPU with FP8 tensor cores (Hopper and later), the stack's recipes split
+    # the TP collectives under the GEMMs (Transformer Engine userbuffers, --tp-comm-overlap) unless told not to
+    "tp_comm_overlap": 0.0,
+    # ZeRO-3 / FSDP, how the weights are gathered: one collective per layer (FSDP's flat parameter of a
+    # wrapped block) or one per weight matrix (DeepSpeed's per-submodule fetch; norms and biases stay
+    # resident below stage3_param_persistence_threshold), and how many parameters are prefetched ahead of
+    # the one computing (None: the whole next unit; DeepSpeed: stage3_prefetch_bucket_size)
+    "zero3_gathers": "per-layer",
+    "zero3_prefetch_params": None,
 }
 EagerElementwise = Literal["fused", "composite"]
+Zero3Gathers = Literal["per-layer", "per-matrix"]
 SelectiveRecompute = Literal["attention", "alternate-matmuls"]
 
 
@@ -99,6 +113,7 @@ class HardwareProfile(Strict):
     gemm_k_overhead: float | None = Field(default=None, ge=0)
     attention_peak_fraction: float | None = Field(default=None, gt=0, le=1)
     fp8_gemm_peak_fraction: float | None = Field(default=None, gt=0, le=1)
+    sync_jitter_cv: float | None = Field(default=None, ge=0, le=0.2)
     fit: FitRecord | None = None
 
 
@@ -121,6 +136,9 @@ class FrameworkProfile(Strict):
     fp8_input_cast_bytes: float | None = Field(default=None, ge=0)
     fp8_grad_cast_bytes: float | None = Field(default=None, ge=0)
     fp8_weight_cast_bytes: float | None = Field(default=None, ge=0)
+    tp_comm_overlap: float | None = Field(default=None, ge=0, le=1)
+    zero3_gathers: Zero3Gathers | None = None
+    zero3_prefetch_params: float | None = Field(default=None, gt=0)
     facts_source: str | None = Field(
         default=None, description="where the overlap and gradient facts come from"
     )
@@ -177,6 +195,7 @@ class Efficiency(Strict):
     gemm_k_overhead: float = Field(ge=0, description="a tile's prologue and epilogue, in K elements")
     attention_peak_fraction: float = Field(gt=0, le=1)
     fp8_gemm_peak_fraction: float = Field(gt=0, le=1)
+    sync_jitter_cv: float = Field(default=0.0, ge=0, le=0.2)
     hbm_fraction: float = Field(gt=0, le=1)
     host_layer_s: float = Field(ge=0, description="host time to launch one layer's forward pass")
     microbatch_overhead_s: float = Field(ge=0)
@@ -192,10 +211,27 @@ class Efficiency(Strict):
     fp8_input_cast_bytes: float = Field(ge=0)
     fp8_grad_cast_bytes: float = Field(ge=0)
     fp8_weight_cast_bytes: float = Field(ge=0)
+    tp_comm_overlap: float = Field(ge=0, le=1)
+    zero3_gathers: Zero3Gathers
+    zero3_prefetch_params: float | None = Field(default=None, gt=0)
+
+
+def installed_efficiency_path() -> Path:
+    """The constants in effect: the last ``efficiency.toml`` at the top of an ``MFUKIT_CATALOG`` directory (a
+    site's own, written by ``mfukit calibrate``), else the shipped ``perf/data/efficiency.toml``."""
+    overlays = [
+        Path(p) / EFFICIENCY_FILE.name for p in os.environ.get("MFUKIT_CATALOG", "").split(os.pathsep) if p
+    ]
+    found = [path for path in overlays if path.is_file()]
+    return found[-1] if found else EFFICIENCY_FILE
+
+
+def efficiency_file(path: Path | None = None) -> EfficiencyFile:
+    return _load_efficiency(path or installed_efficiency_path())
 
 
 @cache
-def efficiency_file(path: Path = EFFICIENCY_FILE) -> EfficiencyFile:
+def _load_efficiency(path: Path) -> EfficiencyFile:
     return validate_as(EfficiencyFile, read_document(path), source=str(path))
 
 
@@ -209,6 +245,12 @@ def _resolved(
     for name in names:
         own = getattr(profile, name)
         values[name] = own if own is not None else getattr(base, name)
+    if profile.borrows and isinstance(profile, FrameworkProfile) and base.fit is not None:
+        # a stack that runs another's code shares its constants, fitted on both stacks' runs
+        return values, (
+            f"{profile.name}: the constants of {base.name} ({profile.why}), fitted on {base.fit.rows} measured "
+            f"runs ({', '.join(base.fit.sources)})"
+        )
     if profile.borrows:
         return values, f"{profile.name}: uncalibrated, constants of {base.name} ({profile.why})"
     fit = profile.fit
@@ -242,6 +284,16 @@ def hardware_profile_of(accelerator_name: str, file: EfficiencyFile | None = Non
     return None
 
 
+def stack_name(name: str, *, field: str = "training.framework") -> str:
+    """The profile ``name`` means (an alias such as ``megatron`` or a spelling such as ``Megatron_Core``
+    folded to its stack), or an error naming the stacks there are."""
+    folded = stack_alias(name)
+    names = [profile.name for profile in efficiency_file().framework]
+    if folded not in names:
+        raise UnknownNameError("framework", name, names, field=field)
+    return folded
+
+
 def efficiency_for(
     accelerator: Accelerator, framework: str = DEFAULT_FRAMEWORK, *, file: EfficiencyFile | None = None
 ) -> Efficiency:
@@ -250,6 +302,7 @@ def efficiency_for(
     content = file or efficiency_file()
     hardware = {profile.name: profile for profile in content.hardware}
     stacks = {profile.name: profile for profile in content.framework}
+    framework = stack_alias(framework)
     if framework not in stacks:
         raise UnknownNameError("framework", framework, list(stacks), field="training.framework")
     profile = hardware_profile_of(accelerator.name, content)
@@ -257,7 +310,9 @@ def efficiency_for(
     if profile is None:
         profile = hardware["hopper"]
         extra.append(f"{accelerator.name} is in no efficiency profile: Hopper constants used, uncalibrated")
-    hw_values, hw_note = _resolved(profile, hardware, HARDWARE_FIELDS)
+    hw_values, hw_note = _resolved(profile, hardware, HARDWARE_FIELDS + SCALE_FIELDS)
+    if hw_values["sync_jitter_cv"] is None:  # not fitted: no multi-node runs of this family
+        hw_values["sync_jitter_cv"] = 0.0
     fw_profile = stacks[framework]
     fw_values, fw_note = _resolved(fw_profile, stacks, FRAMEWORK_FIELDS)
     missing = [name for name, value in fw_values.items() if value is None]
@@ -273,7 +328,7 @@ def efficiency_for(
         hw_values["fp8_gemm_peak_fraction"] = hw_values["gemm_peak_fraction"]
     borrowed = (
         *((f"hardware {hw_note}",) if profile.borrows else ()),
-        *((f"framework {fw_note}",) if fw_profile.borrows else ()),
+        *((f"framework {fw_note}",) if fw_profile.borrows and "uncalibrated" in fw_note else ()),
         *extra,
     )
     return Efficiency.model_validate(

@@ -14,7 +14,15 @@ from mfukit.perf.efficiency import Efficiency, efficiency_for
 from mfukit.perf.inputs import PerfInputs, training_workload
 from mfukit.perf.layouts import Workload, grid_of, rounded_batch, step_shape
 from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
-from mfukit.perf.planner import Plan, SearchSpace, evaluate_grid, interleaving_breaks, plan_at, search
+from mfukit.perf.planner import (
+    Plan,
+    SearchSpace,
+    evaluate_grid,
+    interleaving_breaks,
+    layout_intervals,
+    plan_at,
+    search,
+)
 from mfukit.perf.step_time import Machine, machine_for
 
 
@@ -109,7 +117,9 @@ def evaluate_layout(
         [layout], model=workload.model, micro_batch_size=[micro_batch_size], num_microbatches=[microbatches]
     )
     estimate, memory, crosses = evaluate_grid(workload, grid, machine)
-    plan = plan_at(workload, grid, estimate, memory, crosses, 0, tokens)
+    plan = plan_at(
+        workload, grid, estimate, memory, crosses, 0, tokens, layout_intervals(workload, grid, machine)[0]
+    )
     return LayoutEstimate(
         layout,
         num_gpus,

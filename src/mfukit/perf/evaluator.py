@@ -16,16 +16,16 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from mfukit.comm.topology import from_system
-from mfukit.perf.calibration_data import Case
 from mfukit.perf.efficiency import Efficiency, NetworkProfile, network_name
 from mfukit.perf.layouts import Floats, grid_of, with_changes
+from mfukit.perf.measured_runs import Case
 from mfukit.perf.step_time import Machine, Prepared, evaluate, machine_for, prepare, with_network_profile
 
 LOSS_SCALE = 0.05
 
 
 @dataclass(frozen=True)
-class _Group:
+class Group:
     indices: np.ndarray
     prepared: Prepared
     accelerator: str
@@ -43,7 +43,7 @@ class Evaluator:
             workload = replace(case.workload, global_batch_sequences=1)
             # a System holds mappings (its NCCL environment), so it is keyed by its JSON
             keyed[(workload, case.system.model_dump_json(), case.accelerator.name, nodes)].append(index)
-        self.groups: list[_Group] = []
+        self.groups: list[Group] = []
         for indices in keyed.values():
             members = [self.cases[i] for i in indices]
             first = members[0]
@@ -60,7 +60,7 @@ class Evaluator:
             )
             machine = _machine(first, max(case.num_gpus for case in members), (networks or {}))
             self.groups.append(
-                _Group(
+                Group(
                     np.asarray(indices),
                     prepare(first.workload, grid, machine),
                     first.accelerator.name,
@@ -69,10 +69,17 @@ class Evaluator:
             )
         self.measured = np.asarray([case.measured_tokens_per_s_per_gpu for case in self.cases])
 
-    def predict(self, efficiency: Callable[[str, str], Efficiency]) -> Floats:
-        """Tokens/s per GPU of every case; ``efficiency(accelerator, framework)`` gives the constants."""
-        out = np.empty(len(self.cases))
-        for group in self.groups:
+    def predict(
+        self,
+        efficiency: Callable[[str, str], Efficiency],
+        only: Sequence[int] | None = None,
+        base: Floats | None = None,
+    ) -> Floats:
+        """Tokens/s per GPU of every case; ``efficiency(accelerator, framework)`` gives the constants.
+        ``only``: re-evaluate just those groups (indices into ``groups``), the others taken from ``base``."""
+        out = np.empty(len(self.cases)) if base is None else base.copy()
+        for number in range(len(self.groups)) if only is None else only:
+            group = self.groups[number]
             estimate = evaluate(group.prepared, efficiency(group.accelerator, group.framework))
             out[group.indices] = estimate.tokens_per_s / group.prepared.grid.world_size
         return out
@@ -97,15 +104,24 @@ def soft_l1(log_errors: Floats, weights: Floats) -> Floats:
     return np.asarray(np.sign(z) * np.sqrt(weights * 2 * (np.sqrt(1 + z**2) - 1)), dtype=np.float64)
 
 
-def levenberg_marquardt(residuals: Callable[[Floats], Floats], x0: Floats, iterations: int = 40) -> Floats:
-    """Minimise ``|residuals(x)|^2`` from ``x0`` (finite-difference Jacobian, adaptive damping)."""
+def levenberg_marquardt(
+    residuals: Callable[[Floats], Floats],
+    x0: Floats,
+    iterations: int = 40,
+    column: Callable[[Floats, Floats, int, float], Floats] | None = None,
+) -> Floats:
+    """Minimise ``|residuals(x)|^2`` from ``x0`` (finite-difference Jacobian, adaptive damping). ``column(x,
+    r, j, step)``, when given, returns the residuals with parameter j moved by ``step`` more cheaply (only the
+    runs that parameter touches re-evaluated)."""
     x = x0.copy()
     r = residuals(x)
     cost = float(r @ r)
     damping = 1e-2
     for _ in range(iterations):
         step = 1e-3
-        jacobian = np.stack([(residuals(x + step * unit) - r) / step for unit in np.eye(len(x))], axis=1)
+        jacobian = np.stack(
+            [(_moved(residuals, column, x, r, j, step) - r) / step for j in range(len(x))], axis=1
+        )
         gradient = jacobian.T @ r
         normal = jacobian.T @ jacobian
         improved = False
@@ -121,6 +137,21 @@ def levenberg_marquardt(residuals: Callable[[Floats], Floats], x0: Floats, itera
         if not improved or float(np.max(np.abs(delta))) < 1e-4:
             break
     return x
+
+
+def _moved(
+    residuals: Callable[[Floats], Floats],
+    column: Callable[[Floats, Floats, int, float], Floats] | None,
+    x: Floats,
+    r: Floats,
+    j: int,
+    step: float,
+) -> Floats:
+    if column is not None:
+        return column(x, r, j, step)
+    moved = x.copy()
+    moved[j] += step
+    return residuals(moved)
 
 
 def error_summary(errors: Floats) -> tuple[float, float]:

@@ -10,7 +10,7 @@ from typing import Any
 from mfukit.catalog import resolve
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
-from mfukit.core.parallelism import Parallelism, Recompute
+from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split
 from mfukit.core.scenario import Scenario, TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
@@ -115,6 +115,11 @@ def layout_for_estimate(inputs: PerfInputs) -> Parallelism:
             )
         model_parallel = layout.tp * layout.pp * layout.cp
         layout = layout.model_copy(update={"dp": max(1, inputs.num_gpus // model_parallel)})
+    split = (
+        None if layout.uneven else default_stage_split(inputs.model.num_hidden_layers, layout.pp, layout.vpp)
+    )
+    if split is not None:  # the split Megatron-Core / NeMo make themselves (core.parallelism)
+        layout = layout.model_copy(update={"first_stage_layers": split[0], "last_stage_layers": split[1]})
     return layout
 
 

@@ -66,9 +66,10 @@ class Workload:
     attention: AttentionConvention = "full"
     kernels: Kernels = "fused"
     flash_attention: bool = True
-    framework: str = "megatron"  # a framework profile of mfukit.perf.efficiency
+    framework: str = "megatron-core"  # a framework profile (software stack) of mfukit.perf.efficiency
     compile: bool = False  # torch.compile: element-wise ops fused by Inductor
-    tp_comm_overlap: bool = False  # TP collectives decomposed under the GEMMs (async TP, --tp-comm-overlap)
+    # TP collectives decomposed under the GEMMs (async TP, --tp-comm-overlap); None: the stack's default
+    tp_comm_overlap: bool | None = None
     # how far a layout may move the global batch to make it a whole number of micro-batches per DP rank
     # (BATCH_ROUNDING_FRAC when it was given in tokens; 0: exact, given in sequences)
     batch_rounding_frac: float = 0.0

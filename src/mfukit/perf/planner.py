@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from mfukit import units
 from mfukit.core.hardware import Accelerator, System
-from mfukit.core.parallelism import Parallelism, Recompute
+from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split
 from mfukit.core.results import ProgressCallback
 from mfukit.perf.layouts import (
     RECOMPUTES,
@@ -36,6 +36,15 @@ from mfukit.perf.layouts import (
 from mfukit.perf.memory import Sharding
 from mfukit.perf.memory_grid import grid_memory
 from mfukit.perf.step_time import Machine, StepEstimate, evaluate, machine_for, prepare
+from mfukit.perf.uncertainty import (
+    Interval,
+    Regime,
+    cached_interval,
+    family_of,
+    precision_class,
+    sharding_class_of,
+    stack_owner,
+)
 
 Objective = Literal["mfu", "time"]
 REASONS = ("divisibility", "batch", "schedule", "compatibility", "memory")
@@ -82,6 +91,16 @@ class Plan:
     breakdown_s: dict[str, float]
     crosses_network: dict[str, bool]
     time_to_train_s: float | None
+    interval: Interval | None = None  # the 80 % interval of the MFU (and of tokens/s), as factors
+
+    @property
+    def mfu_interval(self) -> tuple[float, float] | None:
+        return None if self.interval is None else self.interval.around(self.mfu)
+
+    @property
+    def conservative_mfu(self) -> float:
+        """The MFU the planner ranks on: the interval's lower bound (the estimate when there is none)."""
+        return self.mfu * (self.interval.low_factor if self.interval else 1.0)
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -150,14 +169,17 @@ def _stage_splits(
     splits = []
     for pp in pps:
         for vpp in vpps:
-            if (pp == 1 and vpp > 1) or num_layers % (pp * vpp):
+            if pp == 1 and vpp > 1:
                 continue
-            per = num_layers // pp
-            splits.append((pp, vpp, per, per))
-        if uneven and pp > 2 and num_layers % pp and (num_layers + 2) % pp == 0:
-            # Llama 3 405B: 126 layers on 16 stages, one layer fewer on the first and the last
-            edge = (num_layers + 2) // pp - 1
-            splits.append((pp, 1, edge, edge))
+            if num_layers % (pp * vpp) == 0:
+                per = num_layers // pp
+                splits.append((pp, vpp, per, per))
+                continue
+            # the split Megatron-Core / NeMo choose themselves (Llama 3 405B: 126 layers on 16 stages, one
+            # layer fewer on the first and the last; core.parallelism.default_stage_split)
+            split = default_stage_split(num_layers, pp, vpp) if uneven else None
+            if split is not None:
+                splits.append((pp, vpp, *split))
     return splits
 
 
@@ -265,6 +287,27 @@ def enumerate_layouts(
     return grid, rejected, considered
 
 
+def layout_intervals(workload: Workload, grid: LayoutGrid, machine: Machine) -> list[Interval]:
+    """The 80 % interval of every layout of ``grid`` (:mod:`mfukit.perf.uncertainty`): its regime is the GPU
+    family, the stack, the sharding class, the GPU count and the precision."""
+    accelerator = machine.accelerator.name
+    found: dict[tuple[int, int], Interval] = {}
+    out = []
+    for sharding, gpus in zip(grid.sharding.tolist(), grid.world_size.tolist(), strict=True):
+        key = (int(sharding), int(gpus))
+        if key not in found:
+            regime = Regime(
+                family=family_of(accelerator),
+                stack=stack_owner(workload.framework),
+                sharding=sharding_class_of(SHARDINGS[key[0]]),
+                num_gpus=key[1],
+                precision=precision_class(workload.precision),
+            )
+            found[key] = cached_interval(regime)
+        out.append(found[key])
+    return out
+
+
 def plan_at(
     workload: Workload,
     grid: LayoutGrid,
@@ -273,10 +316,12 @@ def plan_at(
     crosses: dict[str, np.ndarray],
     index: int,
     tokens: float | None,
+    interval: Interval | None = None,
 ) -> Plan:
     num_gpus = int(grid.world_size[index])
     tokens_per_s = float(estimate.tokens_per_s[index])
     return Plan(
+        interval=interval,
         num_gpus=num_gpus,
         layout=grid.layout(index, workload.model.num_hidden_layers),
         micro_batch_size=int(grid.mbs[index]),
@@ -336,14 +381,25 @@ def search(
             evaluated += len(grid)
             fits = memory <= hbm
             rejected["memory"] += int((~fits).sum())
-            score = np.where(fits, estimate.mfu if objective == "mfu" else estimate.tokens_per_s, -np.inf)
+            intervals = layout_intervals(workload, grid, machine)
+            # ranked conservatively: on the lower bound of each layout's 80 % interval, so a regime the model
+            # has been wrong about (or never measured) must beat the others by its uncertainty
+            low = np.asarray([interval.low_factor for interval in intervals])
+            value = estimate.mfu if objective == "mfu" else estimate.tokens_per_s
+            score = np.where(fits, value * low, -np.inf)
             order = [int(i) for i in np.argsort(-score, kind="stable")[:top_k] if np.isfinite(score[i])]
-            plans = [plan_at(workload, grid, estimate, memory, crosses, i, tokens) for i in order]
+            plans = [
+                plan_at(workload, grid, estimate, memory, crosses, i, tokens, intervals[i]) for i in order
+            ]
             candidates.extend(plans)
             best[count] = plans[0] if plans else None
         if progress is not None:
             progress(done + 1, len(gpu_counts))
-    key = (lambda plan: -plan.mfu) if objective == "mfu" else (lambda plan: -plan.tokens_per_s)
+
+    def key(plan: Plan) -> float:
+        factor = plan.conservative_mfu / plan.mfu if plan.mfu > 0 else 1.0
+        return -(plan.mfu if objective == "mfu" else plan.tokens_per_s) * factor
+
     candidates.sort(key=key)
     return SearchResult(
         plans=candidates[:top_k],

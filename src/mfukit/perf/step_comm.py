@@ -71,6 +71,8 @@ class DataParallelTimes:
     bucket_s: Floats  # the last gradient bucket, which no backward compute can hide
     unit_gather_s: Floats  # ZeRO-3/FSDP: all-gather of one layer's weights, per micro-batch
     unit_reduce_s: Floats  # ZeRO-3/FSDP: reduce-scatter of one layer's gradients, per micro-batch
+    unit_collectives: Floats  # ZeRO-3/FSDP: all-gathers one layer's weights take (1, or one per matrix)
+    unit_prefetch_share: Floats  # the share of the next layer's weights gathered ahead of its compute
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class CommInputs:
     last_unit_params: Floats
     hybrid_shard_ranks: Ints  # ranks sharing one copy under hybrid FSDP (dp x cp otherwise)
     bucket_params: float  # parameters in one gradient bucket (inf: the whole buffer at once)
+    unit_collectives: float = 1.0  # ZeRO-3/FSDP all-gathers per layer (DeepSpeed: one per weight matrix)
+    prefetch_params: float = float("inf")  # ZeRO-3/FSDP parameters gathered ahead (inf: the next unit)
 
 
 def _data_parallel(
@@ -144,14 +148,22 @@ def _data_parallel(
     grad_sync = np.where(gathers, np.where(hybrid, hybrid_sync, 0.0), dense_sync + expert_sync)
     total = np.maximum(dense + expert, 1.0)
     bucket_share = np.minimum(1.0, x.bucket_params / total)
+    # ZeRO-3/FSDP: a unit's weights in ``unit_collectives`` all-gathers (each paying the ring's latency), its
+    # gradients in one reduce-scatter; only ``prefetch_params`` of it are gathered ahead of its compute
+    # (DeepSpeed's stage3_prefetch_bucket_size; FSDP's backward prefetch takes the whole next unit)
+    calls = x.unit_collectives
     return DataParallelTimes(
         grad_sync_s=grad_sync,
         param_gather_s=np.where(gathers, 0.0, dense_gather + expert_gather),
         bucket_s=grad_sync * bucket_share,
-        unit_gather_s=np.where(gathers, collective_s("all_gather", unit * w, shard, per, topology), 0.0),
+        unit_gather_s=np.where(
+            gathers, calls * collective_s("all_gather", unit * w / calls, shard, per, topology), 0.0
+        ),
         unit_reduce_s=np.where(
             gathers, collective_s("reduce_scatter", unit * grad, shard, per, topology), 0.0
         ),
+        unit_collectives=np.where(gathers, calls, 0.0),
+        unit_prefetch_share=np.minimum(1.0, x.prefetch_params / np.maximum(unit, 1.0)),
     )
 
 

@@ -45,6 +45,7 @@ import numpy as np
 
 from mfukit.comm.topology import CommTopology, from_system
 from mfukit.core.hardware import Accelerator, System
+from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import Precision
 from mfukit.perf import flops
@@ -87,6 +88,7 @@ BREAKDOWN = (
     "dp_comm",
     "optimizer",
     "other",
+    "stragglers",
 )
 _SHARDED_STATES = np.asarray([name != "none" for name in SHARDINGS])
 _DDP_STYLE = frozenset({"none", "distributed-optimizer"})  # reductions of the framework's own gradient buffer
@@ -208,6 +210,10 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         last_unit_params=last.largest_unit,
         hybrid_shard_ranks=hybrid_ranks,
         bucket_params=facts.grad_bucket_params or math.inf,
+        unit_collectives=float(weight_matrices_per_layer(workload.model))
+        if facts.zero3_gathers == "per-matrix"
+        else 1.0,
+        prefetch_params=facts.zero3_prefetch_params or math.inf,
     )
     sharded = _SHARDED_STATES[grid.sharding]
 
@@ -239,6 +245,14 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         hardware_flops_per_token=np.asarray(hardware)[grid.recompute],
         executed_flops_per_token=np.asarray(executed)[grid.recompute],
     )
+
+
+def weight_matrices_per_layer(model: ModelSpec) -> int:
+    """Weight matrices of one layer as framework modules hold them: fused QKV and the output projection in
+    GPT-style models (Megatron, GPT-2/3, BLOOM), separate Q, K, V and O in the GQA-era Hugging Face models
+    (Llama, Mistral, Qwen); two MLP matrices, three with SwiGLU."""
+    attention = 4 if model.num_key_value_heads is not None else 2
+    return attention + (3 if model.mlp == "swiglu" else 2)
 
 
 def elementwise_kernels(workload: Workload, facts: Efficiency) -> EagerElementwise:
@@ -361,9 +375,10 @@ def _stage(
     # collectives a layer launches per micro-batch: 2 (+ 2 with SP) forward, 2 (+ 4 with SP) backward
     tp_forward_calls = np.where(g.tp > 1, np.where(g.sp, 4.0, 2.0), 0.0)
     tp_calls = np.where(g.tp > 1, np.where(g.sp, 10.0, 4.0), 0.0)
-    # ZeRO-3/FSDP: each layer's weights gathered for forward and again for backward, its gradients
-    # reduce-scattered: three collectives per layer and micro-batch, each with its fixed synchronisation cost
-    unit_calls = np.where(_GATHERS_PARAMS[g.sharding], 3.0, 0.0)
+    # ZeRO-3/FSDP: each layer's weights gathered for forward and again for backward (one collective, or one
+    # per weight matrix), its gradients reduce-scattered, every micro-batch, each with its fixed
+    # synchronisation cost
+    unit_calls = 2 * dp.unit_collectives + np.where(_GATHERS_PARAMS[g.sharding], 1.0, 0.0)
     # a framework that keeps the stage's weights gathered across micro-batches under a pipeline pays the
     # gathers and the reduction once per step: spread over the step's micro-batches here
     once = (g.pp > 1) & (eff.fsdp_gathers_once_with_pipeline > 0)
@@ -380,7 +395,7 @@ def _stage(
         window = np.where(g.sp, 2.0, 1.0) * kind.window
         tp_fwd = c.tp_fwd_s
         tp = tp_fwd + c.tp_bwd_blocking_s + np.maximum(0.0, c.tp_bwd_overlappable_s - window)
-        if p.workload.tp_comm_overlap:
+        if tp_overlap:
             overlapped_fwd, overlapped = tp_overlapped_s(c, kind, g.tp)
             tp_fwd, tp = np.where(g.sp, overlapped_fwd, tp_fwd), np.where(g.sp, overlapped, tp)
         tp = tp + tp_calls * eff.collective_overhead_s
@@ -408,8 +423,8 @@ def _stage(
             "tp_comm": tp,
             "cp_comm": cp_fwd + cp_bwd,
             "ep_comm": ep,
-            "fsdp_comm": np.maximum(0.0, dp.unit_gather_s - kind.forward)
-            + np.maximum(0.0, dp.unit_gather_s + dp.unit_reduce_s - kind.backward)
+            "fsdp_comm": np.maximum(0.0, dp.unit_gather_s - kind.forward * dp.unit_prefetch_share)
+            + np.maximum(0.0, dp.unit_gather_s + dp.unit_reduce_s - kind.backward * dp.unit_prefetch_share)
             + unit_calls * eff.collective_overhead_s,
         }
         # The host launches the layer's kernels while the GPU runs earlier ones: it only costs time when it
@@ -420,6 +435,7 @@ def _stage(
         parts["other"] = np.maximum(0.0, host - gpu)
         return parts
 
+    tp_overlap = tp_comm_overlap(p.workload, p.machine.accelerator, eff)
     # the host floor was fitted on fused layers; composite eager ops launch more kernels per layer
     launches = LAYER_KERNELS[elementwise_kernels(p.workload, eff)] / LAYER_KERNELS["fused"]
     d, m = per_layer(dense, routed=False), per_layer(moe, routed=True)
@@ -430,6 +446,15 @@ def _stage(
     parts["fsdp_comm"] = parts["fsdp_comm"] + np.where(layers > 0, dp.unit_gather_s + dp.unit_reduce_s, 0.0)
     parts["other"] = parts["other"] + eff.microbatch_overhead_s
     return parts
+
+
+def tp_comm_overlap(workload: Workload, accelerator: Accelerator, eff: Efficiency) -> bool:
+    """Whether TP collectives run chunked under their GEMMs: as the workload says, else the stack's default,
+    which its recipes turn on only on GPUs with FP8 tensor cores (Hopper and later: Transformer Engine's
+    userbuffers overlap ships in their H100 recipes)."""
+    if workload.tp_comm_overlap is not None:
+        return workload.tp_comm_overlap
+    return eff.tp_comm_overlap > 0 and "fp8" in accelerator.peak_flops_per_s
 
 
 def tp_overlapped_s(c: CommTimes, kind: _PerLayer, tp: Ints) -> tuple[Floats, Floats]:
@@ -520,9 +545,22 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
             for states, grads in zip(p.optimizer_params, p.gradient_params, strict=True)
         )
     )
+    breakdown["stragglers"] = np.zeros_like(head)
     ordered = {name: breakdown[name] for name in BREAKDOWN}
     step = np.sum(np.stack(list(ordered.values())), axis=0)
-    return _rates(p, ordered, step)
+    ordered["stragglers"] = step * straggler_factor(g.world_size, eff.sync_jitter_cv)
+    return _rates(p, ordered, step + ordered["stragglers"])
+
+
+def straggler_factor(ranks: Ints, jitter_cv: float) -> Floats:
+    """The share by which the slowest of ``ranks`` synchronised ranks exceeds a typical one when each rank's
+    step time varies with coefficient of variation ``jitter_cv`` (clock and thermal throttling, OS and host
+    noise, uneven network paths): every DP collective and pipeline hand-off waits for the slowest rank, and
+    the expected maximum of n independent normal deviates is about sigma sqrt(2 ln n) (extreme-value
+    asymptotics, Cramer 1946; the tail-at-scale effect of Dean and Barroso, CACM 2013). This is why MFU falls
+    with scale at a fixed per-GPU layout; ``jitter_cv`` is fitted per GPU family on multi-node runs."""
+    n = np.maximum(np.asarray(ranks, dtype=np.float64), 1.0)
+    return np.asarray(jitter_cv * np.sqrt(2.0 * np.log(n)), dtype=np.float64)
 
 
 def _rates(p: Prepared, breakdown: dict[str, Floats], step: Floats) -> StepEstimate:

@@ -1,0 +1,383 @@
+"""Measured training runs in the calibration CSV schema, as step-time cases.
+
+The schema (``shared/reference/perf-model.md`` §2) is one row per run: the model's shape, the batch, the GPU
+type and count, the layout (tp, pp, dp, cp, ep, vpp, ``zero_stage_or_fsdp``, ``activation_recompute``), the
+precision, and what the run measured (tokens/s per GPU or in total, step time, TFLOP/s per GPU in a stated
+accounting, or MFU). Four optional trailing columns name what the schema leaves to the notes: ``framework``
+(the software stack), ``attention`` (``flash`` or ``eager``), ``offload`` and ``system`` (a catalog node).
+
+The same reader serves the Megatron-stack and gathered files of ``benchmarks/data/calibration/`` and a site's
+own runs (``mfukit validate`` / ``mfukit calibrate``). A row whose layout the source did not publish is
+skipped with its reason; a value that is there but cannot be read is an error naming the row and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from mfukit import catalog
+from mfukit.core.hardware import Accelerator, System
+from mfukit.core.model import ModelSpec
+from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split
+from mfukit.core.scenario import Precision
+from mfukit.errors import InputError
+from mfukit.perf import flops
+from mfukit.perf.layouts import Workload
+
+Accounting = Literal["model", "hardware"]
+REQUIRED_COLUMNS = (
+    "row_id",
+    "source_group",
+    "model_name",
+    "n_layers",
+    "hidden",
+    "n_heads",
+    "ffn_hidden",
+    "vocab",
+    "seq_len",
+    "gpu_type",
+    "n_gpus",
+    "tp",
+    "pp",
+    "dp",
+)
+MEASURED_COLUMNS = (
+    "tokens_per_sec_per_gpu",
+    "tokens_per_sec_total",
+    "step_time_s",
+    "measured_tflops_per_gpu",
+    "measured_mfu_pct",
+)
+OPTIONAL_COLUMNS = ("framework", "attention", "offload", "system")
+# the node each GPU type of the schema ran in when a row names no catalog system (DGX/HGX 8-GPU nodes)
+GPU_SYSTEMS = (
+    ("A100-SXM4-40GB", "dgx-a100-40gb"),
+    ("A100", "dgx-a100-80gb"),
+    ("H100", "dgx-h100"),
+    ("H800", "hgx-h800"),
+    ("H200", "dgx-h200"),
+    ("B200", "hgx-b200"),
+)
+# the stack of the groups the schema's files carry without a framework column
+SOURCE_STACKS = {
+    "korthikanti2022": "megatron-core",
+    "megatron_core_h100_2024": "megatron-core",
+    "nemo_megatron_bridge": "nemo",
+}
+# stacks whose layers always run sequence parallel with TP (Megatron-Core and NeMo recipes, nanotron,
+# torchtitan); Megatron-DeepSpeed, DeepSpeed and FSDP only when the row says so
+SEQUENCE_PARALLEL_STACKS = frozenset({"megatron-core", "nemo", "nanotron", "torchtitan"})
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured run as the step-time model sees it."""
+
+    source: str
+    row_id: int
+    label: str
+    workload: Workload
+    layout: Parallelism
+    micro_batch_size: int
+    num_microbatches: int
+    first_layers: int
+    last_layers: int
+    system: System
+    accelerator: Accelerator
+    num_gpus: int
+    measured_tokens_per_s_per_gpu: float
+    accounting: Accounting
+    measured_memory_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class SkippedRow:
+    row_id: str
+    reason: str
+
+
+class _Row:
+    """One CSV row with typed access that names the row and the column on a bad value."""
+
+    def __init__(self, values: dict[str, str], path: Path, line: int):
+        self.values = values
+        self.path = path
+        self.where = f"row {values.get('row_id') or '?'} (line {line})"
+
+    def text(self, column: str) -> str:
+        return (self.values.get(column) or "").strip()
+
+    def has(self, column: str) -> bool:
+        return self.text(column).lower() not in ("", "nan", "unknown")
+
+    def number(self, column: str, *, positive: bool = True) -> float:
+        raw = self.text(column)
+        try:
+            value = float(raw)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or (positive and value <= 0) or value < 0:
+            raise InputError(
+                f"{self.where}: column '{column}' is {raw!r}",
+                source=str(self.path),
+                field=column,
+                value=raw,
+                expected="a positive number" if positive else "a number >= 0",
+                hint=f"fix or empty the '{column}' cell of {self.where}",
+            )
+        return value
+
+    def integer(self, column: str, default: int | None = None) -> int:
+        if default is not None and not self.has(column):
+            return default
+        value = self.number(column)
+        if value != int(value):
+            raise InputError(
+                f"{self.where}: column '{column}' is {self.text(column)!r}, expected a whole number",
+                source=str(self.path),
+                field=column,
+                value=self.text(column),
+            )
+        return int(value)
+
+    def error(self, column: str, message: str, hint: str) -> InputError:
+        return InputError(
+            f"{self.where}: {message}",
+            source=str(self.path),
+            field=column,
+            value=self.text(column),
+            hint=hint,
+        )
+
+
+def _machine(row: _Row) -> tuple[System, Accelerator]:
+    if row.has("system"):
+        system = catalog.system(row.text("system"), field="system", source=str(row.path))
+    else:
+        gpu = row.text("gpu_type").upper()
+        name = next((system for key, system in GPU_SYSTEMS if key in gpu), None)
+        if name is None:
+            raise row.error(
+                "gpu_type",
+                f"unknown gpu_type {row.text('gpu_type')!r}",
+                "use one of "
+                + ", ".join(key for key, _ in GPU_SYSTEMS)
+                + ", or name a catalog node in 'system'",
+            )
+        system = catalog.system(name)
+    return system, catalog.accelerator(system.accelerator)
+
+
+def _precision(row: _Row) -> Precision:
+    text = row.text("precision").lower()
+    if "fp8" in text:
+        return "fp8"
+    if text.startswith("fp16") and "bf16" not in text:
+        return "fp16"
+    if "fp32" in text and "16" not in text:
+        return "fp32"
+    return "bf16"  # bf16 and fp16 share the tensor-core peak on every catalog GPU
+
+
+def _stack(row: _Row) -> str:
+    from mfukit.perf.efficiency import stack_name  # the stacks the efficiency profiles know
+
+    if row.has("framework"):
+        return stack_name(row.text("framework"), field="framework")
+    return SOURCE_STACKS.get(row.text("source_group"), "megatron-core")
+
+
+def _model(row: _Row) -> ModelSpec:
+    hidden, ffn = row.integer("hidden"), row.integer("ffn_hidden")
+    heads = row.integer("n_heads")
+    gelu = ffn == 4 * hidden  # GPT-style 4h MLPs; Llama-style SwiGLU widths are not 4h
+    try:
+        return ModelSpec(
+            name=row.text("model_name") or "run",
+            num_hidden_layers=row.integer("n_layers"),
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_key_value_heads=row.integer("n_kv_heads", default=heads),
+            intermediate_size=ffn,
+            vocab_size=row.integer("vocab"),
+            mlp="gelu" if gelu else "swiglu",
+            norm="layernorm" if gelu else "rmsnorm",
+            position_embedding="learned" if gelu else "rope",
+            tie_word_embeddings=False,
+            max_position_embeddings=row.integer("seq_len"),
+        )
+    except ValueError as error:  # pydantic: heads that do not divide the hidden size, ...
+        raise row.error(
+            "n_heads", f"the model shape is inconsistent: {error}", "check the shape columns"
+        ) from None
+
+
+def _sharding(row: _Row, stack: str) -> dict[str, object]:
+    text = row.text("zero_stage_or_fsdp").lower().replace("_", "-")
+    deepspeed = "deepspeed" if stack in ("deepspeed", "megatron-deepspeed") else "megatron"
+    if "hybrid" in text or "hsdp" in text:
+        return {"fsdp": "hybrid"}
+    if "fsdp" in text or "full-shard" in text or "full_shard" in text:
+        return {"fsdp": "full"}
+    for stage in (3, 2, 1):
+        if f"zero-{stage}" in text or f"zero{stage}" in text or f"zero stage {stage}" in text:
+            return {"zero": stage, "zero_impl": deepspeed}
+    if "distributed optimizer" in text or "dist-opt" in text:
+        return {"zero": 1}
+    return {}
+
+
+def _recompute(row: _Row, stack: str) -> tuple[Recompute, bool]:
+    text = row.text("activation_recompute").lower()
+    sp = "sequence-parallel" in text or "sequence parallel" in text
+    if text.startswith("full"):
+        return "full", sp
+    if text.startswith("selective"):
+        return "selective", sp
+    if text.startswith("none") or text.startswith("no"):
+        return "none", sp
+    # not published: Megatron-Core and NeMo recipes default to selective recompute with SP
+    return ("selective" if stack in ("megatron-core", "nemo") else "none"), sp
+
+
+def _measured(row: _Row, workload: Workload, layout: Parallelism, n_gpus: int) -> tuple[float, Accounting]:
+    """Tokens/s per GPU the run measured, from the first measured column the row fills."""
+    seq = workload.seq_len
+    if row.has("tokens_per_sec_per_gpu"):
+        return row.number("tokens_per_sec_per_gpu"), "model"
+    if row.has("tokens_per_sec_total"):
+        return row.number("tokens_per_sec_total") / n_gpus, "model"
+    if row.has("step_time_s"):
+        return workload.global_batch_sequences * seq / row.number("step_time_s") / n_gpus, "model"
+    model_flops = flops.model_flops_per_token(workload.model, seq, "full")
+    if row.has("measured_tflops_per_gpu"):
+        tflops = row.number("measured_tflops_per_gpu") * 1e12
+        if row.text("tflops_accounting").lower().startswith("hardware"):
+            per_token = flops.hardware_flops_per_token(workload.model, seq, layout.recompute, "full")
+            return tflops / per_token, "hardware"
+        return tflops / model_flops, "model"
+    peak = row.number("peak_tflops_used") * 1e12 if row.has("peak_tflops_used") else None
+    if peak is None:
+        _, accelerator = _machine(row)
+        peak = accelerator.peak_flops(workload.precision)
+    return row.number("measured_mfu_pct") / 100 * peak / model_flops, "model"
+
+
+def _case(row: _Row) -> Case | SkippedRow:
+    row_id = row.text("row_id")
+    missing = [column for column in REQUIRED_COLUMNS if not row.has(column)]
+    if missing:
+        return SkippedRow(row_id, "not published: " + ", ".join(missing))
+    if not any(row.has(column) for column in MEASURED_COLUMNS):
+        return SkippedRow(row_id, "no measured throughput (" + ", ".join(MEASURED_COLUMNS) + ")")
+    stack = _stack(row)
+    model = _model(row)
+    system, accelerator = _machine(row)
+    tp, pp, dp = row.integer("tp"), row.integer("pp"), row.integer("dp")
+    cp, ep, vpp = row.integer("cp", default=1), row.integer("ep", default=1), row.integer("vpp", default=1)
+    n_gpus = row.integer("n_gpus")
+    if tp * pp * dp * cp != n_gpus:
+        raise row.error(
+            "n_gpus",
+            f"tp x pp x dp x cp = {tp * pp * dp * cp} but n_gpus = {n_gpus}",
+            "fix the layout or the GPU count",
+        )
+    seq = row.integer("seq_len")
+    if row.has("global_batch_sequences"):
+        batch = row.integer("global_batch_sequences")
+    elif row.has("global_batch_tokens"):
+        batch = max(1, int(row.number("global_batch_tokens") // seq))
+    else:
+        return SkippedRow(row_id, "not published: global_batch_sequences, global_batch_tokens")
+    micro = row.integer("micro_batch", default=1)
+    if batch % (dp * micro):
+        raise row.error(
+            "global_batch_sequences",
+            f"global batch {batch} is not a multiple of dp x micro_batch = {dp * micro}",
+            "check the batch, dp and micro_batch columns",
+        )
+    recompute, sp_given = _recompute(row, stack)
+    split = default_stage_split(model.num_hidden_layers, pp, vpp)
+    layout = Parallelism(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        vpp=vpp,
+        sequence_parallel=tp > 1 and (sp_given or stack in SEQUENCE_PARALLEL_STACKS),
+        recompute=recompute,
+        **_sharding(row, stack),
+        **({"first_stage_layers": split[0], "last_stage_layers": split[1]} if split else {}),
+    )
+    attention = row.text("attention").lower()
+    if attention not in ("", "flash", "eager"):
+        raise row.error("attention", f"attention is {attention!r}", "use flash or eager")
+    workload = Workload(
+        model=model,
+        seq_len=seq,
+        global_batch_sequences=batch,
+        precision=_precision(row),
+        flash_attention=attention != "eager",
+        framework=stack,
+    )
+    measured, accounting = _measured(row, workload, layout, n_gpus)
+    per_stage = model.num_hidden_layers // pp
+    first, last = split or (per_stage, per_stage)
+    memory = row.number("peak_mem_gib_per_gpu") * 2.0**30 if row.has("peak_mem_gib_per_gpu") else None
+    return Case(
+        source=row.text("source_group"),
+        row_id=int(row.number("row_id", positive=False)),
+        label=row.text("model_name"),
+        workload=workload,
+        layout=layout,
+        micro_batch_size=micro,
+        num_microbatches=batch // (dp * micro),
+        first_layers=first,
+        last_layers=last,
+        system=system,
+        accelerator=accelerator,
+        num_gpus=n_gpus,
+        measured_tokens_per_s_per_gpu=measured,
+        accounting=accounting,
+        measured_memory_bytes=memory,
+    )
+
+
+def _lines(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as handle:
+            reader = csv.DictReader(handle)
+            header = reader.fieldnames or []
+            absent = [column for column in (*REQUIRED_COLUMNS, "source_group") if column not in header]
+            if absent:
+                raise InputError(
+                    f"{path} lacks the column(s) {', '.join(dict.fromkeys(absent))}",
+                    source=str(path),
+                    field=absent[0],
+                    hint="use the calibration CSV schema (docs/performance-model.md lists its columns)",
+                )
+            for values in reader:
+                yield reader.line_num, values
+    except OSError as error:
+        raise InputError(f"cannot read {path}: {error.strerror}", source=str(path)) from None
+    except (csv.Error, UnicodeDecodeError) as error:
+        raise InputError(f"{path} is not a readable CSV file: {error}", source=str(path)) from None
+
+
+def read_runs(path: Path) -> tuple[list[Case], list[SkippedRow]]:
+    """Every row of ``path`` as a case, and the rows that cannot be (with why)."""
+    cases: list[Case] = []
+    skipped: list[SkippedRow] = []
+    for line, values in _lines(path):
+        made = _case(_Row(values, path, line))
+        if isinstance(made, SkippedRow):
+            skipped.append(made)
+        else:
+            cases.append(made)
+    return cases, skipped

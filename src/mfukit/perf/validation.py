@@ -1,0 +1,160 @@
+"""A site's measured runs against the model (``mfukit validate``), and the site's own constants fitted on them
+(``mfukit calibrate``), written as an overlay that ``MFUKIT_CATALOG`` loads.
+
+Runs come in the calibration CSV schema (:mod:`mfukit.perf.measured_runs`). Validation predicts each with the
+constants in effect and reports |predicted - measured| / measured of the MFU per source and overall, with
+each prediction's 80 % interval and whether the measurement fell inside it. A row whose source the installed
+constants were fitted on is marked in-sample: its error is not a test of the model.
+
+Calibration refits the constants the site's runs exercise on those runs (the GPU curve of a family from its
+single-node runs, the stack's host costs and the rank jitter from all of them) and keeps every other
+constant as shipped. The overlay holds the new ``efficiency.toml`` and a ``loso_residuals.csv`` with the
+shipped residuals plus the site's runs as predicted by the constants before the refit (out of sample for
+them), so intervals for the site's regime rest on its own runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mfukit.perf import flops
+from mfukit.perf.calibrate import fit, write_file
+from mfukit.perf.efficiency import EfficiencyFile, efficiency_file
+from mfukit.perf.loso import predict_with
+from mfukit.perf.measured_runs import Case, SkippedRow, read_runs
+from mfukit.perf.uncertainty import (
+    RESIDUALS_FILE,
+    Interval,
+    case_regime,
+    interval_for,
+    load_residuals,
+    residual_of,
+    write_residuals,
+)
+
+
+@dataclass(frozen=True)
+class RowCheck:
+    case: Case
+    measured_mfu: float
+    predicted_mfu: float
+    interval: Interval
+    in_sample: bool
+
+    @property
+    def error(self) -> float:
+        return self.predicted_mfu / self.measured_mfu - 1
+
+    @property
+    def inside(self) -> bool:
+        low, high = self.interval.around(self.predicted_mfu)
+        return low <= self.measured_mfu <= high
+
+
+@dataclass(frozen=True)
+class SourceSummary:
+    source: str
+    rows: int
+    median_abs_error: float
+    p90_abs_error: float
+    median_signed_error: float
+    coverage: float
+    in_sample: bool
+
+
+def mfu_of(case: Case, tokens_per_s_per_gpu: float) -> float:
+    """MFU of ``tokens_per_s_per_gpu`` on the case's model (full s² attention FLOPs, mfukit's convention)."""
+    workload = case.workload
+    per_token = flops.model_flops_per_token(workload.model, workload.seq_len, "full")
+    return tokens_per_s_per_gpu * per_token / case.accelerator.peak_flops(workload.precision)
+
+
+def check_runs(cases: Sequence[Case], file: EfficiencyFile | None = None) -> list[RowCheck]:
+    """Every case predicted under ``file`` (the constants in effect), with its interval."""
+    constants = file or efficiency_file()
+    predicted = predict_with(constants, cases)
+    fitted_sources = {r.source for r in load_residuals()}
+    checks = []
+    for case, tokens in zip(cases, predicted.tolist(), strict=True):
+        in_sample = case.source in fitted_sources
+        # a fitted source's interval comes from the other sources' residuals, as leave-one-source-out
+        interval = interval_for(case_regime(case), exclude_source=case.source if in_sample else None)
+        checks.append(
+            RowCheck(
+                case,
+                mfu_of(case, case.measured_tokens_per_s_per_gpu),
+                mfu_of(case, tokens),
+                interval,
+                in_sample,
+            )
+        )
+    return checks
+
+
+def summarise(checks: Sequence[RowCheck]) -> list[SourceSummary]:
+    """Per source, then ``all`` (rows of every source)."""
+    groups: dict[str, list[RowCheck]] = {}
+    for check in checks:
+        groups.setdefault(check.case.source, []).append(check)
+    if len(groups) > 1:
+        groups["all"] = list(checks)
+    out = []
+    for source, members in groups.items():
+        errors = np.asarray([check.error for check in members])
+        out.append(
+            SourceSummary(
+                source=source,
+                rows=len(members),
+                median_abs_error=float(np.median(np.abs(errors))),
+                p90_abs_error=float(np.quantile(np.abs(errors), 0.9)),
+                median_signed_error=float(np.median(errors)),
+                coverage=sum(check.inside for check in members) / len(members),
+                in_sample=all(check.in_sample for check in members),
+            )
+        )
+    return out
+
+
+def read_site_runs(path: Path) -> tuple[list[Case], list[SkippedRow]]:
+    return read_runs(path)
+
+
+def calibrate_site(
+    cases: Sequence[Case], out_dir: Path
+) -> tuple[EfficiencyFile, list[RowCheck], list[RowCheck]]:
+    """Fit the site's constants on ``cases`` and write the overlay into ``out_dir``; the checks before and
+    after (the after figures are in-sample)."""
+    shipped = efficiency_file()
+    before = check_runs(cases, shipped)
+    refitted, _ = fit(cases, start=shipped)
+    merged = _merged(shipped, refitted, cases)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_file(merged, out_dir / "efficiency.toml")
+    own = [residual_of(check.case, math.log(check.measured_mfu / check.predicted_mfu)) for check in before]
+    write_residuals(out_dir / RESIDUALS_FILE.name, [*load_residuals(RESIDUALS_FILE), *own])
+    after = check_runs(cases, merged)
+    return merged, before, after
+
+
+def _merged(shipped: EfficiencyFile, refitted: EfficiencyFile, cases: Sequence[Case]) -> EfficiencyFile:
+    """The refitted profiles the site's runs used, the shipped ones elsewhere."""
+    stacks = {case.workload.framework for case in cases}
+    families = {case.accelerator.name for case in cases}
+    hardware = [
+        new if any(name in families for name in new.accelerators) else old
+        for old, new in zip(shipped.hardware, refitted.hardware, strict=True)
+    ]
+    frameworks = [
+        new if new.name in stacks else old
+        for old, new in zip(shipped.framework, refitted.framework, strict=True)
+    ]
+    networks = [
+        new if new.fit is not None else old
+        for old, new in zip(shipped.network, refitted.network, strict=True)
+    ]
+    return shipped.model_copy(update={"hardware": hardware, "framework": frameworks, "network": networks})

@@ -1,0 +1,140 @@
+"""The calibration CSV schema as step-time cases: layouts the stacks pick themselves, bad rows named."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from mfukit.core.parallelism import Parallelism, default_stage_split, layout_problems
+from mfukit.core.scenario import stack_alias
+from mfukit.errors import InputError
+from mfukit.perf.calibration_data import calibration_dir
+from mfukit.perf.measured_runs import read_runs
+
+HEADER = (calibration_dir() / "megatron_published_runs.csv").open().readline().strip().split(",")
+
+
+def _write(path: Path, rows: list[dict[str, str]], extra: tuple[str, ...] = ()) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=[*HEADER, *extra])
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row)
+    return path
+
+
+def _row(**values: str) -> dict[str, str]:
+    base = {
+        "row_id": "1",
+        "source": "a site",
+        "source_group": "site",
+        "model_name": "GPT 7B",
+        "n_layers": "32",
+        "hidden": "4096",
+        "n_heads": "32",
+        "ffn_hidden": "16384",
+        "vocab": "51200",
+        "seq_len": "2048",
+        "global_batch_sequences": "256",
+        "micro_batch": "2",
+        "gpu_type": "A100-SXM4-80GB",
+        "n_gpus": "64",
+        "tp": "2",
+        "pp": "2",
+        "dp": "16",
+        "zero_stage_or_fsdp": "distributed optimizer",
+        "activation_recompute": "selective",
+        "precision": "bf16",
+        "tokens_per_sec_per_gpu": "2500",
+    }
+    return base | values
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "vpp", "split"),
+    [
+        (126, 16, 1, (7, 7)),  # Llama 3 405B's published split: (126 + 2) / 16 = 8, one fewer at each end
+        (126, 8, 8, (15, 15)),  # NeMo's 405B recipe: 2 layers per virtual stage, the first and last hold 1
+        (80, 8, 1, None),  # even
+        (95, 8, 1, (12, 11)),  # 95 + 1 = 96: only the loss counted, the last stage one layer lighter
+        (32, 5, 1, (7, 7)),  # no rule divides: edges of 7 + embedding / loss, the middle 6 each
+        (29, 4, 1, None),  # nothing splits: Megatron asks for the counts (the layout check says so)
+    ],
+)
+def test_default_stage_split_follows_megatron(layers: int, pp: int, vpp: int, split: tuple[int, int] | None) -> None:
+    assert default_stage_split(layers, pp, vpp) == split
+    if split is not None:
+        first, last = split
+        layout = Parallelism(pp=pp, vpp=vpp, first_stage_layers=first, last_stage_layers=last)
+        from mfukit import catalog
+
+        model = catalog.model("llama3.1-405b").model_copy(update={"num_hidden_layers": layers})
+        problems = layout_problems(layout, model, seq_len=8192, global_batch_sequences=None, micro_batch_size=1)
+        assert not problems, problems
+
+
+def test_stack_aliases_fold_spelling() -> None:
+    assert stack_alias("Megatron") == "megatron-core"
+    assert stack_alias("Megatron_Core") == "megatron-core"
+    assert stack_alias("NeMo") == "nemo"
+    assert stack_alias("DeepSpeed") == "deepspeed"
+    assert stack_alias("caffe") == "caffe"  # a true miss stays a miss (the profile lookup names the stacks)
+
+
+def test_a_row_becomes_a_case_with_the_stack_defaults(tmp_path: Path) -> None:
+    path = _write(tmp_path / "runs.csv", [_row()], ("framework",))
+    (case,), skipped = read_runs(path)
+    assert not skipped
+    assert case.workload.framework == "megatron-core" and case.layout.sequence_parallel  # MCore: SP with TP
+    assert case.layout.zero == 1 and case.num_microbatches == 256 // (16 * 2)
+    assert case.system.name == "dgx-a100-80gb" and case.measured_tokens_per_s_per_gpu == 2500
+
+
+def test_deepspeed_zero3_and_eager_attention_are_read(tmp_path: Path) -> None:
+    row = _row(zero_stage_or_fsdp="ZeRO-3", tp="1", pp="1", dp="64", framework="DeepSpeed", attention="eager")
+    (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework", "attention")))
+    assert case.layout.zero == 3 and case.layout.zero_impl == "deepspeed"
+    assert case.workload.framework == "deepspeed" and not case.workload.flash_attention
+    assert not case.layout.sequence_parallel
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "said"),
+    [
+        ("tp", "two", "column 'tp'"),
+        ("n_gpus", "60", "tp x pp x dp x cp = 64 but n_gpus = 60"),
+        ("gpu_type", "V100", "unknown gpu_type"),
+        ("tokens_per_sec_per_gpu", "-5", "column 'tokens_per_sec_per_gpu'"),
+    ],
+)
+def test_a_bad_cell_names_the_row_and_the_column(tmp_path: Path, column: str, value: str, said: str) -> None:
+    path = _write(tmp_path / "runs.csv", [_row(row_id="7", **{column: value})])
+    with pytest.raises(InputError) as raised:
+        read_runs(path)
+    text = raised.value.render()
+    assert "row 7 (line 2)" in text and said in text
+
+
+def test_rows_without_a_published_layout_are_skipped_with_the_reason(tmp_path: Path) -> None:
+    path = _write(tmp_path / "runs.csv", [_row(tp="", pp="", dp="")])
+    cases, skipped = read_runs(path)
+    assert not cases and skipped[0].reason == "not published: tp, pp, dp"
+
+
+def test_a_file_without_the_schema_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "runs.csv"
+    path.write_text("a,b\n1,2\n")
+    with pytest.raises(InputError) as raised:
+        read_runs(path)
+    assert "lacks the column" in raised.value.render()
+
+
+def test_the_megatron_stack_file_reads_every_published_layout() -> None:
+    cases, skipped = read_runs(calibration_dir() / "megatron_published_runs.csv")
+    assert {case.source for case in cases} == {"korthikanti2022", "megatron_core_h100_2024", "nemo_megatron_bridge"}
+    assert [row.row_id for row in skipped] == ["40", "41"]  # the strong-scaling rows publish no layout
+    llama405 = next(case for case in cases if case.row_id == 82)
+    assert (llama405.layout.first_stage_layers, llama405.layout.last_stage_layers) == (15, 15)
+    assert llama405.workload.precision == "fp8" and llama405.workload.framework == "nemo"
