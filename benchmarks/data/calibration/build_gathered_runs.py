@@ -1,0 +1,741 @@
+"""Build ``gathered_runs.csv``: measured training runs gathered from public sources, in the column schema of
+``megatron_published_runs.csv`` plus three trailing columns (``framework``, ``attention``, ``offload``).
+
+Every measured figure below is what its source printed (``reported_fields`` names them); the derived columns
+(tokens/s from step time or the reverse, totals, model FLOPs per token 6N + 12·L·h·s, MFU against the dense
+peak) are computed here so that they cannot drift from the inputs. ``python
+benchmarks/data/calibration/build_gathered_runs.py`` rewrites the CSV next to this file;
+``tests/unit/test_gathered_runs.py`` checks that the committed CSV is what this script writes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+OUTPUT = HERE / "gathered_runs.csv"
+
+SCHEMA = (
+    "row_id,source,source_detail,source_group,model_name,n_params,n_layers,hidden,n_heads,n_kv_heads,ffn_hidden,"
+    "vocab,seq_len,global_batch_sequences,global_batch_tokens,micro_batch,gpu_type,n_gpus,tp,pp,dp,cp,ep,vpp,"
+    "zero_stage_or_fsdp,activation_recompute,precision,peak_tflops_used,measured_tflops_per_gpu,tflops_accounting,"
+    "measured_mfu_pct,hfu_pct,tokens_per_sec_per_gpu,tokens_per_sec_total,step_time_s,peak_mem_gib_per_gpu,"
+    "total_tokens,wallclock_days,gpu_hours,derived_model_tflops_per_gpu,derived_mfu_pct,"
+    "derived_mfu_vs_bf16_dense_pct,reported_fields,inferred_fields,notes"
+).split(",")
+EXTRA_COLUMNS = ["framework", "attention", "offload"]
+HEADER = SCHEMA + EXTRA_COLUMNS
+
+# Dense peaks per GPU in TFLOP/s (perf-model.md section 2 conventions).
+BF16_PEAK_TFLOPS = {"A100": 312.0, "H100": 989.0, "H200": 989.0}
+FP8_PEAK_TFLOPS = {"H100": 1979.0, "H200": 1979.0}
+
+A100_80 = "A100-SXM4-80GB"
+A100_40 = "A100-SXM4-40GB"
+H100 = "H100-SXM5-80GB"
+H100_TITAN = "H100-SXM-96GB-HBM2e (500W cap)"
+H200 = "H200-SXM-141GB"
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    n_params: float
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn: int
+    vocab: int
+    inferred: str  # how the shape was obtained, goes to inferred_fields
+
+
+def _gpt_params(layers: int, hidden: int, vocab: int, seq: int) -> float:
+    """GPT with a 4h GeLU MLP, learned positions, untied counting of nothing: L(12h² + 13h) + V·h + s·h."""
+    return float(layers * (12 * hidden**2 + 13 * hidden) + vocab * hidden + seq * hidden)
+
+
+def _bloom_params(layers: int, hidden: int, vocab: int) -> float:
+    """BigScience's own count (tr11 README): L(12h² + 13h) + V·h (ALiBi, no position table)."""
+    return float(layers * (12 * hidden**2 + 13 * hidden) + vocab * hidden)
+
+
+NEMO_GPT = "arch from NeMo GPTConfig5B/20B/175B (nemo/collections/llm/gpt/model/base.py); vocab 50257 (GPT-2 BPE)"
+LLAMA = "arch (public Llama configs)"
+SHAPES = {
+    "gpt3_5b": Shape("GPT3-5B (NeMo)", _gpt_params(24, 4096, 50257, 2048), 24, 4096, 32, 32, 16384, 50257, NEMO_GPT),
+    "gpt3_20b": Shape("GPT3-20B (NeMo)", _gpt_params(44, 6144, 50257, 2048), 44, 6144, 48, 48, 24576, 50257, NEMO_GPT),
+    "gpt3_175b": Shape(
+        "GPT3-175B (NeMo)", _gpt_params(96, 12288, 50257, 2048), 96, 12288, 96, 96, 49152, 50257, NEMO_GPT
+    ),
+    "llama2_7b": Shape("Llama 2 7B", 6738415616.0, 32, 4096, 32, 32, 11008, 32000, LLAMA),
+    "llama2_13b": Shape("Llama 2 13B", 13015864320.0, 40, 5120, 40, 40, 13824, 32000, LLAMA),
+    "llama2_70b": Shape("Llama 2 70B", 68976648192.0, 80, 8192, 64, 8, 28672, 32000, LLAMA),
+    "llama3_8b": Shape("Llama 3 8B", 8030261248.0, 32, 4096, 32, 8, 14336, 128256, LLAMA),
+    "llama3_70b": Shape("Llama 3 70B", 70553706496.0, 80, 8192, 64, 8, 28672, 128256, LLAMA),
+    "llama31_8b": Shape("Llama 3.1 8B", 8030000000.0, 32, 4096, 32, 8, 14336, 128256, LLAMA),
+    "llama31_70b": Shape("Llama 3.1 70B", 70600000000.0, 80, 8192, 64, 8, 28672, 128256, LLAMA),
+    "llama31_405b": Shape("Llama 3.1 405B", 405900000000.0, 126, 16384, 128, 8, 53248, 128256, LLAMA),
+    "bloom_176b": Shape(
+        "BLOOM 176B", 176247271424.0, 70, 14336, 112, 112, 57344, 250880, "vocab 250880 (padded, published BLOOM config)"
+    ),
+    "gptneox_20b": Shape(
+        "GPT-NeoX-20B",
+        20556201984.0,
+        44,
+        6144,
+        64,
+        64,
+        24576,
+        50432,
+        "vocab 50432 (padded; model card); ffn 24576 (model card)",
+    ),
+    "opt_175b": Shape(
+        "OPT-175B", _gpt_params(96, 12288, 50272, 2048), 96, 12288, 96, 96, 49152, 50272, "vocab 50272 (HF OPT config)"
+    ),
+}
+
+PREQUEL_SHAPE = (
+    "vocab 250880 (prequel says 250k; tr11 padded size assumed); ffn=4h; n_params from BigScience's "
+    "L(12h^2+13h)+V*h formula, matching the table's Size column"
+)
+
+
+def bloom_variant(hidden: int, layers: int) -> Shape:
+    """The tr11 prequel's trial shapes: NHIDDEN/NLAYERS as printed, NHEADS=64 ('all NHEADS=64 (above too)')."""
+    params = _bloom_params(layers, hidden, 250880)
+    return Shape(
+        f"BLOOM-style {params / 1e9:.0f}B (h{hidden}, {layers}L)",
+        params,
+        layers,
+        hidden,
+        64,
+        64,
+        4 * hidden,
+        250880,
+        PREQUEL_SHAPE,
+    )
+
+
+@dataclass(frozen=True)
+class Source:
+    source: str
+    detail: str
+    group: str
+    framework: str
+    attention: str
+
+
+NEMO_2407 = Source(
+    "NVIDIA NeMo docs/source/performance/performance_summary.md (NeMo 24.07 container, DGX-H100, FP8)",
+    "Pretraining table (file at commit 8e3d65dcfe, 2024-09-09)",
+    "nemo_perf_summary_2407",
+    "nemo",
+    "flash",
+)
+NEMO_2407_SFT = Source(
+    NEMO_2407.source,
+    "Finetuning table, SFT rows, SQuAD packed to 4096 tokens (file at commit 8e3d65dcfe, 2024-09-09)",
+    "nemo_perf_summary_2407",
+    "nemo",
+    "flash",
+)
+NEMO_LONGSEQ = Source(
+    "NVIDIA NeMo docs/source/performance/performance_long_sequence.md (NeMo 24.03.01 container, DGX-H100)",
+    "LLAMA2-7B (FP8) - H100 table, 'With CP' columns (file at commit 19fadb67b0, 2025-05-09)",
+    "nemo_long_sequence_h100",
+    "nemo",
+    "flash",
+)
+BRIDGE_260401 = Source(
+    "NVIDIA NeMo Megatron-Bridge docs/performance-summary-archive.md",
+    "26.04.01 NeMo container, Pre-Training, LLAMA3_70B, DGX-H100 row (section added 2026-05-16, commit 17a381f95)",
+    "nemo_megatron_bridge",
+    "nemo",
+    "flash",
+)
+BRIDGE_2606 = Source(
+    "NVIDIA NeMo Megatron-Bridge docs/performance-summary-archive.md",
+    "26.06 NeMo container, Pre-Training, LLAMA3.1_405B, DGX-H100 row (section added 2026-06-15, commit 63b08b397)",
+    "nemo_megatron_bridge",
+    "nemo",
+    "flash",
+)
+BRIDGE_2606_SFT = Source(
+    "NVIDIA NeMo Megatron-Bridge docs/performance-summary-archive.md",
+    "26.06 NeMo container, SFT Performance, LLAMA3_70B, DGX-H100 row (section added 2026-06-15, commit 63b08b397)",
+    "nemo_megatron_bridge",
+    "nemo",
+    "flash",
+)
+TITAN_ASYNC = Source(
+    "PyTorch torchtitan repository benchmarks (Liang et al. 2024/2025 torchtitan paper companion)",
+    "benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (float8 rows; committed 2025-06-16)",
+    "torchtitan",
+    "torchtitan",
+    "flash",
+)
+TITAN_H200 = Source(
+    "PyTorch torchtitan repository benchmarks, run by the Trainy team on WhiteFiber",
+    "benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md Results table (committed 2025-07-11)",
+    "torchtitan_h200_trainy",
+    "torchtitan",
+    "flash",
+)
+BLOOM_PREQUEL = Source(
+    "BigScience bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md (Megatron-DeepSpeed, "
+    "Jean Zay A100 80GB)",
+    "",  # per row: section and date of the table
+    "bigscience_tr11_prequel",
+    "megatron-deepspeed",
+    "eager",
+)
+BLOOM_MAIN = Source(
+    "BigScience bigscience-workshop/bigscience train/tr11-176B-ml/README.md (BLOOM 176B training, "
+    "Megatron-DeepSpeed)",
+    "Replica setup + Architecture + the iteration 85376 log line (README at commit 00327f8, 2022-07-04)",
+    "bigscience_bloom_tr11",
+    "megatron-deepspeed",
+    "eager",
+)
+OPT = Source(
+    "Zhang et al. 2022, OPT: Open Pre-trained Transformer Language Models (arXiv 2205.01068)",
+    "Section 2.4 Training Efficiency + Table 1 (175B row); layout from facebookresearch/metaseq "
+    "projects/OPT/download_opt175b.md (124 hosts, 8x tensor parallelism)",
+    "opt175b_paper",
+    "fsdp",
+    "eager",
+)
+NEOX = Source(
+    "Black et al. 2022, GPT-NeoX-20B: An Open-Source Autoregressive Language Model (arXiv 2204.06745)",
+    "Section 3 Training (cluster, batch, TFLOP/s per GPU); layout from EleutherAI/gpt-neox configs/20B.yml",
+    "gptneox20b_paper",
+    "megatron-deepspeed",
+    "eager",
+)
+
+
+def _fmt(value: float | None, digits: int) -> str:
+    if value is None:
+        return ""
+    return f"{value:.{digits}f}"
+
+
+def _family(gpu_type: str) -> str:
+    return gpu_type[:4]
+
+
+def make_row(
+    row_id: int,
+    src: Source,
+    shape: Shape,
+    *,
+    seq: int,
+    gbs: int,
+    mbs: int | None,
+    gpu: str,
+    n: int,
+    tp: int,
+    pp: int,
+    cp: int = 1,
+    vpp: int | None = None,
+    zero: str,
+    recompute: str,
+    precision: str,
+    reported: str,
+    inferred: str,
+    notes: str,
+    detail: str = "",
+    tflops: float | None = None,
+    accounting: str = "",
+    tokens_per_gpu: float | None = None,
+    step_s: float | None = None,
+    mem_gib: float | None = None,
+    offload: str = "",
+) -> dict[str, str]:
+    dp = n // (tp * pp * cp)
+    if dp * tp * pp * cp != n:
+        raise ValueError(f"row {row_id}: tp*pp*cp does not divide n_gpus")
+    family = _family(gpu)
+    fp8 = precision.startswith("fp8")
+    peak = FP8_PEAK_TFLOPS[family] if fp8 else BF16_PEAK_TFLOPS[family]
+    batch_tokens = gbs * seq
+    if tokens_per_gpu is None and step_s is not None:
+        tokens_per_gpu = batch_tokens / (step_s * n)
+    if step_s is None and tokens_per_gpu is not None:
+        step_s = batch_tokens / (tokens_per_gpu * n)
+    derived_tflops = derived_mfu = derived_bf16 = None
+    if tokens_per_gpu is not None:
+        flops_per_token = 6 * shape.n_params + 12 * shape.layers * shape.hidden * seq
+        derived_tflops = tokens_per_gpu * flops_per_token / 1e12
+        derived_mfu = 100 * derived_tflops / peak
+        derived_bf16 = 100 * derived_tflops / BF16_PEAK_TFLOPS[family]
+    row = {name: "" for name in HEADER}
+    row.update(
+        row_id=str(row_id),
+        source=src.source,
+        source_detail=detail or src.detail,
+        source_group=src.group,
+        model_name=shape.name,
+        n_params=f"{shape.n_params:.1f}",
+        n_layers=str(shape.layers),
+        hidden=str(shape.hidden),
+        n_heads=str(shape.heads),
+        n_kv_heads=str(shape.kv_heads),
+        ffn_hidden=str(shape.ffn),
+        vocab=str(shape.vocab),
+        seq_len=str(seq),
+        global_batch_sequences=str(gbs),
+        global_batch_tokens=str(batch_tokens),
+        micro_batch="" if mbs is None else str(mbs),
+        gpu_type=gpu,
+        n_gpus=str(n),
+        tp=str(tp),
+        pp=str(pp),
+        dp=str(dp),
+        cp=str(cp),
+        ep="1",
+        vpp="" if vpp is None else str(vpp),
+        zero_stage_or_fsdp=zero,
+        activation_recompute=recompute,
+        precision=precision,
+        peak_tflops_used=f"{peak:.0f}",
+        measured_tflops_per_gpu=_fmt(tflops, 2),
+        tflops_accounting=accounting,
+        tokens_per_sec_per_gpu=_fmt(tokens_per_gpu, 2),
+        tokens_per_sec_total=_fmt(None if tokens_per_gpu is None else tokens_per_gpu * n, 1),
+        step_time_s=_fmt(step_s, 3),
+        peak_mem_gib_per_gpu=_fmt(mem_gib, 2),
+        derived_model_tflops_per_gpu=_fmt(derived_tflops, 1),
+        derived_mfu_pct=_fmt(derived_mfu, 1),
+        derived_mfu_vs_bf16_dense_pct=_fmt(derived_bf16, 1),
+        reported_fields=reported,
+        inferred_fields=inferred + ";dp;global_batch_tokens;tokens_per_sec_total;derived_*",
+        notes=notes,
+        framework=src.framework,
+        attention=src.attention,
+        offload=offload,
+    )
+    return row
+
+
+def rows() -> list[dict[str, str]]:
+    out: list[dict[str, str]] = []
+    next_id = iter(range(1001, 2000))
+
+    # NeMo 24.07 performance summary, DGX-H100, FP8 (Transformer Engine), Megatron-Core underneath.
+    nemo_reported = (
+        "model;n_gpus;global_batch_sequences;micro_batch;seq_len;tp;pp;cp;vpp;tokens_per_sec_per_gpu;"
+        "measured_tflops_per_gpu;precision(FP8)"
+    )
+    nemo_inferred = "arch;zero_stage_or_fsdp(distributed optimizer, NeMo recipe default);step_time_s"
+    nemo_notes = (
+        "NeMo's own model-TFLOP formula (not 6N+12Lhs). Activation recompute not printed (recipe default). "
+        "FP8 run: peak_tflops_used=1979; derived_mfu_vs_bf16_dense_pct is against 989."
+    )
+    pretrain = [
+        ("gpt3_5b", 64, 2048, 4, 2048, 1, 1, 1, None, 23406, 765),
+        ("gpt3_20b", 64, 256, 2, 2048, 2, 1, 1, None, 5851, 750),
+        ("gpt3_175b", 128, 256, 1, 2048, 4, 8, 1, 6, 716, 771),
+        ("llama2_7b", 8, 128, 1, 4096, 1, 1, 1, None, 16934, 780),
+        ("llama2_13b", 16, 128, 1, 4096, 1, 4, 1, 10, 8715, 760),
+        ("llama2_70b", 64, 128, 1, 4096, 4, 4, 1, 20, 1728, 768),
+        ("llama3_8b", 8, 128, 1, 8192, 1, 1, 2, None, 12273, 711),
+        ("llama3_70b", 64, 128, 1, 8192, 4, 4, 2, 5, 1524, 734),
+    ]
+    for key, n, gbs, mbs, seq, tp, pp, cp, vp, tok, tf in pretrain:
+        out.append(
+            make_row(
+                next(next_id),
+                NEMO_2407,
+                SHAPES[key],
+                seq=seq,
+                gbs=gbs,
+                mbs=mbs,
+                gpu=H100,
+                n=n,
+                tp=tp,
+                pp=pp,
+                cp=cp,
+                vpp=vp,
+                zero="distributed optimizer",
+                recompute="recipe default (unknown)",
+                precision="fp8",
+                reported=nemo_reported,
+                inferred=nemo_inferred,
+                notes=nemo_notes + (" VP printed as 1 (no interleaving)." if vp is None else ""),
+                tflops=tf,
+                accounting="model",
+                tokens_per_gpu=tok,
+            )
+        )
+    sft = [("llama2_7b", 8, 1, 1, 16891, 673), ("llama2_13b", 8, 1, 4, 10176, 787), ("llama2_70b", 16, 4, 4, 1816, 749)]
+    for key, n, tp, pp, tok, tf in sft:
+        out.append(
+            make_row(
+                next(next_id),
+                NEMO_2407_SFT,
+                SHAPES[key],
+                seq=4096,
+                gbs=32,
+                mbs=1,
+                gpu=H100,
+                n=n,
+                tp=tp,
+                pp=pp,
+                zero="distributed optimizer",
+                recompute="recipe default (unknown)",
+                precision="fp8",
+                reported=nemo_reported.replace(";cp;vpp", ""),
+                inferred=nemo_inferred + ";cp(=1);vpp(none)",
+                notes="Full-parameter SFT step on packed 4096-token sequences (same compute as pre-training). "
+                + nemo_notes,
+                tflops=tf,
+                accounting="model",
+                tokens_per_gpu=tok,
+            )
+        )
+
+    # NeMo long-sequence table: Llama 2 7B FP8 on H100 with context parallelism, 4K to 1M tokens.
+    longseq = [
+        (4, 4, 1024, 1, 1, 1, 768),
+        (8, 8, 512, 1, 2, 1, 730),
+        (16, 16, 256, 2, 1, 1, 660),
+        (32, 32, 128, 2, 1, 2, 610),
+        (64, 64, 64, 4, 1, 2, 574),
+        (128, 128, 32, 4, 1, 4, 555),
+        (256, 256, 16, 4, 1, 8, 549),
+        (512, 512, 8, 8, 1, 16, 549),
+        (1024, 1024, 4, 8, 1, 32, 536),
+    ]
+    for seq_k, n, gbs, tp, pp, cp, tf in longseq:
+        out.append(
+            make_row(
+                next(next_id),
+                NEMO_LONGSEQ,
+                SHAPES["llama2_7b"],
+                seq=seq_k * 1024,
+                gbs=gbs,
+                mbs=None,
+                gpu=H100,
+                n=n,
+                tp=tp,
+                pp=pp,
+                cp=cp,
+                zero="distributed optimizer",
+                recompute="recipe default (unknown)",
+                precision="fp8",
+                reported="seq_len(K);n_gpus;global_batch_sequences(Batch Size);tp;pp;dp;cp;measured_tflops_per_gpu",
+                inferred="arch;zero_stage_or_fsdp;seq_len(K x 1024)",
+                notes="Only model TFLOP/s/GPU printed, by NeMo's formula of that release (attention FLOPs grow with "
+                "s, so tokens/s is not derived here). 'Without CP' column skipped (its layout is not printed).",
+                tflops=tf,
+                accounting="model",
+            )
+        )
+
+    # Megatron-Bridge performance archive: H100 rows whose layout or batch differ from the 25.09 rows already
+    # in megatron_published_runs.csv.
+    out.append(
+        make_row(
+            next(next_id),
+            BRIDGE_260401,
+            SHAPES["llama3_70b"],
+            seq=8192,
+            gbs=256,
+            mbs=1,
+            gpu=H100,
+            n=64,
+            tp=4,
+            pp=8,
+            vpp=5,
+            zero="distributed optimizer",
+            recompute="recipe default (unknown)",
+            precision="fp8",
+            reported="n_gpus;precision;gbs;mbs;seq;fsdp(0);tp;pp;cp;vp;ep;tokens_per_sec_per_gpu;"
+            "measured_tflops_per_gpu",
+            inferred="arch;zero_stage_or_fsdp;step_time_s",
+            notes="GBS 256 (the 25.09 row has 128). Megatron-Core TFLOP formula halves causal attention "
+            "(since 2025-03). FP8 peak 1979.",
+            tflops=731,
+            accounting="model",
+            tokens_per_gpu=1664,
+        )
+    )
+    out.append(
+        make_row(
+            next(next_id),
+            BRIDGE_2606,
+            SHAPES["llama31_405b"],
+            seq=8192,
+            gbs=1536,
+            mbs=1,
+            gpu=H100,
+            n=1024,
+            tp=8,
+            pp=8,
+            cp=2,
+            vpp=8,
+            zero="distributed optimizer",
+            recompute="recipe default (unknown)",
+            precision="fp8",
+            reported="n_gpus;precision;gbs;mbs;seq;tp;pp;cp;vp;tokens_per_sec_per_gpu;measured_tflops_per_gpu",
+            inferred="arch;zero_stage_or_fsdp;step_time_s",
+            notes="GBS 1536 (the 25.09 row has 512). 126 layers over PP8 x VP8: uneven split (the recipe "
+            "accounts for embedding/loss stages). Megatron-Core TFLOP formula halves causal attention. FP8 peak 1979.",
+            tflops=822,
+            accounting="model",
+            tokens_per_gpu=326,
+        )
+    )
+    out.append(
+        make_row(
+            next(next_id),
+            BRIDGE_2606_SFT,
+            SHAPES["llama3_70b"],
+            seq=4096,
+            gbs=32,
+            mbs=1,
+            gpu=H100,
+            n=32,
+            tp=4,
+            pp=4,
+            vpp=5,
+            zero="distributed optimizer",
+            recompute="recipe default (unknown)",
+            precision="fp8",
+            reported="n_gpus;precision;gbs;mbs;seq;tp;pp;cp;vp;tokens_per_sec_per_gpu;measured_tflops_per_gpu",
+            inferred="arch;zero_stage_or_fsdp;step_time_s",
+            notes="Full-parameter SFT (packed sequences), gradient accumulation 16. FP8 peak 1979.",
+            tflops=710,
+            accounting="model",
+            tokens_per_gpu=1638,
+        )
+    )
+
+    # torchtitan async-TP benchmark, float8 rows (the bf16 rows are in published_runs_calibration.csv).
+    titan_reported = (
+        "n_gpus;fsdp;tp;local batch;activation_recompute;quantization;tokens_per_sec_per_gpu(vanilla and async TP)"
+    )
+    titan_notes = (
+        "torch.compile; Grand Teton H100 96 GB HBM2e at 500 W; 400 Gb/s RDMA per GPU. Float8 training: "
+        "peak_tflops_used=1979 (FP8 dense SXM); the GPUs run below SXM clocks."
+    )
+    titan = [
+        ("llama31_70b", 256, 16, "full", "float8 tensorwise", 809.8, 942.4),
+        ("llama31_70b", 256, 16, "full", "float8 rowwise", 599.6, 624.8),
+        ("llama31_8b", 64, 12, "per-op selective", "float8 tensorwise", 5078.1, 5570.1),
+        ("llama31_8b", 64, 12, "per-op selective", "float8 rowwise", 3708.5, 3914.9),
+    ]
+    for key, n, local, ac, quant, vanilla, async_tp in titan:
+        for label, tok in (("vanilla TP", vanilla), ("async TP", async_tp)):
+            out.append(
+                make_row(
+                    next(next_id),
+                    TITAN_ASYNC,
+                    SHAPES[key],
+                    seq=8192,
+                    gbs=local * (n // 8),
+                    mbs=local,
+                    gpu=H100_TITAN,
+                    n=n,
+                    tp=8,
+                    pp=1,
+                    zero=f"FSDP2 {n // 8}-way",
+                    recompute=ac,
+                    precision=f"fp8 ({quant})",
+                    reported=titan_reported,
+                    inferred="arch;seq_len(8192, torchtitan llama3 configs);global_batch_sequences(local x FSDP)",
+                    notes=f"{label}, {quant}. {titan_notes}",
+                    tokens_per_gpu=tok,
+                )
+            )
+    for nodes, tok, mem in ((4, 10938, 47.96), (8, 10753, 46.97)):
+        n = nodes * 8
+        out.append(
+            make_row(
+                next(next_id),
+                TITAN_H200,
+                SHAPES["llama31_8b"],
+                seq=8192,
+                gbs=2 * n,
+                mbs=2,
+                gpu=H200,
+                n=n,
+                tp=1,
+                pp=1,
+                zero=f"FSDP2 {n}-way",
+                recompute="selective (per-op)",
+                precision="fp8 (float8 tensorwise, fp8 all-gather)",
+                reported="n_nodes;local_batch_size;compile;float8 converter flags;tokens_per_sec_per_gpu;"
+                "peak_mem_gib_per_gpu",
+                inferred="arch;seq_len and AC mode (llama3_8b.toml at that commit);FSDP degree (default = all GPUs)",
+                notes="Sampled at iteration 100. 8 x H200 per host, 400 Gb/s CX-7 per GPU. "
+                "enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp, "
+                "force_recompute_fp8_weight_in_bwd. FP8 peak 1979.",
+                tokens_per_gpu=tok,
+                mem_gib=mem,
+            )
+        )
+
+    # BigScience tr11 prequel: 3D-topology benchmarks of BLOOM-style models on 48 nodes of 8 x A100 80GB.
+    prequel_reported = (
+        "n_nodes;size;hidden;n_layers;dp;tp;pp;micro_batch;global_batch_sequences;peak_mem_gib_per_gpu(Mem, "
+        "first/last stage);step_time_s(Sec/it at iteration 2);measured_tflops_per_gpu"
+    )
+    prequel_inferred = (
+        "n_heads(64, stated for the final round 'above too');seq_len(2048, tr11 setting);zero_stage_or_fsdp(ZeRO-1, "
+        "the setup's ZERO_STAGE per the ZS table);activation_recompute(full: TFLOPs counted with recompute);"
+        "precision;vocab;tokens_per_sec_per_gpu"
+    )
+    prequel_notes = (
+        "Megatron-DeepSpeed HFU-style TFLOPs after the PR #251 fix (SC21 eq.3 with recompute). Sec/it is a "
+        "single iteration-2 snapshot. Tied embedding on the first and last stages, transformer blocks split "
+        "evenly."
+    )
+    prequel = [
+        # (table, date, hidden, layers, dp, pp, mbs, mem_gib, sec_per_it, tflops)
+        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 4, 12, 1, 29, 143.31, 112.49),
+        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 4, 12, 2, 37, 134.02, 120.29),
+        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 4, 12, 4, 49, 123.69, 130.34),
+        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 4, 12, 8, 69, 129.26, 124.72),
+        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 8, 6, 1, 38, 139.82, 115.31),
+        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 8, 6, 2, 44, 131.02, 123.05),
+        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 8, 6, 4, 56, 121.48, 132.71),
+        ("48 node contenders, NHIDDEN=13824/NLAYERS=84", "2022-02-21", 13824, 84, 4, 12, 2, 39, 143.89, 121.45),
+        ("48 node contenders, NHIDDEN=13824/NLAYERS=84", "2022-02-21", 13824, 84, 4, 12, 4, 52, 133.12, 131.27),
+        ("48 node contenders, NHIDDEN=13824/NLAYERS=84", "2022-02-21", 13824, 84, 8, 6, 2, 65, 141.41, 123.58),
+        ("48 node contenders, NHIDDEN=13824/NLAYERS=84", "2022-02-21", 13824, 84, 8, 6, 4, 56, 130.31, 134.11),
+        ("Final round comparison, NHIDDEN=12288/NLAYERS=96", "2022-02-23", 12288, 96, 8, 6, 2, None, 136.73, 115.73),
+        ("Final round comparison, NHIDDEN=12288/NLAYERS=96", "2022-02-23", 12288, 96, 8, 6, 4, None, 122.96, 128.69),
+        ("Final round comparison, NHIDDEN=13312/NLAYERS=84", "2022-02-23", 13312, 84, 4, 12, 4, None, 125.52, 129.29),
+        ("Final round comparison, NHIDDEN=13312/NLAYERS=84", "2022-02-23", 13312, 84, 8, 6, 2, None, 135.55, 119.72),
+        ("Final round comparison, NHIDDEN=13312/NLAYERS=84", "2022-02-23", 13312, 84, 8, 6, 4, None, 122.93, 132.00),
+        ("Final round comparison, NHIDDEN=13824/NLAYERS=78", "2022-02-23", 13824, 78, 8, 6, 4, None, 121.28, 133.93),
+        ("Final round comparison, NHIDDEN=14336/NLAYERS=72", "2022-02-23", 14336, 72, 4, 12, 4, None, 123.79, 130.24),
+        ("Final round comparison, NHIDDEN=14336/NLAYERS=72", "2022-02-23", 14336, 72, 8, 6, 4, None, 120.85, 133.40),
+    ]
+    for table, date, hidden, layers, dp, pp, mbs, mem, sec, tf in prequel:
+        reported = prequel_reported if mem is not None else prequel_reported.replace(";peak_mem_gib_per_gpu(Mem, ", ";(")
+        out.append(
+            make_row(
+                next(next_id),
+                BLOOM_PREQUEL,
+                bloom_variant(hidden, layers),
+                detail=f"section '{table}' (table dated {date}; file first committed 2022-03-02, ddfe9cc)",
+                seq=2048,
+                gbs=2048,
+                mbs=mbs,
+                gpu=A100_80,
+                n=dp * 8 * pp,
+                tp=8,
+                pp=pp,
+                zero="ZeRO-1",
+                recompute="full",
+                precision="fp16/bf16 mixed",
+                reported=reported,
+                inferred=prequel_inferred,
+                notes=prequel_notes + ("" if mem is not None else " Mem column empty in this table."),
+                tflops=tf,
+                accounting="hardware",
+                step_s=sec,
+                mem_gib=None if mem is None else float(mem),
+            )
+        )
+
+    out.append(
+        make_row(
+            next(next_id),
+            BLOOM_MAIN,
+            SHAPES["bloom_176b"],
+            seq=2048,
+            gbs=2048,
+            mbs=2,
+            gpu=A100_80,
+            n=384,
+            tp=4,
+            pp=12,
+            zero="ZeRO-1 (BF16_Optimizer's own)",
+            recompute="full",
+            precision="bf16",
+            reported="n_gpus;tp;pp;dp;micro_batch;global_batch_sequences;seq_len;n_layers;hidden;n_heads;"
+            "step_time_s(104.70);measured_tflops_per_gpu(149.77, hardware with recompute)",
+            inferred="ffn_hidden(4h);vocab(250880 padded);tokens_per_sec_per_gpu",
+            notes="Uneven pipeline split: --pp-partition-method 'type:transformer|embedding' puts "
+            "[embed + 5 blocks] on stage 0, 6 blocks on stages 1-10, [5 blocks + embed] on stage 11. HFU-style "
+            "TFLOPs (4*2 coefficient, activation checkpointing). Steady state at GBS 2048, end of epoch one.",
+            tflops=149.77,
+            accounting="hardware",
+            step_s=104.70,
+        )
+    )
+
+    out.append(
+        make_row(
+            next(next_id),
+            OPT,
+            SHAPES["opt_175b"],
+            seq=2048,
+            gbs=1024,
+            mbs=None,
+            gpu=A100_80,
+            n=992,
+            tp=8,
+            pp=1,
+            zero="FSDP (fairscale FULL_SHARD) 124-way",
+            recompute="unknown",
+            precision="fp16 mixed",
+            reported="n_gpus(992 80GB A100);FSDP + Megatron tensor parallelism;measured_tflops_per_gpu('up to 147');"
+            "n_layers;hidden;n_heads;batch(2M tokens, Table 1)",
+            inferred="tp(8, from 124 hosts x 8 TP shards);global_batch_sequences(2M tokens / 2048 = 1024);"
+            "vocab;ffn_hidden(4h);tflops_accounting (not stated)",
+            notes="'Up to' 147 TFLOP/s per GPU: a best figure, not a sustained average; the paper does not say "
+            "whether recompute is counted, so tflops_accounting is left empty. Figure taken from the paper text; "
+            "not re-checked against a PDF in this session.",
+            tflops=147,
+            accounting="",
+        )
+    )
+
+    out.append(
+        make_row(
+            next(next_id),
+            NEOX,
+            SHAPES["gptneox_20b"],
+            seq=2048,
+            gbs=1538,
+            mbs=4,
+            gpu=A100_40,
+            n=96,
+            tp=2,
+            pp=4,
+            zero="ZeRO-1",
+            recompute="full",
+            precision="fp16 mixed",
+            reported="n_gpus(12 x 8 A100-SXM4-40GB);global_batch_sequences(1538 contexts, ~3.15M tokens);seq_len;"
+            "n_layers;hidden;n_heads;measured_tflops_per_gpu(117)",
+            inferred="tp/pp/micro_batch/zero/recompute/precision (configs/20B.yml);tflops_accounting(hardware: "
+            "gpt-neox's logger counts x4 with activation checkpointing)",
+            notes="configs/20B.yml gives micro batch 4 x grad-accum 32 x DP 12 = 1536, the paper says 1538. "
+            "117 TFLOP/s per GPU from the paper text; not re-checked against a PDF in this session.",
+            tflops=117,
+            accounting="hardware",
+        )
+    )
+    return out
+
+
+def render() -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=HEADER, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows())
+    return buffer.getvalue()
+
+
+if __name__ == "__main__":
+    OUTPUT.write_text(render())
+    print(f"wrote {OUTPUT} ({len(rows())} rows)")
