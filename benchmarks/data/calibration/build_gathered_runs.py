@@ -18,14 +18,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "gathered_runs.csv"
 
-SCHEMA = (
-    "row_id,source,source_detail,source_group,model_name,n_params,n_layers,hidden,n_heads,n_kv_heads,ffn_hidden,"
-    "vocab,seq_len,global_batch_sequences,global_batch_tokens,micro_batch,gpu_type,n_gpus,tp,pp,dp,cp,ep,vpp,"
-    "zero_stage_or_fsdp,activation_recompute,precision,peak_tflops_used,measured_tflops_per_gpu,tflops_accounting,"
-    "measured_mfu_pct,hfu_pct,tokens_per_sec_per_gpu,tokens_per_sec_total,step_time_s,peak_mem_gib_per_gpu,"
-    "total_tokens,wallclock_days,gpu_hours,derived_model_tflops_per_gpu,derived_mfu_pct,"
-    "derived_mfu_vs_bf16_dense_pct,reported_fields,inferred_fields,notes"
-).split(",")
+# The shared schema is the header of megatron_published_runs.csv (perf-model.md section 2).
+with (HERE / "megatron_published_runs.csv").open(newline="") as _handle:
+    SCHEMA = next(csv.reader(_handle))
 EXTRA_COLUMNS = ["framework", "attention", "offload"]
 HEADER = SCHEMA + EXTRA_COLUMNS
 
@@ -63,11 +58,17 @@ def _bloom_params(layers: int, hidden: int, vocab: int) -> float:
     return float(layers * (12 * hidden**2 + 13 * hidden) + vocab * hidden)
 
 
-NEMO_GPT = "arch from NeMo GPTConfig5B/20B/175B (nemo/collections/llm/gpt/model/base.py); vocab 50257 (GPT-2 BPE)"
+NEMO_GPT = (
+    "arch from NeMo GPTConfig5B/20B/175B (nemo/collections/llm/gpt/model/base.py); vocab 50257 (GPT-2 BPE)"
+)
 LLAMA = "arch (public Llama configs)"
 SHAPES = {
-    "gpt3_5b": Shape("GPT3-5B (NeMo)", _gpt_params(24, 4096, 50257, 2048), 24, 4096, 32, 32, 16384, 50257, NEMO_GPT),
-    "gpt3_20b": Shape("GPT3-20B (NeMo)", _gpt_params(44, 6144, 50257, 2048), 44, 6144, 48, 48, 24576, 50257, NEMO_GPT),
+    "gpt3_5b": Shape(
+        "GPT3-5B (NeMo)", _gpt_params(24, 4096, 50257, 2048), 24, 4096, 32, 32, 16384, 50257, NEMO_GPT
+    ),
+    "gpt3_20b": Shape(
+        "GPT3-20B (NeMo)", _gpt_params(44, 6144, 50257, 2048), 44, 6144, 48, 48, 24576, 50257, NEMO_GPT
+    ),
     "gpt3_175b": Shape(
         "GPT3-175B (NeMo)", _gpt_params(96, 12288, 50257, 2048), 96, 12288, 96, 96, 49152, 50257, NEMO_GPT
     ),
@@ -80,7 +81,15 @@ SHAPES = {
     "llama31_70b": Shape("Llama 3.1 70B", 70600000000.0, 80, 8192, 64, 8, 28672, 128256, LLAMA),
     "llama31_405b": Shape("Llama 3.1 405B", 405900000000.0, 126, 16384, 128, 8, 53248, 128256, LLAMA),
     "bloom_176b": Shape(
-        "BLOOM 176B", 176247271424.0, 70, 14336, 112, 112, 57344, 250880, "vocab 250880 (padded, published BLOOM config)"
+        "BLOOM 176B",
+        176247271424.0,
+        70,
+        14336,
+        112,
+        112,
+        57344,
+        250880,
+        "vocab 250880 (padded, published BLOOM config)",
     ),
     "gptneox_20b": Shape(
         "GPT-NeoX-20B",
@@ -94,7 +103,15 @@ SHAPES = {
         "vocab 50432 (padded; model card); ffn 24576 (model card)",
     ),
     "opt_175b": Shape(
-        "OPT-175B", _gpt_params(96, 12288, 50272, 2048), 96, 12288, 96, 96, 49152, 50272, "vocab 50272 (HF OPT config)"
+        "OPT-175B",
+        _gpt_params(96, 12288, 50272, 2048),
+        96,
+        12288,
+        96,
+        96,
+        49152,
+        50272,
+        "vocab 50272 (HF OPT config)",
     ),
 }
 
@@ -372,7 +389,11 @@ def rows() -> list[dict[str, str]]:
                 tokens_per_gpu=tok,
             )
         )
-    sft = [("llama2_7b", 8, 1, 1, 16891, 673), ("llama2_13b", 8, 1, 4, 10176, 787), ("llama2_70b", 16, 4, 4, 1816, 749)]
+    sft = [
+        ("llama2_7b", 8, 1, 1, 16891, 673),
+        ("llama2_13b", 8, 1, 4, 10176, 787),
+        ("llama2_70b", 16, 4, 4, 1816, 749),
+    ]
     for key, n, tp, pp, tok, tf in sft:
         out.append(
             make_row(
@@ -517,9 +538,7 @@ def rows() -> list[dict[str, str]]:
     )
 
     # torchtitan async-TP benchmark, float8 rows (the bf16 rows are in published_runs_calibration.csv).
-    titan_reported = (
-        "n_gpus;fsdp;tp;local batch;activation_recompute;quantization;tokens_per_sec_per_gpu(vanilla and async TP)"
-    )
+    titan_reported = "n_gpus;fsdp;tp;local batch;activation_recompute;quantization;tokens_per_sec_per_gpu(vanilla and async TP)"
     titan_notes = (
         "torch.compile; Grand Teton H100 96 GB HBM2e at 500 W; 400 Gb/s RDMA per GPU. Float8 training: "
         "peak_tflops_used=1979 (FP8 dense SXM); the GPUs run below SXM clocks."
@@ -592,34 +611,247 @@ def rows() -> list[dict[str, str]]:
         "precision;vocab;tokens_per_sec_per_gpu"
     )
     prequel_notes = (
-        "Megatron-DeepSpeed HFU-style TFLOPs after the PR #251 fix (SC21 eq.3 with recompute). Sec/it is a "
+        "Megatron-DeepSpeed HFU-style TFLOPs after the PR #251 fix (Megatron-LM HFU formula: 96BslH^2(1+s/6h+V/16lh), recompute counted). Sec/it is a "
         "single iteration-2 snapshot. Tied embedding on the first and last stages, transformer blocks split "
         "evenly."
     )
     prequel = [
         # (table, date, hidden, layers, dp, pp, mbs, mem_gib, sec_per_it, tflops)
-        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 4, 12, 1, 29, 143.31, 112.49),
-        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 4, 12, 2, 37, 134.02, 120.29),
-        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 4, 12, 4, 49, 123.69, 130.34),
-        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 4, 12, 8, 69, 129.26, 124.72),
-        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 8, 6, 1, 38, 139.82, 115.31),
-        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 8, 6, 2, 44, 131.02, 123.05),
-        ("48 node contenders, NHIDDEN=14336/NLAYERS=72", "2022-02-21", 14336, 72, 8, 6, 4, 56, 121.48, 132.71),
-        ("48 node contenders, NHIDDEN=13824/NLAYERS=84", "2022-02-21", 13824, 84, 4, 12, 2, 39, 143.89, 121.45),
-        ("48 node contenders, NHIDDEN=13824/NLAYERS=84", "2022-02-21", 13824, 84, 4, 12, 4, 52, 133.12, 131.27),
-        ("48 node contenders, NHIDDEN=13824/NLAYERS=84", "2022-02-21", 13824, 84, 8, 6, 2, 65, 141.41, 123.58),
-        ("48 node contenders, NHIDDEN=13824/NLAYERS=84", "2022-02-21", 13824, 84, 8, 6, 4, 56, 130.31, 134.11),
-        ("Final round comparison, NHIDDEN=12288/NLAYERS=96", "2022-02-23", 12288, 96, 8, 6, 2, None, 136.73, 115.73),
-        ("Final round comparison, NHIDDEN=12288/NLAYERS=96", "2022-02-23", 12288, 96, 8, 6, 4, None, 122.96, 128.69),
-        ("Final round comparison, NHIDDEN=13312/NLAYERS=84", "2022-02-23", 13312, 84, 4, 12, 4, None, 125.52, 129.29),
-        ("Final round comparison, NHIDDEN=13312/NLAYERS=84", "2022-02-23", 13312, 84, 8, 6, 2, None, 135.55, 119.72),
-        ("Final round comparison, NHIDDEN=13312/NLAYERS=84", "2022-02-23", 13312, 84, 8, 6, 4, None, 122.93, 132.00),
-        ("Final round comparison, NHIDDEN=13824/NLAYERS=78", "2022-02-23", 13824, 78, 8, 6, 4, None, 121.28, 133.93),
-        ("Final round comparison, NHIDDEN=14336/NLAYERS=72", "2022-02-23", 14336, 72, 4, 12, 4, None, 123.79, 130.24),
-        ("Final round comparison, NHIDDEN=14336/NLAYERS=72", "2022-02-23", 14336, 72, 8, 6, 4, None, 120.85, 133.40),
+        (
+            "48 node contenders, NHIDDEN=14336/NLAYERS=72",
+            "2022-02-21",
+            14336,
+            72,
+            4,
+            12,
+            1,
+            29,
+            143.31,
+            112.49,
+        ),
+        (
+            "48 node contenders, NHIDDEN=14336/NLAYERS=72",
+            "2022-02-21",
+            14336,
+            72,
+            4,
+            12,
+            2,
+            37,
+            134.02,
+            120.29,
+        ),
+        (
+            "48 node contenders, NHIDDEN=14336/NLAYERS=72",
+            "2022-02-21",
+            14336,
+            72,
+            4,
+            12,
+            4,
+            49,
+            123.69,
+            130.34,
+        ),
+        (
+            "48 node contenders, NHIDDEN=14336/NLAYERS=72",
+            "2022-02-21",
+            14336,
+            72,
+            4,
+            12,
+            8,
+            69,
+            129.26,
+            124.72,
+        ),
+        (
+            "48 node contenders, NHIDDEN=14336/NLAYERS=72",
+            "2022-02-21",
+            14336,
+            72,
+            8,
+            6,
+            1,
+            38,
+            139.82,
+            115.31,
+        ),
+        (
+            "48 node contenders, NHIDDEN=14336/NLAYERS=72",
+            "2022-02-21",
+            14336,
+            72,
+            8,
+            6,
+            2,
+            44,
+            131.02,
+            123.05,
+        ),
+        (
+            "48 node contenders, NHIDDEN=14336/NLAYERS=72",
+            "2022-02-21",
+            14336,
+            72,
+            8,
+            6,
+            4,
+            56,
+            121.48,
+            132.71,
+        ),
+        (
+            "48 node contenders, NHIDDEN=13824/NLAYERS=84",
+            "2022-02-21",
+            13824,
+            84,
+            4,
+            12,
+            2,
+            39,
+            143.89,
+            121.45,
+        ),
+        (
+            "48 node contenders, NHIDDEN=13824/NLAYERS=84",
+            "2022-02-21",
+            13824,
+            84,
+            4,
+            12,
+            4,
+            52,
+            133.12,
+            131.27,
+        ),
+        (
+            "48 node contenders, NHIDDEN=13824/NLAYERS=84",
+            "2022-02-21",
+            13824,
+            84,
+            8,
+            6,
+            2,
+            65,
+            141.41,
+            123.58,
+        ),
+        (
+            "48 node contenders, NHIDDEN=13824/NLAYERS=84",
+            "2022-02-21",
+            13824,
+            84,
+            8,
+            6,
+            4,
+            56,
+            130.31,
+            134.11,
+        ),
+        (
+            "Final round comparison, NHIDDEN=12288/NLAYERS=96",
+            "2022-02-23",
+            12288,
+            96,
+            8,
+            6,
+            2,
+            None,
+            136.73,
+            115.73,
+        ),
+        (
+            "Final round comparison, NHIDDEN=12288/NLAYERS=96",
+            "2022-02-23",
+            12288,
+            96,
+            8,
+            6,
+            4,
+            None,
+            122.96,
+            128.69,
+        ),
+        (
+            "Final round comparison, NHIDDEN=13312/NLAYERS=84",
+            "2022-02-23",
+            13312,
+            84,
+            4,
+            12,
+            4,
+            None,
+            125.52,
+            129.29,
+        ),
+        (
+            "Final round comparison, NHIDDEN=13312/NLAYERS=84",
+            "2022-02-23",
+            13312,
+            84,
+            8,
+            6,
+            2,
+            None,
+            135.55,
+            119.72,
+        ),
+        (
+            "Final round comparison, NHIDDEN=13312/NLAYERS=84",
+            "2022-02-23",
+            13312,
+            84,
+            8,
+            6,
+            4,
+            None,
+            122.93,
+            132.00,
+        ),
+        (
+            "Final round comparison, NHIDDEN=13824/NLAYERS=78",
+            "2022-02-23",
+            13824,
+            78,
+            8,
+            6,
+            4,
+            None,
+            121.28,
+            133.93,
+        ),
+        (
+            "Final round comparison, NHIDDEN=14336/NLAYERS=72",
+            "2022-02-23",
+            14336,
+            72,
+            4,
+            12,
+            4,
+            None,
+            123.79,
+            130.24,
+        ),
+        (
+            "Final round comparison, NHIDDEN=14336/NLAYERS=72",
+            "2022-02-23",
+            14336,
+            72,
+            8,
+            6,
+            4,
+            None,
+            120.85,
+            133.40,
+        ),
     ]
     for table, date, hidden, layers, dp, pp, mbs, mem, sec, tf in prequel:
-        reported = prequel_reported if mem is not None else prequel_reported.replace(";peak_mem_gib_per_gpu(Mem, ", ";(")
+        reported = (
+            prequel_reported
+            if mem is not None
+            else prequel_reported.replace(";peak_mem_gib_per_gpu(Mem, ", ";(")
+        )
         out.append(
             make_row(
                 next(next_id),
