@@ -25,14 +25,17 @@ EXTRA_COLUMNS = ["framework", "attention", "offload"]
 HEADER = SCHEMA + EXTRA_COLUMNS
 
 # Dense peaks per GPU in TFLOP/s (perf-model.md section 2 conventions).
-BF16_PEAK_TFLOPS = {"A100": 312.0, "H100": 989.0, "H200": 989.0}
-FP8_PEAK_TFLOPS = {"H100": 1979.0, "H200": 1979.0}
+# Blackwell: the catalog's dense peaks (src/mfukit/catalog/data/accelerators/b200.toml, gb200.toml).
+BF16_PEAK_TFLOPS = {"A100": 312.0, "H100": 989.0, "H200": 989.0, "B200": 2250.0, "GB200": 2500.0}
+FP8_PEAK_TFLOPS = {"H100": 1979.0, "H200": 1979.0, "B200": 4500.0, "GB200": 5000.0}
 
 A100_80 = "A100-SXM4-80GB"
 A100_40 = "A100-SXM4-40GB"
 H100 = "H100-SXM5-80GB"
 H100_TITAN = "H100-SXM-96GB-HBM2e (500W cap)"
 H200 = "H200-SXM-141GB"
+B200 = "B200-SXM-180GB (DGX-B200)"
+GB200 = "GB200 (DGX-GB200, NVL72)"
 
 
 @dataclass(frozen=True)
@@ -288,6 +291,15 @@ def deepcompile_flops_per_token(seq: int) -> float:
     return float(2 * 4 * forward_macs)
 
 
+BRIDGE_ARCHIVE = Source(
+    "NVIDIA NeMo Megatron-Bridge docs/performance-summary-archive.md",
+    "",  # per row: release and system
+    "nemo_megatron_bridge",
+    "nemo",
+    "flash",
+)
+
+
 def _fmt(value: float | None, digits: int) -> str:
     if value is None:
         return ""
@@ -295,7 +307,7 @@ def _fmt(value: float | None, digits: int) -> str:
 
 
 def _family(gpu_type: str) -> str:
-    return gpu_type[:4]
+    return gpu_type.split("-")[0].split(" ")[0]
 
 
 def make_row(
@@ -591,6 +603,51 @@ def rows() -> list[dict[str, str]]:
             tokens_per_gpu=1638,
         )
     )
+
+    # Megatron-Bridge archive, dense Llama rows on Blackwell (DGX-B200, DGX-GB200): FP8 current scaling; the
+    # MXFP8 figures in parentheses are not taken.
+    blackwell = [
+        # release, system, key, n, gbs, mbs, fsdp, tp, pp, cp, vp, ga, tokens/s/GPU, TFLOP/s/GPU
+        ("25.09", GB200, "llama3_8b", 8, 128, 2, 0, 1, 1, 1, None, 8, 31357, 1614),
+        ("25.09", GB200, "llama3_70b", 64, 128, 2, 64, 1, 1, 1, None, 1, 3986, 1791),
+        ("25.09", GB200, "llama31_405b", 128, 64, 1, 64, 2, 1, 1, None, 1, 729, 1840),
+        ("25.09", B200, "llama3_8b", 8, 128, 2, 0, 1, 1, 1, None, 8, 29994, 1544),
+        ("25.09", B200, "llama31_405b", 128, 64, 1, 0, 4, 8, 2, 8, 32, 664, 1676),
+        ("25.11", GB200, "llama3_70b", 64, 256, 2, 64, 1, 1, 1, None, 2, 4312, 1937),
+        ("25.11", GB200, "llama31_405b", 256, 1536, 1, 0, 4, 16, 1, 4, 384, 813, 2053),
+    ]
+    for release, gpu, key, n, gbs, mbs, fsdp, tp, pp, cp, vp, ga, tok, tf in blackwell:
+        system = "DGX-GB200" if gpu == GB200 else "DGX-B200"
+        out.append(
+            make_row(
+                next(next_id),
+                BRIDGE_ARCHIVE,
+                SHAPES[key],
+                detail=f"{release} NeMo container, Pre-Training, System: {system}, {SHAPES[key].name} row (archive at "
+                "commit 067f987df0, 2026-08-22)",
+                seq=8192,
+                gbs=gbs,
+                mbs=mbs,
+                gpu=gpu,
+                n=n,
+                tp=tp,
+                pp=pp,
+                cp=cp,
+                vpp=vp,
+                zero=f"Megatron-FSDP {fsdp}" if fsdp else "distributed optimizer",
+                recompute="recipe default (unknown)",
+                precision="fp8 (current scaling)",
+                reported="n_gpus;gbs;mbs;seq;fsdp;tp;pp;cp;vp;ep;ga;tokens_per_sec_per_gpu;measured_tflops_per_gpu",
+                inferred="arch;precision (FP8-CS per the 25.11 table; 25.09 by its quantization note);"
+                + ("" if fsdp else "zero_stage_or_fsdp;")
+                + "step_time_s",
+                notes=f"Gradient accumulation {ga}. Blackwell peaks from the catalog (FP8 dense "
+                f"{FP8_PEAK_TFLOPS[_family(gpu)]:.0f}). Megatron-Core TFLOP formula halves causal attention.",
+                tflops=tf,
+                accounting="model",
+                tokens_per_gpu=tok,
+            )
+        )
 
     # torchtitan async-TP benchmark, float8 rows (the bf16 rows are in published_runs_calibration.csv).
     titan_reported = "n_gpus;fsdp;tp;local batch;activation_recompute;quantization;tokens_per_sec_per_gpu(vanilla and async TP)"
