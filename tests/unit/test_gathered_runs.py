@@ -182,3 +182,19 @@ def test_the_duplicate_key_sees_a_copied_row() -> None:
     _, other = _read(FOLDER / "megatron_published_runs.csv")
     copied = dict(other[0], row_id="99999")
     assert _key(copied) == _key(other[0])
+
+
+def test_the_readme_table_counts_the_rows_of_each_source_group(
+    gathered: tuple[list[str], list[dict[str, str]]],
+) -> None:
+    counts: dict[str, int] = {}
+    for row in gathered[1]:
+        counts[row["source_group"]] = counts.get(row["source_group"], 0) + 1
+    readme = (FOLDER / "README.md").read_text()
+    section = readme.split("## `gathered_runs.csv`", 1)[1]
+    listed = {
+        match.group(1): int(match.group(2))
+        for match in re.finditer(r"^\| `([a-z0-9_]+)` \|[^\n]*?\| ([0-9]+) \|", section, flags=re.MULTILINE)
+    }
+    assert listed == counts
+    assert f"| `gathered_runs.csv` | {len(gathered[1])} |" in readme
