@@ -299,6 +299,15 @@ BRIDGE_ARCHIVE = Source(
     "flash",
 )
 
+NEMO_LAUNCHER = Source(
+    "NVIDIA NeMo-Megatron-Launcher README, 7.1.2 Training Performance Results (DGX SuperPOD, A100 80GB)",
+    "5B GPT-3 tokens-per-second table, 1-32 nodes (README and conf/training/gpt3/5b.yaml at commit 3579cdb3, "
+    "2022-09-07)",
+    "nemo_launcher_gpt3_5b_scaling",
+    "nemo",
+    "eager",
+)
+
 
 def _fmt(value: float | None, digits: int) -> str:
     if value is None:
@@ -709,6 +718,35 @@ def rows() -> list[dict[str, str]]:
                 "force_recompute_fp8_weight_in_bwd. FP8 peak 1979.",
                 tokens_per_gpu=tok,
                 mem_gib=mem,
+            )
+        )
+
+    # NeMo-Megatron launcher (2022): GPT-3 5B on 1-32 DGX A100 nodes, tokens/s of the whole job.
+    for nodes, total in ((1, 40345), (2, 79815), (4, 161754), (8, 312774), (16, 659481), (32, 1159288)):
+        n = nodes * 8
+        out.append(
+            make_row(
+                next(next_id),
+                NEMO_LAUNCHER,
+                SHAPES["gpt3_5b"],
+                seq=2048,
+                gbs=2048,
+                mbs=2,
+                gpu=A100_80,
+                n=n,
+                tp=1,
+                pp=1,
+                zero="distributed optimizer (distributed_fused_adam)",
+                recompute="none (granularity full, method block, 0 layers)",
+                precision="bf16",
+                reported="n_nodes;tokens_per_sec_total;model (5B GPT-3);GPU (A100 80GB)",
+                inferred="tp;pp;micro_batch;global_batch_sequences;seq_len;precision;optimizer;recompute "
+                "(the launcher's conf/training/gpt3/5b.yaml at the same commit);arch (same config; vocab "
+                "50257 GPT-2 BPE);tokens_per_sec_per_gpu",
+                notes="Fixed global batch while nodes grow 1 -> 32 (gradient accumulation 128 -> 4): the README "
+                "reports a 28.73x speed-up at 32 nodes. Pre-Transformer-Engine NeMo (Megatron fused softmax "
+                "attention). The README does not say the default config was used.",
+                tokens_per_gpu=total / n,
             )
         )
 
