@@ -1268,7 +1268,8 @@ def rows() -> list[dict[str, str]]:
             precision="fp16 mixed",
             reported="n_gpus(12 x 8 A100-SXM4-40GB);global_batch_sequences(1538 contexts, ~3.15M tokens);seq_len;"
             "n_layers;hidden;n_heads;measured_tflops_per_gpu(117)",
-            inferred="tp/pp/micro_batch/zero/recompute/precision (configs/20B.yml);tflops_accounting(hardware: "
+            inferred="micro_batch/zero/recompute/precision (configs/20B.yml; tp 2 and pp 4 are also printed in "
+            "the model card);tflops_accounting(hardware: "
             "gpt-neox's logger counts x4 with activation checkpointing)",
             notes="configs/20B.yml gives micro batch 4 x grad-accum 32 x DP 12 = 1536, the paper says 1538. "
             "117 TFLOP/s per GPU from the paper text; not re-checked against a PDF in this session.",
