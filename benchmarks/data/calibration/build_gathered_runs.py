@@ -26,8 +26,15 @@ HEADER = SCHEMA + EXTRA_COLUMNS
 
 # Dense peaks per GPU in TFLOP/s (perf-model.md section 2 conventions).
 # Blackwell: the catalog's dense peaks (src/mfukit/catalog/data/accelerators/b200.toml, gb200.toml).
-BF16_PEAK_TFLOPS = {"A100": 312.0, "H100": 989.0, "H200": 989.0, "B200": 2250.0, "GB200": 2500.0}
-FP8_PEAK_TFLOPS = {"H100": 1979.0, "H200": 1979.0, "B200": 4500.0, "GB200": 5000.0}
+BF16_PEAK_TFLOPS = {
+    "A100": 312.0,
+    "H100": 989.0,
+    "H200": 989.0,
+    "B200": 2250.0,
+    "GB200": 2500.0,
+    "MI300X": 1307.4,
+}
+FP8_PEAK_TFLOPS = {"H100": 1979.0, "H200": 1979.0, "B200": 4500.0, "GB200": 5000.0, "MI300X": 2614.9}
 
 A100_80 = "A100-SXM4-80GB"
 A100_40 = "A100-SXM4-40GB"
@@ -36,6 +43,8 @@ H100_TITAN = "H100-SXM-96GB-HBM2e (500W cap)"
 H200 = "H200-SXM-141GB"
 B200 = "B200-SXM-180GB (DGX-B200)"
 GB200 = "GB200 (DGX-GB200, NVL72)"
+H100_UNSTATED = "H100 (variant not stated)"
+MI300X = "MI300X-192GB"
 
 
 @dataclass(frozen=True)
@@ -306,6 +315,22 @@ NEMO_LAUNCHER = Source(
     "nemo_launcher_gpt3_5b_scaling",
     "nemo",
     "eager",
+)
+
+TORCHAO_H100 = Source(
+    "PyTorch torchao float8 training benchmarks (run with torchtitan)",
+    "torchao/float8/README.md 'Training benchmarks' H100 table (commit 8c81863ba, 2025-03-12; also in "
+    "docs/source/workflows/training.md)",
+    "torchao_float8_torchtitan",
+    "torchtitan",
+    "flash",
+)
+TORCHAO_MI300X = Source(
+    TORCHAO_H100.source,
+    "docs/source/workflows/training.md 'Training benchmarks' AMD MI300X table (added 2025-08-11, commit 853f87d1b)",
+    "torchao_float8_torchtitan",
+    "torchtitan",
+    "flash",
 )
 
 
@@ -716,6 +741,50 @@ def rows() -> list[dict[str, str]]:
                 notes="Sampled at iteration 100. 8 x H200 per host, 400 Gb/s CX-7 per GPU. "
                 "enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp, "
                 "force_recompute_fp8_weight_in_bwd. FP8 peak 1979.",
+                tokens_per_gpu=tok,
+                mem_gib=mem,
+            )
+        )
+
+    # torchao float8 benchmarks: Llama3-8B on one node, batch 1, seq 8192, FSDP2, torch.compile, per-op SAC.
+    torchao = [
+        (TORCHAO_H100, H100_UNSTATED, "bf16", "none (bfloat16)", 47.65, 6150),
+        (TORCHAO_H100, H100_UNSTATED, "fp8 (float8 tensorwise, fp8 all-gather)", "tensorwise", 47.77, 7689.5),
+        (TORCHAO_H100, H100_UNSTATED, "fp8 (float8 rowwise, bf16 all-gather)", "rowwise", 47.79, 6768),
+        (TORCHAO_MI300X, MI300X, "bf16", "none (bfloat16)", 39.09, 5376.5),
+        (TORCHAO_MI300X, MI300X, "fp8 (float8 tensorwise, fp8 all-gather)", "tensorwise", 39.07, 6166.0),
+        (
+            TORCHAO_MI300X,
+            MI300X,
+            "fp8 (float8 rowwise_with_gw_hp, bf16 all-gather)",
+            "rowwise_with_gw_hp",
+            39.32,
+            6100.0,
+        ),
+        (TORCHAO_MI300X, MI300X, "fp8 (float8 rowwise, bf16 all-gather)", "rowwise", 39.32, 5891.0),
+    ]
+    for src, gpu, precision, scaling, mem, tok in torchao:
+        out.append(
+            make_row(
+                next(next_id),
+                src,
+                SHAPES["llama3_8b"],
+                seq=8192,
+                gbs=8,
+                mbs=1,
+                gpu=gpu,
+                n=8,
+                tp=1,
+                pp=1,
+                zero="FSDP2 8-way",
+                recompute="per-op selective",
+                precision=precision,
+                reported="n_gpus(8, single node);batch size(1);seq_len;steps(100);torch.compile;FSDP2;scaling;"
+                "activation_recompute(per op SAC);peak_mem_gib_per_gpu;tokens_per_sec_per_gpu(median)",
+                inferred="arch;global_batch_sequences(batch 1 per GPU x 8);gpu variant;tokens/s read as per GPU "
+                "(torchtitan logs tps per device)",
+                notes=f"Scaling: {scaling}. Peak memory printed in GB (taken as GiB, as torchtitan logs it). "
+                "The H100 variant (SXM 80 GB or the 96 GB 500 W parts of the torchtitan benchmarks) is not stated.",
                 tokens_per_gpu=tok,
                 mem_gib=mem,
             )
