@@ -187,7 +187,8 @@ def test_nanotron_exposes_the_zero1_weight_gather_that_megatron_overlaps() -> No
         _one_layout(layout, model=model, system="p5-48xlarge", framework=name, gpus=64, micro=1)
         for name in ("nanotron", "megatron")
     )
-    assert float(nanotron.breakdown_s["dp_comm"][0]) > 3 * float(megatron.breakdown_s["dp_comm"][0])
+    # both reduce fp32 gradients (Megatron-LM sets grad_reduce_in_fp32 for bf16); only nanotron waits for the gather
+    assert float(nanotron.breakdown_s["dp_comm"][0]) > 2 * float(megatron.breakdown_s["dp_comm"][0])
 
 
 def test_a_worse_network_profile_never_speeds_a_step_up() -> None:

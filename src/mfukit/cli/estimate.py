@@ -29,7 +29,7 @@ from mfukit.errors import InputError
 from mfukit.perf.efficiency import beyond_measured
 from mfukit.perf.estimate import LayoutEstimate, estimate_layout
 from mfukit.perf.inputs import PerfInputs, layout_for_estimate, perf_inputs
-from mfukit.perf.memory import MemoryEstimate
+from mfukit.perf.memory import MemoryEstimate, sharding_of
 from mfukit.perf.planner import Plan
 
 
@@ -102,6 +102,12 @@ def _output(inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memory: Memo
         main.add(name, shown(value, formatter))
     main.add("fits in HBM", f"{'yes' if fits else 'NO'} ({units.format_bytes(hbm)})")
     result_json = {"feasible": fits, "problems": [], **plan_json(plan, memory, workload, hbm)}
+    supported = result.efficiency.shardings
+    if supported is not None and sharding_of(plan.layout) not in supported:
+        warnings.append(
+            f"{workload.framework} does not implement {sharding_of(plan.layout)} (it runs "
+            f"{', '.join(supported)}): the estimate prices that sharding as another stack would run it"
+        )
     if plan.interval is not None and plan.interval.extrapolated:
         warnings.append(
             f"the prediction extrapolates beyond the measured runs ({plan.interval.reason}): its interval is "

@@ -159,6 +159,8 @@ def interval_json(plan: Plan) -> dict[str, Any]:
             "held_out_runs": interval.rows,
             "sources": interval.sources,
             "extrapolated": interval.extrapolated,
+            "highest_measured_mfu": interval.highest_measured_mfu,
+            "beyond_measured": plan.beyond_measured,
         },
         "step_time_interval_s": [
             plan.step_time_s / interval.high_factor,

@@ -169,12 +169,13 @@ def compact_layout(plan: Plan) -> str:
 
 
 def compact_mfu(plan: Plan) -> str:
-    """``44.0 % (38-48)``; ``*`` marks a regime no measured run shares (its interval widened)."""
+    """``44.0 % (38-48)``; ``*`` marks a plan beyond every measured run of its GPU family and stack, or in a
+    regime no measured run shares (its interval widened)."""
     text = units.format_percent(plan.mfu)
     if plan.mfu_interval is None or plan.interval is None:
         return text
     low, high = plan.mfu_interval
-    return f"{text} ({low * 100:.0f}-{high * 100:.0f}){'*' if plan.interval.extrapolated else ''}"
+    return f"{text} ({low * 100:.0f}-{high * 100:.0f}){'*' if plan.beyond_measured else ''}"
 
 
 def plans_table(plans: list[Plan], title: str) -> Table:

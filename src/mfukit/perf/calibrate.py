@@ -80,7 +80,7 @@ _FIELD_BOUNDS = {
 }
 # At most this many rows of one (source, accelerator) group enter a fit, chosen by a hash of their ids: the
 # groups are weighted equally anyway, and the sweeps of thousands of rows would only slow the solver.
-MAX_ROWS_PER_GROUP = 40
+MAX_ROWS_PER_GROUP = 30
 
 
 def _kind(name: str) -> str:
@@ -105,7 +105,7 @@ def _decode(name: str, value: float) -> float:
 
 def _owners(file: EfficiencyFile) -> dict[tuple[str, str], str]:
     """(kind, profile) -> the profile whose fitted constants it runs on (itself, or the one it borrows)."""
-    owners = {("hardware", p.name): p.borrows or p.name for p in file.hardware}
+    owners = {("hardware", p.name): p.name for p in file.hardware}  # a GPU that borrows is not fitted
     return owners | {("framework", p.name): p.borrows or p.name for p in file.framework}
 
 
@@ -259,7 +259,7 @@ def fit_subset(cases: Sequence[Case]) -> list[Case]:
 
 
 def fit(
-    cases: Sequence[Case], start: EfficiencyFile | None = None
+    cases: Sequence[Case], start: EfficiencyFile | None = None, iterations: int = 40
 ) -> tuple[EfficiencyFile, dict[str, tuple[int, float, float]]]:
     """Fit every calibrated profile on ``cases`` (at most :data:`MAX_ROWS_PER_GROUP` of each group), in three
     stages: (1) the GPU and framework constants on the runs inside one node (the GPU's kernels and the
@@ -269,11 +269,12 @@ def fit(
     ``cases`` ran on keeps no constants of its own: it takes the default stack's (or the most-fitted GPU
     family's), so a leave-one-source-out fold never reuses what the held-out source taught. Returns the new
     file and, per profile, (rows, median, p90) of the fit error."""
-    chosen = fit_subset(cases)
+    current = start or efficiency_file()
+    # runs on a GPU whose family borrows another's constants test them; they do not fit them
+    chosen = [case for case in fit_subset(cases) if _fitted_family(case, current)]
     single = [case for case in chosen if case.num_gpus <= case.system.gpus_per_node]
     by_name = {case.accelerator.name: case.accelerator for case in chosen}
-    current = start or efficiency_file()
-    current = _updated(current, _solve(current, single, {"hardware", "framework"}))
+    current = _updated(current, _solve(current, single, {"hardware", "framework"}, iterations))
     current = _drop_unidentified(current, single)
     fitted_file = current
 
@@ -288,9 +289,14 @@ def fit(
         if record is not None:
             records[f"network {network.name}"] = record
     current = current.model_copy(update={"network": networks})
-    current = _updated(current, _solve(current, chosen, {"framework", "scale"}))
+    current = _updated(current, _solve(current, chosen, {"framework", "scale"}, iterations))
     current = _without_unused(current, chosen)
     return _with_records(current, chosen, records), records
+
+
+def _fitted_family(case: Case, file: EfficiencyFile) -> bool:
+    profile = hardware_profile_of(case.accelerator.name, file)
+    return profile is not None and profile.borrows is None
 
 
 def _drop_unidentified(file: EfficiencyFile, cases: Sequence[Case]) -> EfficiencyFile:

@@ -353,6 +353,23 @@ def torchtitan_cases(folder: Path) -> Iterator[Case]:
         yield replace(case, workload=replace(case.workload, compile=compiled, tp_comm_overlap=async_tp))
 
 
+# Sources that one publisher's pages or one code base share (releases of NeMo's performance tables, the
+# BigScience runs, torchtitan and the benchmarks built on it, vTrain's two sets): a leave-one-source-out fold
+# holds them out together, so a held-out page is never predicted from its sibling's rows.
+SOURCE_FAMILIES = (
+    ("vtrain_", "vtrain"),
+    ("nemo_", "nemo"),
+    ("bigscience_", "bigscience"),
+    ("torchtitan", "torchtitan"),
+    ("torchao_", "torchtitan"),
+)
+
+
+def source_family(source: str) -> str:
+    """The fold a source is held out in (itself, unless it shares a publisher with others)."""
+    return next((family for prefix, family in SOURCE_FAMILIES if source.startswith(prefix)), source)
+
+
 def schema_cases(folder: Path) -> list[Case]:
     """The rows of the plain-schema files that give a layout and a measurement (each source_group a source)."""
     cases: list[Case] = []

@@ -83,9 +83,14 @@ FRAMEWORK_FACTS: dict[str, float | str | None] = {
     # the one computing (None: the whole next unit; DeepSpeed: stage3_prefetch_bucket_size)
     "zero3_gathers": "per-layer",
     "zero3_prefetch_params": None,
+    # the data-parallel shardings the stack implements (perf.memory.Sharding names; None: every one), which
+    # the planner searches
+    "shardings": None,
 }
 EagerElementwise = Literal["fused", "composite"]
 Zero3Gathers = Literal["per-layer", "per-matrix"]
+# the data-parallel shardings of perf.memory (kept here as text: perf.memory imports this module's callers)
+Sharding = Literal["none", "distributed-optimizer", "zero-1", "zero-2", "zero-3", "fsdp-full", "fsdp-hybrid"]
 SelectiveRecompute = Literal["attention", "alternate-matmuls"]
 
 
@@ -139,6 +144,7 @@ class FrameworkProfile(Strict):
     tp_comm_overlap: float | None = Field(default=None, ge=0, le=1)
     zero3_gathers: Zero3Gathers | None = None
     zero3_prefetch_params: float | None = Field(default=None, gt=0)
+    shardings: list[Sharding] | None = None
     facts_source: str | None = Field(
         default=None, description="where the overlap and gradient facts come from"
     )
@@ -214,6 +220,7 @@ class Efficiency(Strict):
     tp_comm_overlap: float = Field(ge=0, le=1)
     zero3_gathers: Zero3Gathers
     zero3_prefetch_params: float | None = Field(default=None, gt=0)
+    shardings: list[Sharding] | None = None
 
 
 def installed_efficiency_path() -> Path:

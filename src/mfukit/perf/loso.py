@@ -1,26 +1,33 @@
 """Leave-one-source-out prediction of measured runs: how the model does on a source it was never fitted on.
 
-For each source (a paper's table, a vendor's benchmark page, a sweep), every constant of the step-time model
-is fitted again without that source's rows (:func:`mfukit.perf.calibrate.fit`: GPU curves, stack costs,
-network profiles, rank jitter; a stack or network only that source ran on falls back to the defaults), and
-the source's rows are predicted with those constants. The ratios measured / predicted are the residuals the
-prediction intervals come from (:mod:`mfukit.perf.uncertainty`) and what ``benchmarks/accuracy.py`` reports.
-Each fold starts the solver from the given constants and runs it to convergence; where a constant has no
-rows in a fold it is not kept (the fit drops it), so no held-out row reaches its own prediction.
+For each source (a paper's table, a vendor's benchmark page, a sweep; sources of one publisher or code base
+together, :func:`mfukit.perf.calibration_data.source_family`), every constant of the step-time model is
+fitted again without that source's rows (:func:`mfukit.perf.calibrate.fit`: GPU curves, stack costs, network
+profiles, rank jitter; a stack or network only that source ran falls back to the defaults), and the source's
+rows are predicted with those constants. The ratios measured / predicted are the residuals the prediction
+intervals come from (:mod:`mfukit.perf.uncertainty`) and what ``benchmarks/accuracy.py`` reports. Each fold
+starts the solver from the given constants and runs at most :data:`FOLD_ITERATIONS` steps per stage; where
+a constant has no rows in a fold it is not kept (the fit drops it), so no held-out row reaches its own
+prediction. Folds run in :data:`WORKERS` processes.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
 from mfukit.perf.calibrate import fit
+from mfukit.perf.calibration_data import source_family
 from mfukit.perf.efficiency import EfficiencyFile, efficiency_file, efficiency_for
 from mfukit.perf.evaluator import Evaluator
 from mfukit.perf.layouts import Floats
 from mfukit.perf.measured_runs import Case
+
+FOLD_ITERATIONS = 12
+WORKERS = 2
 
 
 def predict_with(file: EfficiencyFile, cases: Sequence[Case]) -> Floats:
@@ -32,6 +39,12 @@ def predict_with(file: EfficiencyFile, cases: Sequence[Case]) -> Floats:
     return evaluator.predict(lambda name, stack: efficiency_for(accelerators[name], stack, file=file))
 
 
+def _fold(cases: Sequence[Case], family: str, start: EfficiencyFile) -> Floats:
+    held = [case for case in cases if source_family(case.source) == family]
+    folded, _ = fit([case for case in cases if source_family(case.source) != family], start, FOLD_ITERATIONS)
+    return predict_with(folded, held)
+
+
 def leave_one_source_out(
     cases: Sequence[Case],
     start: EfficiencyFile | None = None,
@@ -40,13 +53,14 @@ def leave_one_source_out(
     """Tokens/s per GPU of every case, predicted by constants fitted on the other sources only."""
     start = start or efficiency_file()
     predicted = np.empty(len(cases))
-    sources = sorted({case.source for case in cases})
-    for number, source in enumerate(sources, start=1):
-        held = [index for index, case in enumerate(cases) if case.source == source]
-        if progress:
-            progress(f"[{number}/{len(sources)}] fitting without {source} ({len(held)} rows held out)")
-        folded, _ = fit([case for case in cases if case.source != source], start=start)
-        predicted[held] = predict_with(folded, [cases[index] for index in held])
+    families = sorted({source_family(case.source) for case in cases})
+    with ProcessPoolExecutor(max_workers=WORKERS) as pool:
+        futures = {family: pool.submit(_fold, list(cases), family, start) for family in families}
+        for number, (family, future) in enumerate(futures.items(), start=1):
+            held = [index for index, case in enumerate(cases) if source_family(case.source) == family]
+            predicted[held] = future.result()
+            if progress:
+                progress(f"[{number}/{len(families)}] predicted {family} ({len(held)} rows) without it")
     return predicted
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import numpy as np
@@ -23,6 +23,7 @@ from mfukit import units
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split
 from mfukit.core.results import ProgressCallback
+from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.layouts import (
     RECOMPUTES,
     SHARDINGS,
@@ -96,6 +97,15 @@ class Plan:
     @property
     def mfu_interval(self) -> tuple[float, float] | None:
         return None if self.interval is None else self.interval.around(self.mfu)
+
+    @property
+    def beyond_measured(self) -> bool:
+        """Whether the plan is above every measured MFU of its GPU family, stack and precision, or in a
+        regime no measured run shares (the mark a careful engineer reads before trusting it)."""
+        if self.interval is None:
+            return False
+        highest = self.interval.highest_measured_mfu
+        return self.interval.extrapolated or highest is None or self.mfu > highest
 
     @property
     def conservative_mfu(self) -> float:
@@ -362,6 +372,10 @@ def search(
     """The best layouts of ``workload`` on each of ``gpu_counts`` GPUs, and the overall top ``top_k``."""
     started = time.perf_counter()
     space = space or SearchSpace()
+    supported = efficiency_for(accelerator, workload.framework).shardings
+    if supported is not None and space.sharding == DEFAULT_SHARDINGS:
+        # search only what the stack implements (its facts in perf/data/efficiency.toml)
+        space = replace(space, sharding=tuple(name for name in DEFAULT_SHARDINGS if name in supported))
     hbm = accelerator.hbm_bytes
     rejected = dict.fromkeys(REASONS, 0)
     evaluated = considered = 0

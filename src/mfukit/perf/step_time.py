@@ -423,8 +423,10 @@ def _stage(
             "tp_comm": tp,
             "cp_comm": cp_fwd + cp_bwd,
             "ep_comm": ep,
-            "fsdp_comm": np.maximum(0.0, dp.unit_gather_s - kind.forward * dp.unit_prefetch_share)
-            + np.maximum(0.0, dp.unit_gather_s + dp.unit_reduce_s - kind.backward * dp.unit_prefetch_share)
+            "fsdp_comm": hidden_cost(dp.unit_gather_s, kind.forward * dp.unit_prefetch_share, sm_share)
+            + hidden_cost(
+                dp.unit_gather_s + dp.unit_reduce_s, kind.backward * dp.unit_prefetch_share, sm_share
+            )
             + unit_calls * eff.collective_overhead_s,
         }
         # The host launches the layer's kernels while the GPU runs earlier ones: it only costs time when it
@@ -436,16 +438,42 @@ def _stage(
         return parts
 
     tp_overlap = tp_comm_overlap(p.workload, p.machine.accelerator, eff)
+    sm_share = nccl_sm_share(p.machine.accelerator)
     # the host floor was fitted on fused layers; composite eager ops launch more kernels per layer
     launches = LAYER_KERNELS[elementwise_kernels(p.workload, eff)] / LAYER_KERNELS["fused"]
-    d, m = per_layer(dense, routed=False), per_layer(moe, routed=True)
-    parts = {name: n_dense * d[name] + n_moe * m[name] for name in d}
+    d = per_layer(dense, routed=False)
+    if np.any(n_moe > 0):
+        m = per_layer(moe, routed=True)
+        parts = {name: n_dense * d[name] + n_moe * m[name] for name in d}
+    else:  # a dense model: no MoE layer to time
+        parts = {name: n_dense * d[name] for name in d}
     parts["compute"] = parts["compute"] + 3 * head
     parts["memory_bound"] = parts["memory_bound"] + 3 * embedding
     # The first layer's gather and the last layer's reduce-scatter have nothing to hide behind.
     parts["fsdp_comm"] = parts["fsdp_comm"] + np.where(layers > 0, dp.unit_gather_s + dp.unit_reduce_s, 0.0)
     parts["other"] = parts["other"] + eff.microbatch_overhead_s
     return parts
+
+
+# NCCL runs a collective as one thread block per channel, each on its own SM; a real Megatron-LM log of 8 A100s
+# on InfiniBand reports "24 coll channels" (shared/reference/artifacts/real_logs/megatron), NCCL's init
+# summary on H100 nodes 32
+NCCL_COLL_CHANNELS = 24
+
+
+def nccl_sm_share(accelerator: Accelerator) -> float:
+    """The share of the GPU's SMs a running collective holds: the GEMMs it overlaps run on the rest."""
+    if accelerator.compute_units is None:  # no SM count in the catalog: take an A100-sized GPU
+        return NCCL_COLL_CHANNELS / 108
+    return min(1.0, NCCL_COLL_CHANNELS / accelerator.compute_units)
+
+
+def hidden_cost(comm_s: Floats, window_s: Floats, sm_share: float) -> Floats:
+    """Time a collective of ``comm_s`` adds when ``window_s`` of compute can run beside it: the part that
+    outlasts the window, plus the compute it slows while both run (its SMs taken by NCCL's channels;
+    overlap is not free, Rashidi et al., ISCA 2021; Jangda et al., ASPLOS 2022)."""
+    hidden = np.minimum(comm_s, np.maximum(window_s, 0.0))
+    return np.asarray(comm_s - hidden + sm_share * hidden, dtype=np.float64)
 
 
 def tp_comm_overlap(workload: Workload, accelerator: Accelerator, eff: Efficiency) -> bool:
@@ -501,7 +529,12 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
         p, dense, moe, s.last_counts, head, np.where(single, embedding_memory, 0.0), p.comm.dp_last, eff
     )
     last["memory_bound"] = last["memory_bound"] + 3 * head_memory
-    middle = _stage(p, dense, moe, s.middle_counts, zero, zero, p.comm.dp_first, eff)
+    # a middle stage exists only with pp > 2 (its parts are zero elsewhere)
+    middle = (
+        _stage(p, dense, moe, s.middle_counts, zero, zero, p.comm.dp_first, eff)
+        if np.any(g.pp > 2)
+        else {name: np.zeros_like(head) for name in first}
+    )
     totals = np.stack([_total(first), _total(middle), _total(last)])
     totals[1] = np.where(g.pp > 2, totals[1], -np.inf)
     slowest = np.argmax(totals, axis=0)
@@ -536,7 +569,14 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
             eff.grad_reduce_overlap * (stage_dp.grad_sync_s - stage_dp.bucket_s), np.maximum(backward, 0.0)
         )
         gather_hidden = np.minimum(eff.param_gather_overlap * stage_dp.param_gather_s, forward)
-        windows.append(stage_dp.grad_sync_s - grad_hidden + stage_dp.param_gather_s - gather_hidden)
+        share = nccl_sm_share(p.machine.accelerator)
+        windows.append(
+            stage_dp.grad_sync_s
+            - grad_hidden
+            + stage_dp.param_gather_s
+            - gather_hidden
+            + share * (grad_hidden + gather_hidden)
+        )
     breakdown["dp_comm"] = np.maximum(windows[0], windows[1])
     hbm = timer.hbm
     breakdown["optimizer"] = np.maximum(

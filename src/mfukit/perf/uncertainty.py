@@ -28,11 +28,22 @@ import numpy as np
 
 from mfukit.core.parallelism import Parallelism
 from mfukit.errors import InputError
+from mfukit.perf.calibration_data import measured_mfu, source_family
 from mfukit.perf.efficiency import efficiency_file, hardware_profile_of
 from mfukit.perf.measured_runs import Case
 
 RESIDUALS_FILE = Path(__file__).parent / "data" / "loso_residuals.csv"
-COLUMNS = ("source", "row_id", "family", "stack", "sharding", "num_gpus", "precision", "log_error")
+COLUMNS = (
+    "source",
+    "row_id",
+    "family",
+    "stack",
+    "sharding",
+    "num_gpus",
+    "precision",
+    "measured_mfu",
+    "log_error",
+)
 MIN_ROWS = 12
 MIN_SOURCES = 2
 LOW_QUANTILE, HIGH_QUANTILE = 0.10, 0.90  # an 80 % interval
@@ -124,10 +135,11 @@ class Residual:
     row_id: int
     regime: Regime
     log_error: float  # ln(measured / predicted)
+    measured_mfu: float = 0.0  # full s^2 attention FLOPs over the peak of the run's precision
 
 
 def residual_of(case: Case, log_error: float) -> Residual:
-    return Residual(case.source, case.row_id, case_regime(case), log_error)
+    return Residual(case.source, case.row_id, case_regime(case), log_error, measured_mfu(case))
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,8 @@ class Interval:
     matched_on: tuple[str, ...]
     extrapolated: bool
     reason: str
+    # the highest MFU any measured run of the regime's GPU family, stack and precision reached (None: none)
+    highest_measured_mfu: float | None = None
 
     def around(self, value: float) -> tuple[float, float]:
         return value * self.low_factor, value * self.high_factor
@@ -168,6 +182,7 @@ def write_residuals(path: Path, residuals: Sequence[Residual]) -> None:
                     regime.sharding,
                     regime.num_gpus,
                     regime.precision,
+                    f"{r.measured_mfu:.4f}",
                     f"{r.log_error:.5f}",
                 ]
             )
@@ -198,7 +213,15 @@ def load_residuals(path: Path | None = None) -> tuple[Residual, ...]:
                 regime = Regime(
                     row["family"], row["stack"], row["sharding"], int(row["num_gpus"]), row["precision"]
                 )
-                out.append(Residual(row["source"], int(row["row_id"]), regime, float(row["log_error"])))
+                out.append(
+                    Residual(
+                        row["source"],
+                        int(row["row_id"]),
+                        regime,
+                        float(row["log_error"]),
+                        float(row["measured_mfu"]),
+                    )
+                )
     except (KeyError, ValueError, OSError) as error:
         raise InputError(f"the residual table {where} cannot be read: {error}", source=str(where)) from None
     return tuple(out)
@@ -223,9 +246,14 @@ def cached_interval(regime: Regime) -> Interval:
 def interval_for(
     regime: Regime, *, exclude_source: str | None = None, residuals: Sequence[Residual] | None = None
 ) -> Interval:
-    """The 80 % interval of a prediction in ``regime`` (``exclude_source``: built without that source's runs,
-    as coverage is measured)."""
-    pool = [r for r in (load_residuals() if residuals is None else residuals) if r.source != exclude_source]
+    """The 80 % interval of a prediction in ``regime`` (``exclude_source``: built without the runs of that
+    source and its siblings, as coverage is measured)."""
+    held_out = None if exclude_source is None else source_family(exclude_source)
+    pool = [
+        r
+        for r in (load_residuals() if residuals is None else residuals)
+        if source_family(r.source) != held_out
+    ]
     if not pool:
         return Interval(0.5, 1.5, 0, 0, (), True, "no residual table (run python -m mfukit.perf.calibrate)")
     level, names, members = _matching(regime, pool)
@@ -241,7 +269,14 @@ def interval_for(
             centre + EXTRAPOLATION_WIDENING * (low - centre),
             centre + EXTRAPOLATION_WIDENING * (high - centre),
         )
+    peers = [
+        r.measured_mfu
+        for r in pool
+        if (r.regime.family, r.regime.stack, r.regime.precision)
+        == (regime.family, regime.stack, regime.precision)
+    ]
     return Interval(
+        highest_measured_mfu=max(peers) if peers else None,
         low_factor=math.exp(min(low, 0.0)),
         high_factor=math.exp(max(high, 0.0)),
         rows=len(members),
