@@ -17,15 +17,15 @@ def test_every_catalog_accelerator_has_a_profile(name: str) -> None:
     assert "is in no efficiency profile" not in " ".join(efficiency.notes)
     assert 0.2 < efficiency.gemm_peak_fraction <= 1 and 0 < efficiency.attention_peak_fraction <= 1
     if efficiency.calibrated:
-        assert name in {"a100-40gb-sxm", "a100-80gb-sxm", "h100-sxm"}
+        assert name in {"a100-40gb-sxm", "a100-80gb-sxm", "h100-sxm", "h100-sxm-96gb-500w"}
     else:
         assert any("uncalibrated" in note for note in efficiency.notes)
 
 
 def test_borrowed_framework_constants_are_named() -> None:
     h100 = catalog.accelerator("h100-sxm")
-    titan = efficiency_for(h100, "torchtitan")
-    assert not titan.calibrated and "constants of fsdp" in " ".join(titan.notes)
+    titan = efficiency_for(h100, "torchtitan")  # FSDP2 underneath: FSDP's fitted host costs, its own facts
+    assert "the constants of fsdp" in " ".join(titan.notes) and titan.eager_elementwise == "composite"
     fsdp = efficiency_for(h100, "fsdp")  # LLM Foundry never used a pipeline: its send cost is Megatron-Core's
     assert "p2p_overhead_s not shown by its data: megatron-core's" in " ".join(fsdp.notes)
     assert fsdp.p2p_overhead_s == efficiency_for(h100, "megatron-core").p2p_overhead_s
@@ -81,7 +81,8 @@ def test_fit_subset_is_deterministic_and_capped_per_group() -> None:
         (c.source, c.row_id) for c in fit_subset(list(reversed(cases)))
     }
     assert sum(c.source == "vtrain_single" for c in chosen) == MAX_ROWS_PER_GROUP
-    assert sum(c.source == "torchtitan" for c in chosen) == 22  # fewer than the cap: all of them
+    titan = [c for c in cases if c.source == "torchtitan"]  # two groups (GPU types), each under the cap
+    assert sum(c.source == "torchtitan" for c in chosen) == len(titan) < 2 * MAX_ROWS_PER_GROUP
 
 
 def test_profiles_record_the_data_they_were_fitted_on() -> None:
@@ -104,7 +105,7 @@ def test_evaluator_predicts_measured_runs_on_catalog_systems() -> None:
         lambda accelerator, framework: efficiency_for(by_name[accelerator], framework)
     )
     measured = [case.measured_tokens_per_s_per_gpu for case in cases]
-    assert len(predicted) == len(cases) == 22
+    assert len(predicted) == len(cases) >= 22
     assert all(0.5 < p / m < 2.0 for p, m in zip(predicted, measured, strict=True))
 
 

@@ -221,3 +221,49 @@ def test_a_worse_network_profile_never_speeds_a_step_up() -> None:
         )
     assert np.all(steps[1] >= steps[0] * (1 - 1e-12)) and np.all(steps[2] >= steps[1] * (1 - 1e-12))
     assert np.any(steps[2] > steps[0] * 1.01)
+
+
+def _stack_run(layout: Parallelism, framework: str, *, micro: int, batch: int = 1536) -> StepEstimate:
+    workload = Workload(model=GPT3, seq_len=2048, global_batch_sequences=batch, framework=framework)
+    grid = grid_of(
+        [layout], model=GPT3, micro_batch_size=[micro], num_microbatches=[batch // (layout.dp * micro)]
+    )
+    return estimate_steps(workload, grid, machine_for(*A100, layout.world_size))
+
+
+def test_deepspeed_zero3_exposes_what_fsdp_prefetch_hides() -> None:
+    # the same ZeRO-3 layout: FSDP gathers a whole layer one ahead, DeepSpeed one matrix at a time with 5e7
+    # parameters of prefetch (a GPT-3 layer on TP 4 is 4.5e8 parameters per GPU)
+    layout = Parallelism(tp=4, dp=256, zero=3, zero_impl="deepspeed")
+    fsdp = _stack_run(layout, "fsdp", micro=3)
+    deepspeed = _stack_run(layout, "deepspeed", micro=3)
+    assert float(deepspeed.breakdown_s["fsdp_comm"][0]) > 3 * float(fsdp.breakdown_s["fsdp_comm"][0])
+    assert float(deepspeed.mfu[0]) < 0.75 * float(fsdp.mfu[0])
+
+
+def test_sharded_gathers_grow_exposed_as_the_per_gpu_batch_shrinks() -> None:
+    # at a fixed global batch, more DP ranks leave less compute per layer to hide each layer's gathers under
+    small, large = (
+        _stack_run(Parallelism(tp=8, dp=dp, zero=3, zero_impl="deepspeed"), "deepspeed", micro=1)
+        for dp in (64, 192)
+    )
+    assert float(large.mfu[0]) < float(small.mfu[0])
+    share = {n: float(e.breakdown_s["fsdp_comm"][0] / e.step_time_s[0]) for n, e in ((64, small), (192, large))}
+    assert share[192] > share[64]
+
+
+def test_the_slowest_of_more_ranks_is_later() -> None:
+    from mfukit.perf.step_time import straggler_factor
+
+    factors = straggler_factor(np.asarray([1, 8, 1024, 16384]), 0.01)
+    assert factors[0] == 0.0 and np.all(np.diff(factors) > 0)
+    assert float(factors[2]) == pytest.approx(0.01 * np.sqrt(2 * np.log(1024)))
+
+
+def test_hidden_communication_still_costs_the_sms_it_holds() -> None:
+    from mfukit.perf.step_time import hidden_cost, nccl_sm_share
+
+    share = nccl_sm_share(catalog.accelerator("a100-80gb-sxm"))
+    assert share == pytest.approx(24 / 108)
+    cost = hidden_cost(np.asarray([1.0, 1.0]), np.asarray([2.0, 0.5]), share)
+    assert cost.tolist() == pytest.approx([share, 0.5 + 0.5 * share])

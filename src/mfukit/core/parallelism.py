@@ -112,13 +112,15 @@ def default_stage_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, in
     if (num_layers + 1) % stages == 0:
         per_rank = (num_layers + 1) // stages * vpp
         return per_rank, per_rank - 1
+    if vpp > 1:  # an interleaved schedule splits only by the rules above (its chunks must be equal)
+        return None
     if pp == 2:
         first = math.ceil(num_layers / 2)
         return first, num_layers - first
     best: tuple[float, int] | None = None
     for edge in range(1, num_layers // 2 + 1):
         rest = num_layers - 2 * edge
-        if rest <= 0 or rest % (pp - 2) or (rest // (pp - 2)) % vpp:
+        if rest <= 0 or rest % (pp - 2):
             continue
         heaviest = max(edge + 1.0, rest / (pp - 2))  # the edge stages also run the embedding or the loss
         if best is None or heaviest < best[0] or (heaviest == best[0] and edge > best[1]):

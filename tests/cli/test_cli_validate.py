@@ -1,0 +1,76 @@
+"""`mfukit validate` and `mfukit calibrate` on measured runs in the calibration CSV schema."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from mfukit.perf.calibration_data import calibration_dir
+
+MEGATRON = str(calibration_dir() / "megatron_published_runs.csv")
+
+
+def _site_csv(path: Path, rows: int = 3, **override: str) -> Path:
+    """A site's runs: a few Megatron-Core GPT layouts on A100s, copied from a published row and relabelled."""
+    with (calibration_dir() / "megatron_published_runs.csv").open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = list(reader.fieldnames or [])
+        template = next(row for row in reader if row["row_id"] == "25")
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header)
+        writer.writeheader()
+        for number in range(rows):
+            row = template | {"row_id": str(900 + number), "source_group": "our_site"} | override
+            row["tokens_per_sec_per_gpu"] = str(130.0 + 5 * number)
+            writer.writerow(row)
+    return path
+
+
+def test_validate_prints_the_error_per_source_and_marks_in_sample_rows(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("validate", MEGATRON, "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    result = run.json()["result"]
+    sources = {row["source"] for row in result["summary"]}
+    assert {"korthikanti2022", "megatron_core_h100_2024", "nemo_megatron_bridge", "all"} <= sources
+    assert [row["row_id"] for row in result["skipped"]] == ["40", "41"]
+    for row in result["runs"]:
+        low, high = row["mfu_interval"]
+        assert 0 < low <= row["predicted_mfu"] <= high < 1
+        assert row["in_sample"]  # the shipped constants were fitted on these sources
+    assert any("in-sample" in warning for warning in run.json()["warnings"])
+
+
+def test_validate_table_fits_the_console(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("validate", str(_site_csv(tmp_path / "runs.csv")))
+    assert run.exit_code == 0, run.stderr
+    assert "our_site" in run.stdout and "inside 80 % interval" in run.stdout
+    assert max(len(line) for line in run.stdout.splitlines()) <= 100
+
+
+def test_a_bad_row_is_exit_2_naming_the_row_and_column(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = _site_csv(tmp_path / "runs.csv", tp="eight")
+    run = mfukit("validate", str(path))
+    assert run.exit_code == 2
+    assert "row 900 (line 2)" in run.stderr and "'tp'" in run.stderr and "Traceback" not in run.stderr
+    missing = mfukit("validate", str(tmp_path / "absent.csv"))
+    assert missing.exit_code == 2 and "cannot read" in missing.stderr
+
+
+@pytest.mark.slow
+def test_calibrate_writes_an_overlay_that_mfukit_catalog_loads(mfukit, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    runs = _site_csv(tmp_path / "runs.csv")
+    out = tmp_path / "site"
+    run = mfukit("calibrate", str(runs), "--out", str(out), "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    assert (out / "efficiency.toml").is_file() and (out / "loso_residuals.csv").is_file()
+    before = {row["source"]: row for row in run.json()["result"]["before"]}["our_site"]
+    after = {row["source"]: row for row in run.json()["result"]["after_in_sample"]}["our_site"]
+    assert after["median_abs_rel_error"] <= before["median_abs_rel_error"]
+    from mfukit.perf.efficiency import installed_efficiency_path
+    from mfukit.perf.uncertainty import residuals_path
+
+    monkeypatch.setenv("MFUKIT_CATALOG", str(out))
+    assert installed_efficiency_path() == out / "efficiency.toml"
+    assert residuals_path() == out / "loso_residuals.csv"
