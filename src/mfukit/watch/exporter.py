@@ -20,10 +20,11 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import Metric
 
 from mfukit.diagnose.mfu import expected_mfu
+from mfukit.diagnose.sources.train_ledger import LEDGER, checkpoint_events
 from mfukit.errors import InputError
 from mfukit.watch.config import JobSpec, WatchConfig
 from mfukit.watch.follow import Follower
-from mfukit.watch.kinds import KINDS, LineReader
+from mfukit.watch.kinds import KINDS, LineReader, Parsed
 from mfukit.watch.metrics import Series, WatchCollector
 from mfukit.watch.state import LogState
 
@@ -37,6 +38,8 @@ class Followed:
     state: LogState
     content_since_s: float | None = None
     warned: bool = False
+    ledger_size_bytes: int = 0
+    ledger_saves: int = 0
     series: Series | None = None
 
 
@@ -75,6 +78,8 @@ class Watch:
                 log.state.kind = log.reader.kind
                 log.state.global_batch_size = log.reader.global_batch_size
                 log.state.add(parsed, line.mtime_s)
+            if log.reader.kind == "mfukit-jsonl":
+                self._ledger(log)
             if log.state.parse_errors and not log.warned:
                 log.warned = True
                 self.warn(
@@ -86,6 +91,21 @@ class Watch:
             with self.lock:
                 log.series = series
         return None
+
+    def _ledger(self, log: Followed) -> None:
+        """The checkpoint saves of an ``mfukit train`` run, from the ledger beside its metrics.jsonl (read
+        as diagnose reads it, again whenever it grows: it holds a few lines per save)."""
+        ledger = log.path.parent / LEDGER
+        try:
+            status = ledger.stat()
+        except FileNotFoundError:
+            return
+        if status.st_size == log.ledger_size_bytes:
+            return
+        log.ledger_size_bytes = status.st_size
+        saves = checkpoint_events(log.path)
+        log.state.add(Parsed(events=saves[log.ledger_saves :]), status.st_mtime)
+        log.ledger_saves = len(saves)
 
     def _check_kind(self, log: Followed, now_s: float) -> None:
         if log.reader.kind is not None or log.content_since_s is None:
@@ -149,10 +169,11 @@ def listen(host: str, port: int, registry: CollectorRegistry) -> tuple[Any, thre
         ) from None
 
 
-def run(watch: Watch, stop: threading.Event) -> None:
-    """Serve the metrics and follow the logs until ``stop`` is set."""
+def run(watch: Watch, stop: threading.Event, *, ready: Callable[[int], None] = lambda port: None) -> None:
+    """Serve the metrics and follow the logs until ``stop`` is set; ``ready`` gets the port bound."""
     server, thread = listen(watch.config.host, watch.config.port, watch.registry())
     try:
+        ready(int(server.server_address[1]))
         watch.poll()
         while not stop.wait(watch.config.poll_interval_s):
             watch.poll()

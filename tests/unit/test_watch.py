@@ -1,0 +1,204 @@
+"""mfukit watch without a server: following files, reading every kind line by line, the exported metrics."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from prometheus_client import generate_latest
+
+from mfukit.diagnose.sources import training_log
+from mfukit.watch.config import JobSpec, WatchConfig
+from mfukit.watch.exporter import Watch
+from mfukit.watch.follow import Follower
+from mfukit.watch.kinds import LineReader
+
+REAL = Path("/work/shared/reference/artifacts/real_logs")
+DATA = Path(__file__).resolve().parents[1] / "data"
+TRAIN_RUN = DATA / "diagnose" / "mfukit" / "train_run"
+MEGATRON = (
+    " [2026-03-01 08:00:{second:02d}.000000] iteration {it:8d}/  100000 | consumed samples: {samples:12d} | "
+    "elapsed time per iteration (ms): {ms:.1f} | learning rate: 1.000000E-04 | global batch size:  2048 | "
+    "lm loss: 2.100000E+00 | loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+)
+
+
+def megatron(it: int, second: int, ms: float = 1000.0) -> str:
+    return MEGATRON.format(it=it, second=second, samples=it * 2048, ms=ms)
+
+
+def texts(follower: Follower) -> list[str]:
+    return [line.text for line in follower.poll()]
+
+
+def test_follower_survives_partial_lines_rotation_and_truncation(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    follower = Follower(path)
+    assert texts(follower) == []  # not there yet
+    path.write_text("one\ntw")
+    assert texts(follower) == ["one"]  # the partial line waits for its newline
+    with path.open("a") as stream:
+        stream.write("o\nthree\n")
+    assert texts(follower) == ["two", "three"]
+    with path.open("a") as stream:
+        stream.write("four\nfi")
+    path.rename(tmp_path / "train.log.1")  # logrotate: moved away, a new file in its place
+    path.write_text("six\n")
+    assert texts(follower) == ["four", "fi", "six"]
+    assert follower.rotations == 1
+    path.write_text("")  # copytruncate
+    assert texts(follower) == []
+    path.write_text("seven\n")
+    assert texts(follower) == ["seven"]
+    assert follower.truncations == 1
+    path.unlink()
+    assert texts(follower) == []
+    path.write_text("eight\n")
+    assert texts(follower) == ["eight"]
+    follower.close()
+
+
+def test_follower_marks_undecodable_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "train.log"
+    path.write_bytes(b"fine\n\xff\xfe garbage\n")
+    lines = Follower(path).poll()
+    assert [line.undecodable for line in lines] == [False, True]
+
+
+def _fed(path: Path) -> tuple[str | None, int]:
+    reader = LineReader()
+    steps = 0
+    for raw in path.read_text(errors="replace").splitlines():
+        steps += len(reader.feed(raw).steps)
+    return reader.kind, steps
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        REAL / "megatron" / "mds_gpt3-125M_tokendrop_8gpu-azure-IB_part2-of-2_L2000-3995.log",
+        REAL / "hf_trainer" / "ezpz_hf_trainer_llama32-1b_fsdp_24xXPU_sunspot.log",
+        DATA / "diagnose" / "logs" / "hf_trainer_printer_callback.log",
+        TRAIN_RUN / "metrics.jsonl",
+    ],
+    ids=lambda p: p.name,
+)
+def test_line_by_line_reads_the_steps_diagnose_reads(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not path.exists():
+        pytest.skip(f"{path} is not on this machine")
+    kind, steps = _fed(path)
+    # diagnose detects on the first 400 lines; the real Megatron log's first iteration line comes later
+    # (diagnose reads it as "generic"), so its whole-file parse is run with the kind found line by line
+    monkeypatch.setattr(training_log, "framework_of", lambda head: kind)
+    (whole,) = training_log.parse(path)
+    assert kind == whole.framework
+    assert steps == len(whole.steps) > 0
+
+
+def test_deepspeed_throughput_lines() -> None:
+    path = REAL / "deepspeed" / "dschat_dpo_opt350m_8gpu_ds0.16.2.log"
+    if not path.exists():
+        pytest.skip(f"{path} is not on this machine")
+    kind, steps = _fed(path)
+    assert kind == "deepspeed"
+    assert steps == path.read_text(errors="replace").count("CurrSamplesPerSec=")
+
+
+def test_torchtitan_line_with_colours_and_separators() -> None:
+    reader = LineReader()
+    line = (
+        "[titan] 2026-03-01 08:00:00,123 - root - INFO - \x1b[31mstep: 10  \x1b[32mloss:  3.2100  "
+        "\x1b[33mmemory: 60.12GiB(75.98%)  \x1b[34mtps: 3,210  \x1b[36mtflops: 150.25  \x1b[35mmfu: 15.19%\x1b[39m"
+    )
+    (step,) = reader.feed(line).steps
+    assert reader.kind == "torchtitan"
+    assert step.tokens_per_s_per_gpu == 3210 and step.mfu == pytest.approx(0.1519)
+
+
+def _watch(tmp_path: Path, *lines: str, **config: object) -> tuple[Watch, str]:
+    path = tmp_path / "job.log"
+    path.write_text("".join(line + "\n" for line in lines))
+    warnings: list[str] = []
+    watch = Watch(WatchConfig(logs=(path,), **config), JobSpec(), warn=warnings.append)  # type: ignore[arg-type]
+    watch.poll()
+    watch.warnings = warnings  # type: ignore[attr-defined]
+    return watch, generate_latest(watch.registry()).decode()
+
+
+def _sample(text: str, name: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def test_without_a_model_mfu_is_absent_not_zero(tmp_path: Path) -> None:
+    _, text = _watch(tmp_path, megatron(10, 10), megatron(20, 20))
+    assert _sample(text, "mfukit_mfu") is None
+    assert _sample(text, "mfukit_expected_mfu") is None
+    assert _sample(text, "mfukit_checkpoint_stall_seconds_total") is None  # no save seen
+    assert _sample(text, "mfukit_step_time_seconds") == 1.0
+    assert _sample(text, "mfukit_last_step") == 20
+    assert _sample(text, "mfukit_restarts_total") == 0
+    assert _sample(text, "mfukit_goodput") == pytest.approx(1.0)
+
+
+def test_restart_rework_and_checkpoint_stall(tmp_path: Path) -> None:
+    _, text = _watch(
+        tmp_path,
+        megatron(10, 10),
+        "saving checkpoint at iteration       10 to /ckpt",
+        megatron(20, 25),  # 10 s of steps in 15 s: a 5 s save stall
+        megatron(30, 35),
+        megatron(20, 50),  # restarted from the save at 10: steps 11..20 again (rework)
+        megatron(30, 55),
+    )
+    assert _sample(text, "mfukit_restarts_total") == 1
+    assert _sample(text, "mfukit_checkpoint_stall_seconds_total") == pytest.approx(5.0)
+    assert _sample(text, "mfukit_last_step") == 30
+    # the first line counts as one step (what came before it is unknown): 1 + 10 + 10 productive steps of
+    # 1 s (the rework after the restart is not), over the 55 - 9 s since that first step began
+    assert _sample(text, "mfukit_goodput") == pytest.approx(21 / 46)
+
+
+def test_garbage_line_is_counted_and_warned_once(tmp_path: Path) -> None:
+    first = json_step(1)
+    watch, text = _watch(tmp_path, first, "{not json", json_step(2))
+    assert _sample(text, "mfukit_watch_parse_errors_total") == 1
+    with watch.logs[0].path.open("a") as stream:
+        stream.write("{torn\n" + json_step(3) + "\n")
+    watch.poll()
+    text = generate_latest(watch.registry()).decode()
+    assert _sample(text, "mfukit_watch_parse_errors_total") == 2
+    assert _sample(text, "mfukit_mfu") == pytest.approx(0.01)  # the log's own MFU (no model given)
+    assert len(watch.warnings) == 1  # type: ignore[attr-defined]
+
+
+def json_step(step: int) -> str:
+    return (
+        f'{{"step": {step}, "attempt": 0, "t_start": {100.0 + step - 1}, "t_end": {100.0 + step}, '
+        f'"step_time_s": 1.0, "data_time_s": 0.0, "loss": 2.0, "tokens_per_s": 1000.0, "mfu": 0.01}}'
+    )
+
+
+def test_mfukit_train_run_with_its_ledger(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(TRAIN_RUN, run)
+    watch = Watch(WatchConfig(logs=(run / "metrics.jsonl",)), JobSpec())
+    watch.poll()
+    text = generate_latest(watch.registry()).decode()
+    assert _sample(text, "mfukit_restarts_total") == 1  # the run's fault-injected kill and resume
+    assert (_sample(text, "mfukit_checkpoint_stall_seconds_total") or 0) > 0
+    assert _sample(text, "mfukit_mfu") is not None
+
+
+def test_unrecognised_log_is_an_input_error(tmp_path: Path) -> None:
+    from mfukit.errors import InputError
+
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\nthis is not a training log\n")
+    watch = Watch(WatchConfig(logs=(path,), detect_timeout_s=0.0), JobSpec())
+    with pytest.raises(InputError, match="matches no training-log kind") as error:
+        watch.poll()
+    assert str(path) in error.value.render()
