@@ -12,25 +12,8 @@ import click
 
 from mfukit import units
 from mfukit.cli.common import scenario_options
-from mfukit.errors import InputError
-from mfukit.watch.config import DEFAULT_PORT, JobSpec, WatchConfig
+from mfukit.watch.config import DEFAULT_PORT, JobSpec, WatchConfig, parse_listen
 from mfukit.watch.kinds import KINDS
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT``, ``:PORT`` (loopback) or ``PORT`` (loopback) as (host, port); port 0 is any free one."""
-    host, _, port_text = text.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
-        raise InputError(
-            "not HOST:PORT",
-            source="command line",
-            field="--listen",
-            value=text,
-            expected="an address and a port 0..65535 (0: any free port)",
-            hint=f"e.g. --listen 127.0.0.1:{DEFAULT_PORT} (loopback) or --listen 0.0.0.0:{DEFAULT_PORT} (all interfaces)",
-        )
-    return host, int(port_text)
 
 
 def _fraction(value: str | None, flag: str) -> float | None:

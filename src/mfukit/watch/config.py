@@ -10,10 +10,27 @@ from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import TrainingSection
+from mfukit.errors import InputError
 
 DEFAULT_PORT = 9464
 """The port ``mfukit watch`` serves on unless told (prometheus_client's examples use 8000; 9464 is free of
 the well-known exporters: node 9100, dcgm-exporter 9400, Prometheus 9090)."""
+
+
+def parse_listen(text: str, flag: str = "--listen") -> tuple[str, int]:
+    """``HOST:PORT``, ``:PORT`` (loopback) or ``PORT`` (loopback) as (host, port); port 0 is any free one."""
+    host, _, port_text = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port_text.isdigit() or not 0 <= int(port_text) < 65536:
+        raise InputError(
+            "not HOST:PORT",
+            source="command line",
+            field=flag,
+            value=text,
+            expected="an address and a port 0..65535 (0: any free port)",
+            hint=f"e.g. --listen 127.0.0.1:{DEFAULT_PORT} (loopback) or --listen 0.0.0.0:{DEFAULT_PORT} (all interfaces)",
+        )
+    return host, int(port_text)
 
 
 class JobSpec(NamedTuple):

@@ -8,10 +8,11 @@ InputError (exit 2) naming it; a garbage line is counted and warned about once p
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,16 +170,45 @@ def listen(host: str, port: int, registry: CollectorRegistry) -> tuple[Any, thre
         ) from None
 
 
-def run(watch: Watch, stop: threading.Event, *, ready: Callable[[int], None] = lambda port: None) -> None:
-    """Serve the metrics and follow the logs until ``stop`` is set; ``ready`` gets the port bound."""
+@contextlib.contextmanager
+def serving(watch: Watch) -> Iterator[int]:
+    """The metrics served (the port bound is yielded) while the block runs; stopped and closed after."""
     server, thread = listen(watch.config.host, watch.config.port, watch.registry())
     try:
-        ready(int(server.server_address[1]))
-        watch.poll()
-        while not stop.wait(watch.config.poll_interval_s):
-            watch.poll()
+        yield int(server.server_address[1])
     finally:
         server.shutdown()
         server.server_close()
         thread.join()
         watch.close()
+
+
+def run(watch: Watch, stop: threading.Event, *, ready: Callable[[int], None] = lambda port: None) -> None:
+    """Serve the metrics and follow the logs until ``stop`` is set; ``ready`` gets the port bound."""
+    with serving(watch) as port:
+        ready(port)
+        watch.poll()
+        while not stop.wait(watch.config.poll_interval_s):
+            watch.poll()
+
+
+@contextlib.contextmanager
+def in_background(watch: Watch) -> Iterator[int]:
+    """Serve and follow from threads of this process while the block runs (``mfukit train
+    --metrics-listen``): a port already taken raises here, before the block starts."""
+    with serving(watch) as port:
+        stop = threading.Event()
+
+        def loop() -> None:
+            watch.poll()
+            while not stop.wait(watch.config.poll_interval_s):
+                watch.poll()
+
+        follower = threading.Thread(target=loop, name="mfukit-watch", daemon=True)
+        follower.start()
+        try:
+            yield port
+        finally:
+            stop.set()
+            follower.join()
+            watch.poll()
