@@ -202,3 +202,47 @@ def test_unrecognised_log_is_an_input_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="matches no training-log kind") as error:
         watch.poll()
     assert str(path) in error.value.render()
+
+
+DCGM_SCRAPE = """# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).
+# TYPE DCGM_FI_DEV_GPU_UTIL gauge
+DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-a",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",Hostname="node1"} 100
+DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="GPU-b",device="nvidia1",modelName="NVIDIA H100 80GB HBM3",Hostname="node1"} 98
+# HELP DCGM_FI_PROF_SM_ACTIVE Ratio of cycles an SM has at least 1 warp assigned.
+# TYPE DCGM_FI_PROF_SM_ACTIVE gauge
+DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-a",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",hostname="node1"} 0.91
+"""
+
+
+def test_dcgm_activity_beside_mfu_from_a_file_and_an_endpoint(tmp_path: Path) -> None:
+    import http.server
+    import threading
+
+    scrape = tmp_path / "dcgm.prom"
+    scrape.write_text(DCGM_SCRAPE)
+    _, text = _watch(tmp_path, megatron(10, 10), job_name="llama", dcgm=str(scrape))
+    assert 'mfukit_gpu_utilization{gpu="1",hostname="node1",job="llama"} 0.98' in text
+    assert 'mfukit_gpu_sm_active{gpu="0",hostname="node1",job="llama"} 0.91' in text
+    assert "mfukit_gpu_tensor_active{" not in text  # not served by this exporter: absent
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(DCGM_SCRAPE.encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        _, text = _watch(tmp_path, megatron(10, 10), job_name="llama", dcgm=url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert 'mfukit_gpu_sm_active{gpu="0",hostname="node1",job="llama"} 0.91' in text
+    watch, text = _watch(tmp_path, megatron(10, 10), dcgm=str(tmp_path / "missing.prom"))
+    assert "mfukit_gpu_sm_active{" not in text and "missing.prom" in watch.warnings[0]  # type: ignore[attr-defined]

@@ -157,9 +157,13 @@ def test_watch_scraped_by_prometheus(tmp_path: Path) -> None:
         "    honor_labels: true\n"
         f"    static_configs: [{{targets: ['127.0.0.1:{watch_port}']}}]\n"
     )
+    dcgm = tmp_path / "dcgm.prom"  # a saved dcgm-exporter scrape: SM activity beside MFU
+    dcgm.write_text(
+        'DCGM_FI_PROF_SM_ACTIVE{gpu="0",Hostname="node1"} 0.93\nDCGM_FI_DEV_GPU_UTIL{gpu="0",Hostname="node1"} 100\n'
+    )
     # the window holds the whole log, so the watch's MFU is over the steps diagnose reads
     watch_cmd = [str(MFUKIT), "watch", str(log), "--scenario", str(SCENARIO), "--job", "llama70b",
-                 "--listen", f"127.0.0.1:{watch_port}", "--poll", "0.2s", "--window", "24h", "--goodput-target", "90%"]  # fmt: skip
+                 "--listen", f"127.0.0.1:{watch_port}", "--poll", "0.2s", "--window", "24h", "--goodput-target", "90%", "--dcgm", str(dcgm)]  # fmt: skip
     prom_cmd = [shutil.which("prometheus") or "prometheus", f"--config.file={config}",
                 f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{prom_port}"]  # fmt: skip
     with (

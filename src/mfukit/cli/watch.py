@@ -52,6 +52,9 @@ deploy/grafana/mfukit.json; docs/monitoring.md."""
 @click.option("--mfu-tolerance", default="10%", show_default=True,
               help="Shortfall below the expected MFU that the alert fires on.")  # fmt: skip
 @click.option("--goodput-target", default=None, help='Goodput the alert fires below, e.g. "90%".')
+@click.option("--dcgm", default=None,
+              help="A dcgm-exporter endpoint (http://HOST:9400/metrics) or a saved scrape: its SM activity is "
+              "exported beside MFU, with the job label.")  # fmt: skip
 def watch(
     logs: tuple[Path, ...],
     scenario_path: Path | None,
@@ -65,6 +68,7 @@ def watch(
     mfu_floor: str | None,
     mfu_tolerance: str,
     goodput_target: str | None,
+    dcgm: str | None,
 ) -> int:
     from mfukit.cli.diagnose import job
     from mfukit.watch.exporter import Watch, run
@@ -83,6 +87,7 @@ def watch(
         mfu_floor=_fraction(mfu_floor, "--mfu-floor"),
         mfu_tolerance=units.parse_fraction(mfu_tolerance, field="--mfu-tolerance"),
         goodput_target=_fraction(goodput_target, "--goodput-target"),
+        dcgm=dcgm,
     )
     spec = JobSpec(known.model, known.training, known.parallelism, known.cluster)
     stop = threading.Event()

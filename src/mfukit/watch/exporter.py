@@ -24,6 +24,7 @@ from mfukit.diagnose.mfu import expected_mfu
 from mfukit.diagnose.sources.train_ledger import LEDGER, checkpoint_events
 from mfukit.errors import InputError
 from mfukit.watch.config import JobSpec, WatchConfig
+from mfukit.watch.dcgm import Dcgm
 from mfukit.watch.follow import Follower
 from mfukit.watch.kinds import KINDS, LineReader, Parsed
 from mfukit.watch.metrics import Series, WatchCollector
@@ -51,9 +52,14 @@ class Watch:
     warn: Callable[[str], None] = lambda text: None
     extra: Callable[[], Iterable[Metric]] = lambda: ()
     logs: list[Followed] = field(default_factory=list)
+    dcgm: Dcgm | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
+        if self.config.dcgm is not None:
+            name = self.config.job_name or self.config.logs[0].stem
+            self.dcgm = Dcgm(self.config.dcgm, name, warn=self.warn)
+            self.extra = self.dcgm.metrics
         job = self.job
         expected = expected_mfu(job.model, job.training, job.parallelism, job.cluster)
         names = [self.config.job_name or path.stem for path in self.config.logs]
@@ -71,6 +77,8 @@ class Watch:
     def poll(self, now_s: float | None = None) -> None:
         """Read what every log gained, update its state; an InputError for a log that is not a training log."""
         now_s = time.time() if now_s is None else now_s
+        if self.dcgm is not None:
+            self.dcgm.refresh(now_s)
         for log in self.logs:
             for line in log.follower.poll():
                 if log.content_since_s is None and line.text.strip():
