@@ -96,6 +96,7 @@ class Watch:
                     "(counted in mfukit_watch_parse_errors_total; warned once)"
                 )
             self._check_kind(log, now_s)
+            log.state.measure()
             series = self._series(log)
             with self.lock:
                 log.series = series

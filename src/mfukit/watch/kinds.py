@@ -135,7 +135,9 @@ class LineReader:
                 continue
             try:
                 handler.handle(number, line)
-            except (ValueError, OverflowError):
+            except (
+                Exception
+            ):  # a line the parser cannot survive is one unreadable line, never a dead exporter
                 handler.bad_lines += 1
         parsed.steps.extend(handler.steps[kept:])
         parsed.events.extend(handler.events)

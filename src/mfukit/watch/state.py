@@ -25,6 +25,8 @@ from mfukit.watch.kinds import Parsed
 STEP_TIME_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0)
 """Step times of LLM training jobs run from tens of ms (small models, many GPUs) to minutes."""
 EXPECTED_BASES = ("performance_model", "best_fitting_layout")
+MAX_WINDOW = 2000
+"""Logged steps kept in the window at most, whatever its length (a job logging every 50 ms step)."""
 
 
 @dataclass
@@ -96,6 +98,8 @@ class LogState:
         self.tokens_per_s: float | None = None
         self.tokens_per_s_per_gpu: float | None = None
         self.expected = expected
+        self.stale = False
+        """New steps since MFU was last computed (it is computed once per poll, not once per line)."""
 
     @property
     def expected_value(self) -> float | None:
@@ -108,8 +112,7 @@ class LogState:
             self._event(event)
         for index, record in enumerate(parsed.steps):
             self._step(record, mtime_s, restarted=parsed.restarted and index == 0)
-        if parsed.steps:
-            self._measure()
+        self.stale = self.stale or bool(parsed.steps)
 
     def _event(self, event: LogEvent) -> None:
         if event.kind != "checkpoint":
@@ -152,10 +155,16 @@ class LogState:
         self.last_step_time_s = mtime_s
         key = record.wall_s if record.wall_s is not None else mtime_s
         self.window.append((key, record))
-        while len(self.window) > 2 and self.window[0][0] < key - self.window_s:
+        while (len(self.window) > 2 and self.window[0][0] < key - self.window_s) or len(
+            self.window
+        ) > MAX_WINDOW:
             self.window.popleft()
 
-    def _measure(self) -> None:
+    def measure(self) -> None:
+        """MFU, HFU and tokens/s over the window, when steps came in since the last time."""
+        if not self.stale:
+            return
+        self.stale = False
         job = self.job
         steps = [record for _, record in self.window]
         log = TrainingLog("", self.kind or "generic", steps, [], self.global_batch_size)
