@@ -246,3 +246,24 @@ def test_dcgm_activity_beside_mfu_from_a_file_and_an_endpoint(tmp_path: Path) ->
     assert 'mfukit_gpu_sm_active{gpu="0",hostname="node1",job="llama"} 0.91' in text
     watch, text = _watch(tmp_path, megatron(10, 10), dcgm=str(tmp_path / "missing.prom"))
     assert "mfukit_gpu_sm_active{" not in text and "missing.prom" in watch.warnings[0]  # type: ignore[attr-defined]
+
+
+def test_layout_from_the_megatron_log_gives_the_expected_mfu(tmp_path: Path) -> None:
+    from mfukit.cli.diagnose import job
+
+    known = job(DATA / "watch" / "llama3-70b_h100x1024_tp8pp4.toml", {})
+    path = tmp_path / "job.log"
+    path.write_text(
+        "using world size: 1024, data-parallel size: 32, context-parallel size: 1, hierarchical "
+        "context-parallel sizes: None, tensor-model-parallel size: 8, pipeline-model-parallel size: 4\n"
+        + megatron(10, 0, ms=20_000.0)
+        + "\n"
+    )
+    without_layout = JobSpec(known.model, known.training, None, known.cluster)
+    watch = Watch(WatchConfig(logs=(path,)), without_layout)
+    assert watch.logs[0].state.expected_value is None  # no layout yet: no performance-model MFU
+    watch.poll()
+    text = generate_latest(watch.registry()).decode()
+    assert (_sample(text, "mfukit_expected_mfu") or 0) > 0
+    assert 'expected_basis="' in text
+    assert (_sample(text, "mfukit_mfu") or 0) > 0

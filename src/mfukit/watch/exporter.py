@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import Metric
 
+from mfukit.core.parallelism import Parallelism
 from mfukit.diagnose.mfu import expected_mfu
 from mfukit.diagnose.sources.train_ledger import LEDGER, checkpoint_events
 from mfukit.errors import InputError
@@ -96,11 +97,23 @@ class Watch:
                     "(counted in mfukit_watch_parse_errors_total; warned once)"
                 )
             self._check_kind(log, now_s)
+            self._layout_from_log(log)
             log.state.measure()
             series = self._series(log)
             with self.lock:
                 log.series = series
         return None
+
+    def _layout_from_log(self, log: Followed) -> None:
+        """The expected MFU of the layout the log states, when no scenario gave one (the rest of the layout,
+        recompute and sharding, at their defaults: the performance model then falls back to the best layout
+        that fits, and says so in ``mfukit_watch_log_info``)."""
+        job = self.job
+        if job.parallelism is not None or log.reader.layout is None or log.state.layout_from_log:
+            return
+        log.state.layout_from_log = True
+        layout = Parallelism(**log.reader.layout)
+        log.state.expected = expected_mfu(job.model, job.training, layout, job.cluster)
 
     def _ledger(self, log: Followed) -> None:
         """The checkpoint saves of an ``mfukit train`` run, from the ledger beside its metrics.jsonl (read
@@ -140,6 +153,7 @@ class Watch:
             expected,
             max(thresholds) if thresholds else None,
             self.config.goodput_target,
+            state.expected.basis if expected is not None else None,
         )
 
     def series(self) -> list[Series]:

@@ -24,6 +24,14 @@ HEAD_LINES = 400
 DEEPSPEED_THROUGHPUT = re.compile(
     r"global_step=(\d+),\s*RunningAvgSamplesPerSec=(" + NUMBER + r"),\s*CurrSamplesPerSec=(" + NUMBER + ")"
 )
+MEGATRON_WORLD = re.compile(r"using world size:\s*(\d+)")
+MEGATRON_SIZES = {  # the world-size line's keys, main and 2023 (reference/logs-and-monitoring.md 1.2)
+    "data-parallel size": "dp",
+    "data-parallel-size": "dp",
+    "context-parallel size": "cp",
+    "tensor-model-parallel size": "tp",
+    "pipeline-model-parallel size": "pp",
+}
 KINDS = ("megatron", "torchtitan", "huggingface", "lightning", "deepspeed", "mfukit-jsonl", "generic")
 
 
@@ -32,6 +40,19 @@ def kind_of(head: str) -> str | None:
     if DEEPSPEED_THROUGHPUT.search(head):
         return "deepspeed"
     return framework_of(head)
+
+
+def megatron_layout(line: str) -> dict[str, int] | None:
+    """TP, PP, DP (and CP) from Megatron's ``using world size: ...`` line (rank 0, at start-up), read by key."""
+    if "using world size" not in line or MEGATRON_WORLD.search(line) is None:
+        return None
+    layout: dict[str, int] = {}
+    for part in line.split(","):
+        key, _, value = part.partition(":")
+        field_name = MEGATRON_SIZES.get(key.strip())
+        if field_name and value.strip().isdigit():
+            layout[field_name] = int(value.strip())
+    return layout if {"tp", "pp", "dp"} <= set(layout) else None
 
 
 @dataclass
@@ -91,6 +112,8 @@ class LineReader:
         self.handler: _Handler | None = None
         self.number = 0
         self.head: list[str] = []
+        self.layout: dict[str, int] | None = None
+        """The parallel layout the log states (Megatron's world-size line), once seen."""
         if kind is not None:
             self._start(kind)
 
@@ -109,6 +132,8 @@ class LineReader:
         known); a line the parser cannot read counts in ``bad_lines``."""
         self.number += 1
         parsed = Parsed(bad_lines=1 if undecodable else 0)
+        if self.layout is None:
+            self.layout = megatron_layout(text)
         if self.handler is None:
             self.head.append(text)
             kind = kind_of("\n".join(self.head)) if len(self.head) <= HEAD_LINES else kind_of(text)

@@ -34,6 +34,7 @@ class Series:
     expected_mfu: float | None
     alert_threshold: float | None
     goodput_target: float | None
+    expected_basis: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,12 +117,13 @@ class WatchCollector(Collector):
             if observed is not None:
                 histogram.add_metric(series.labels, observed.cumulative(), observed.sum_s)
         yield histogram
-        info = InfoMetricFamily("mfukit_watch_log", "The kind of each followed log and where its MFU comes from",
+        info = InfoMetricFamily("mfukit_watch_log", "The kind of each followed log, where its MFU and its expected MFU come from",
                                 labels=LABELS)  # fmt: skip
         for series in all_series:
             if series.snapshot.kind is not None:
-                info.add_metric(
-                    series.labels, {"kind": series.snapshot.kind, "mfu_source": series.snapshot.mfu_source}
-                )
+                details = {"kind": series.snapshot.kind, "mfu_source": series.snapshot.mfu_source}
+                if series.expected_basis is not None:
+                    details["expected_basis"] = series.expected_basis
+                info.add_metric(series.labels, details)
         yield info
         yield from self.extra()

@@ -98,6 +98,7 @@ class LogState:
         self.tokens_per_s: float | None = None
         self.tokens_per_s_per_gpu: float | None = None
         self.expected = expected
+        self.layout_from_log = False
         self.stale = False
         """New steps since MFU was last computed (it is computed once per poll, not once per line)."""
 
