@@ -267,3 +267,22 @@ def test_layout_from_the_megatron_log_gives_the_expected_mfu(tmp_path: Path) -> 
     assert (_sample(text, "mfukit_expected_mfu") or 0) > 0
     assert 'expected_basis="' in text
     assert (_sample(text, "mfukit_mfu") or 0) > 0
+
+
+def test_a_timed_save_is_counted_once(tmp_path: Path) -> None:
+    _, text = _watch(
+        tmp_path,
+        megatron(10, 10),
+        "saving checkpoint at iteration       10 to /ckpt",
+        "  successfully saved checkpoint at iteration       10 to /ckpt",
+        "(min, max) time across ranks (ms):",
+        "    save-checkpoint ................................: (3900.00, 4000.00)",
+        megatron(20, 24),
+    )
+    assert _sample(text, "mfukit_checkpoint_stall_seconds_total") == pytest.approx(4.0)  # the timer's
+    assert _sample(text, "mfukit_log_interval_steps") == 10
+
+
+def test_first_logged_step_says_no_log_interval(tmp_path: Path) -> None:
+    _, text = _watch(tmp_path, megatron(10, 10))
+    assert _sample(text, "mfukit_log_interval_steps") is None

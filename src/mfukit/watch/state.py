@@ -99,6 +99,7 @@ class LogState:
         self.tokens_per_s_per_gpu: float | None = None
         self.expected = expected
         self.layout_from_log = False
+        self.logged_steps = 0
         self.stale = False
         """New steps since MFU was last computed (it is computed once per poll, not once per line)."""
 
@@ -123,6 +124,7 @@ class LogState:
             return
         self.checkpoint_stall_s = (self.checkpoint_stall_s or 0.0) + event.duration_s
         self.stall_in_gap_s += event.duration_s
+        self.unmeasured_save = False  # Megatron's save-checkpoint timer follows its "saving" lines
 
     def _step(self, record: StepRecord, mtime_s: float, *, restarted: bool) -> None:
         previous = self.previous
@@ -152,6 +154,7 @@ class LogState:
                 self.first_wall_s = record.wall_s - (step_time or 0.0) * record.interval_steps
             self.last_wall_s = record.wall_s
         self.furthest = record.step if self.furthest is None else max(self.furthest, record.step)
+        self.logged_steps += 1
         self.previous = record
         self.last_step_time_s = mtime_s
         key = record.wall_s if record.wall_s is not None else mtime_s
@@ -209,7 +212,10 @@ class LogState:
             tokens_per_s=self.tokens_per_s,
             tokens_per_s_per_gpu=self.tokens_per_s_per_gpu,
             step_time_s=self.step_time_s,
-            log_interval_steps=self.previous.interval_steps if self.previous else None,
+            # the first logged step's interval is unknown (what came before it is not in the log)
+            log_interval_steps=self.previous.interval_steps
+            if self.previous and self.logged_steps > 1
+            else None,
             last_step=self.furthest,
             last_step_time_s=self.last_step_time_s,
             goodput=goodput,
