@@ -286,3 +286,19 @@ def test_a_timed_save_is_counted_once(tmp_path: Path) -> None:
 def test_first_logged_step_says_no_log_interval(tmp_path: Path) -> None:
     _, text = _watch(tmp_path, megatron(10, 10))
     assert _sample(text, "mfukit_log_interval_steps") is None
+
+
+def test_a_long_backlog_is_read_over_several_polls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mfukit.watch import follow
+
+    monkeypatch.setattr(follow, "MAX_READ_BYTES", 64)
+    monkeypatch.setattr(follow, "READ_CHUNK_BYTES", 32)
+    path = tmp_path / "train.log"
+    path.write_text("".join(f"line {i:04d}\n" for i in range(100)))  # 1,000 bytes
+    follower = Follower(path)
+    first = texts(follower)
+    assert 0 < len(first) < 100
+    read = list(first)
+    while len(read) < 100:
+        read.extend(texts(follower))
+    assert read == [f"line {i:04d}" for i in range(100)]

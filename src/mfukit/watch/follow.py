@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 READ_CHUNK_BYTES = 1 << 20
+MAX_READ_BYTES = 64 << 20
+"""Bytes read from a file per poll at most: a long backlog is read over several polls in bounded memory."""
 MAX_PARTIAL_BYTES = 1 << 20
 """A "line" longer than this without a newline (binary junk) is cut and returned as one line."""
 
@@ -50,7 +52,7 @@ class Follower:
         identity = (status.st_dev, status.st_ino) if status is not None else None
         if self.fd is not None and identity != self.inode:
             if identity is not None:  # rotated: drain the old file, then start the new one
-                lines.extend(self._read())
+                lines.extend(self._read(limit_bytes=None))
                 self._flush_partial(lines)
                 self.rotations += 1
             self._close()
@@ -62,7 +64,7 @@ class Follower:
                 self.offset = 0
                 self.partial = b""
                 self.truncations += 1
-            lines.extend(self._read())
+            lines.extend(self._read(limit_bytes=MAX_READ_BYTES))
         return lines
 
     def close(self) -> None:
@@ -84,14 +86,16 @@ class Follower:
         self.fd = None
         self.inode = None
 
-    def _read(self) -> list[Line]:
+    def _read(self, *, limit_bytes: int | None) -> list[Line]:
         assert self.fd is not None
         lines: list[Line] = []
-        while True:
+        read_bytes = 0
+        while limit_bytes is None or read_bytes < limit_bytes:
             chunk = os.pread(self.fd, READ_CHUNK_BYTES, self.offset)
             if not chunk:
                 break
             self.offset += len(chunk)
+            read_bytes += len(chunk)
             mtime_s = os.fstat(self.fd).st_mtime
             data = self.partial + chunk
             *complete, self.partial = data.split(b"\n")
