@@ -193,6 +193,7 @@ def test_watch_scraped_by_prometheus(tmp_path: Path) -> None:
         writer.steps(8, 60_000.0)  # a third of the throughput: MFU far below the expected
         pending = wait_for(prom_port, 'ALERTS{alertname="MfukitMfuBelowExpected", alertstate="pending"}', 10)
         assert pending and pending[0]["metric"]["job"] == "llama70b", query(prom_port, "mfukit_mfu")
+    assert watcher.returncode == 0  # stopped by SIGTERM, as a sidecar is: a clean exit
 
 
 def _finite(result: list[dict[str, Any]]) -> bool:

@@ -95,16 +95,19 @@ def watch(
     def on_term(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
-    signal.signal(signal.SIGTERM, on_term)
     follower = Watch(config, spec, warn=lambda text: click.echo(f"warning: {text}", err=True))
-    click.echo(
-        f"mfukit watch: {len(logs)} log(s) on http://{host}:{port}/metrics"
-        + (
-            f"; expected MFU {units.format_percent(e)}"
-            if (e := follower.logs[0].state.expected_value)
-            else ""
-        ),
-        err=True,
-    )
-    run(follower, stop)
+    expected = follower.logs[0].state.expected_value
+
+    def ready(bound_port: int) -> None:
+        shown_expected = f"; expected MFU {units.format_percent(expected)}" if expected is not None else ""
+        click.echo(
+            f"mfukit watch: {len(logs)} log(s) on http://{host}:{bound_port}/metrics{shown_expected}",
+            err=True,
+        )
+
+    previous = signal.signal(signal.SIGTERM, on_term)  # a sidecar is stopped with SIGTERM: exit 0
+    try:
+        run(follower, stop, ready=ready)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
