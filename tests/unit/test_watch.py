@@ -61,9 +61,9 @@ def test_follower_survives_partial_lines_rotation_and_truncation(tmp_path: Path)
 
 def test_follower_marks_undecodable_bytes(tmp_path: Path) -> None:
     path = tmp_path / "train.log"
-    path.write_bytes(b"fine\n\xff\xfe garbage\n")
+    path.write_bytes(b"fine\n\xff\xfe garbage\n\x00\x00\x00\n")
     lines = Follower(path).poll()
-    assert [line.undecodable for line in lines] == [False, True]
+    assert [line.undecodable for line in lines] == [False, True, True]
 
 
 def _fed(path: Path) -> tuple[str | None, int]:
@@ -302,3 +302,32 @@ def test_a_long_backlog_is_read_over_several_polls(tmp_path: Path, monkeypatch: 
     while len(read) < 100:
         read.extend(texts(follower))
     assert read == [f"line {i:04d}" for i in range(100)]
+
+
+def test_dashboard_is_importable() -> None:
+    import json
+
+    dashboard = json.loads(
+        (Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "mfukit.json").read_text()
+    )
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert (
+        variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    )
+    assert isinstance(dashboard["schemaVersion"], int) and dashboard["title"] and dashboard["uid"]
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    titles = " ".join(panel["title"] for panel in dashboard["panels"]).lower()
+    for wanted in (
+        "mfu against expected",
+        "tokens per second",
+        "step time",
+        "goodput",
+        "restarts",
+        "since the last step",
+    ):
+        assert wanted in titles
+    for panel in dashboard["panels"]:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        assert set(panel["gridPos"]) == {"h", "w", "x", "y"} and panel["targets"]
+        assert all(target["expr"] and target["refId"] for target in panel["targets"])

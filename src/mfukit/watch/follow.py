@@ -8,7 +8,7 @@ A follower keeps the inode and the byte offset of the file it reads. On each :me
 * the path is missing (not created yet, or between a move and the new file): nothing, until it appears.
 
 Only complete lines (ending in a newline) are returned; a partial last line waits for its newline. Bytes
-that are not UTF-8 are replaced (U+FFFD), and the caller can count such lines as unreadable.
+that are not UTF-8 are replaced (U+FFFD) and NULs dropped; the caller counts such lines as unreadable.
 """
 
 from __future__ import annotations
@@ -113,8 +113,13 @@ class Follower:
 
 
 def _decode(raw: bytes, mtime_s: float) -> Line:
+    """One line as text; bytes that are not UTF-8, or NULs (the hole a crash leaves in a file written
+    through a page cache or NFS), make it unreadable."""
     raw = raw.rstrip(b"\r")
     try:
-        return Line(raw.decode("utf-8"), mtime_s)
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         return Line(raw.decode("utf-8", errors="replace"), mtime_s, undecodable=True)
+    if "\x00" in text:
+        return Line(text.replace("\x00", ""), mtime_s, undecodable=True)
+    return Line(text, mtime_s)
