@@ -59,6 +59,21 @@ def test_follower_survives_partial_lines_rotation_and_truncation(tmp_path: Path)
     follower.close()
 
 
+def test_unreadable_log_is_an_input_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mfukit.errors import InputError
+    from mfukit.watch import follow
+
+    def denied(path: object, flags: int) -> int:  # what open(2) answers a user without read permission
+        raise PermissionError(13, "Permission denied", str(path))
+
+    path = tmp_path / "train.log"
+    path.write_text("step 1\n")
+    monkeypatch.setattr(follow.os, "open", denied)
+    with pytest.raises(InputError, match="permission denied") as error:
+        Follower(path).poll()
+    assert str(path) in error.value.render()
+
+
 def test_follower_marks_undecodable_bytes(tmp_path: Path) -> None:
     path = tmp_path / "train.log"
     path.write_bytes(b"fine\n\xff\xfe garbage\n\x00\x00\x00\n")

@@ -17,6 +17,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mfukit.errors import InputError
+
 READ_CHUNK_BYTES = 1 << 20
 MAX_READ_BYTES = 64 << 20
 """Bytes read from a file per poll at most: a long backlog is read over several polls in bounded memory."""
@@ -75,6 +77,12 @@ class Follower:
             self.fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
             return
+        except PermissionError:
+            raise InputError(
+                "cannot be read (permission denied)",
+                source=str(self.path),
+                hint="run mfukit watch as a user who may read the job's log (the job's own user, or its group)",
+            ) from None
         status = os.fstat(self.fd)
         self.inode = (status.st_dev, status.st_ino)
         self.offset = 0
