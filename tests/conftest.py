@@ -1,8 +1,9 @@
 """Shared fixtures and the rules for optional components.
 
-Tests that need torch carry the ``torch`` marker, tests that need the dev Slurm the ``slurm`` marker.
-When the component is missing they are skipped, unless MFUKIT_REQUIRE_TORCH=1 / MFUKIT_REQUIRE_SLURM=1
-(CI sets both), in which case the run fails instead: nothing skips silently in CI.
+Tests that need torch carry the ``torch`` marker, tests that need the dev Slurm the ``slurm`` marker, tests
+that need Debian's prometheus and promtool the ``prometheus`` marker. When the component is missing they are
+skipped, unless MFUKIT_REQUIRE_TORCH=1 / MFUKIT_REQUIRE_SLURM=1 / MFUKIT_REQUIRE_PROMETHEUS=1 (CI sets all
+three), in which case the run fails instead: nothing skips silently in CI.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ REQUIREMENTS = {
     "slurm": (
         "MFUKIT_REQUIRE_SLURM",
         lambda: shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin") is not None,
+    ),
+    # Debian's prometheus package: the server and promtool (tests/unit/test_watch_prometheus.py)
+    "prometheus": (
+        "MFUKIT_REQUIRE_PROMETHEUS",
+        lambda: shutil.which("prometheus") is not None and shutil.which("promtool") is not None,
     ),
 }
 

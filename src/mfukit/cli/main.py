@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
     "bench": "mfukit.cli.bench:bench",
     "sched": "mfukit.cli.sched:sched",
     "diagnose": "mfukit.cli.diagnose:diagnose",
+    "watch": "mfukit.cli.watch:watch",
     "catalog": "mfukit.cli.catalog:catalog",
 }
 

@@ -78,6 +78,15 @@ _INJECT_HELP = (
     "--log-every", type=click.IntRange(min=1), default=10, show_default=True, help="Progress line period."
 )
 @click.option(
+    "--metrics-listen",
+    help="HOST:PORT to serve the run's Prometheus metrics on while it trains (those of `mfukit watch`).",
+)
+@click.option(
+    "--watch-sidecar",
+    help="With --emit: run an `mfukit watch` sidecar on the run's metrics, serving on HOST:PORT "
+    "(e.g. 0.0.0.0:9464).",
+)
+@click.option(
     "--emit", "emit_kind", type=click.Choice(["slurm", "k8s"]), help="Write the job instead of running it."
 )
 @click.option("--image", help="Container image with mfukit and torch (for --emit k8s).")
@@ -104,6 +113,15 @@ def train(
     """
     from mfukit.train.prepare import TrainRequest
 
+    if options.get("watch_sidecar") and emit_kind is None:
+        from mfukit.errors import InputError
+
+        raise InputError(
+            "--watch-sidecar is for the emitted job",
+            source="command line",
+            field="--watch-sidecar",
+            hint="add --emit slurm or --emit k8s, or serve this run's metrics with --metrics-listen HOST:PORT",
+        )
     request = TrainRequest(scenario_path=scenario_path, overrides=overrides, compile=compile_model, **options)
     if emit_kind is not None:
         from mfukit.train.emit import emit_job

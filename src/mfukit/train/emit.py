@@ -20,6 +20,7 @@ import re
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -32,6 +33,7 @@ from mfukit.train.config import TrainConfig
 from mfukit.train.data import ensure_synthetic, synthetic_path
 from mfukit.train.launch import RESTART_SAFE_ENV, SIGNALS_TO_FORWARD
 from mfukit.train.prepare import Prepared, TrainRequest, catalog_peak, prepare, synthetic_token_count
+from mfukit.watch.config import parse_listen
 
 RDZV_PORT = 29400
 """torchrun's default c10d rendezvous port."""
@@ -313,6 +315,7 @@ def sbatch_script(
         "}",
         "trap requeue_on_usr1 USR1",
         "",
+        *_sbatch_watch(config, request),
         "srun --kill-on-bad-exit=1 --cpu-bind=none torchrun \\",
         *[f"  {arg} \\" for arg in torchrun[:-3]],
         f"  -m {torchrun[-2]} {shlex.quote(torchrun[-1])} &",
@@ -387,7 +390,55 @@ def kubernetes_manifest(
             ],
         },
     }
+    if request.watch_sidecar:
+        spec: dict[str, Any] = jobset["spec"]  # type: ignore[assignment]
+        spec["replicatedJobs"].append(_watch_job(config, request, image))
+        spec["successPolicy"] = {"operator": "All", "targetReplicatedJobs": ["workers"]}  # not the watch
     return yaml.dump_all([config_map, jobset], Dumper=_BlockDumper, sort_keys=False)
+
+
+def _watch_args(config: TrainConfig, request: TrainRequest) -> list[str]:
+    """``mfukit watch`` on the run's metrics.jsonl (written by rank 0 to the shared run directory)."""
+    listen = request.watch_sidecar or ""
+    parse_listen(listen, "--watch-sidecar")
+    metrics = str(Path(config.out_dir) / "metrics.jsonl")
+    return ["watch", metrics, "--kind", "mfukit-jsonl", "--job", _job_name(config), "--listen", listen]
+
+
+def _sbatch_watch(config: TrainConfig, request: TrainRequest) -> list[str]:
+    if not request.watch_sidecar:
+        return []
+    command = " ".join(shlex.quote(arg) for arg in ["mfukit", *_watch_args(config, request)])
+    return [
+        "# mfukit watch serves the run's MFU, goodput and step time from this node while it trains",
+        "# (docs/monitoring.md); it stops when this script ends",
+        f"{command} &",
+        "watch_pid=$!",
+        "trap 'kill \"$watch_pid\" 2>/dev/null || true' EXIT",
+        "",
+    ]
+
+
+def _watch_job(config: TrainConfig, request: TrainRequest, image: str) -> dict[str, Any]:
+    """A one-pod replicated job running ``mfukit watch`` on the run directory's volume."""
+    port = parse_listen(request.watch_sidecar or "", "--watch-sidecar")[1]
+    container = {
+        "name": "mfukit-watch",
+        "image": image,
+        "command": ["mfukit", *_watch_args(config, request)],
+        "ports": [{"containerPort": port, "name": "metrics"}],
+        "volumeMounts": [{"name": "runs", "mountPath": K8S_RUNS, "readOnly": True}],
+    }
+    pod = {
+        "restartPolicy": "OnFailure",  # a watch that dies restarts in its pod, never failing the JobSet
+        "containers": [container],
+        "volumes": [{"name": "runs", "persistentVolumeClaim": {"claimName": PVC_NAME}}],
+    }
+    return {
+        "name": "watch",
+        "replicas": 1,
+        "template": {"spec": {"parallelism": 1, "completions": 1, "template": {"spec": pod}}},
+    }
 
 
 class _BlockDumper(yaml.SafeDumper):

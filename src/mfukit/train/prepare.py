@@ -48,6 +48,10 @@ class TrainRequest:
     verify_resume: bool = False
     device: str = "auto"
     log_every: int = 10
+    metrics_listen: str | None = None
+    """HOST:PORT to serve the run's Prometheus metrics on while it trains (``mfukit watch``'s)."""
+    watch_sidecar: str | None = None
+    """HOST:PORT of an ``mfukit watch`` sidecar in the emitted sbatch script / JobSet."""
 
 
 @dataclass

@@ -7,11 +7,12 @@ the end) and ``goodput.json`` (the launcher's account of the latest launch).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,7 +172,8 @@ def run_training(
         max_restarts=request.max_restarts,
         run_id=f"mfukit-{config.name}-{int(time.time())}",
     )
-    finished = launch.run(job, log_path=out / "logs" / "train.log", echo=echo, timeout_s=timeout_s)
+    with _metrics_served(request.metrics_listen, out, config.name, echo):
+        finished = launch.run(job, log_path=out / "logs" / "train.log", echo=echo, timeout_s=timeout_s)
     if finished.signal_name is not None:
         events.record("stop", signal=finished.signal_name, by="launcher")
     events.record(
@@ -183,6 +185,30 @@ def run_training(
     outcome = summarize(config, prepared, finished)
     write_text_atomic(out / "goodput.json", json.dumps(outcome.result, indent=2))
     return outcome
+
+
+def _metrics_served(
+    listen: str | None, out: Path, name: str, echo: Callable[[str], None]
+) -> contextlib.AbstractContextManager[object]:
+    """``--metrics-listen``: the run's metrics.jsonl followed and served as ``mfukit watch`` serves it."""
+    if listen is None:
+        return contextlib.nullcontext()
+    from mfukit.watch.config import JobSpec, WatchConfig, parse_listen
+    from mfukit.watch.exporter import Watch, in_background
+
+    host, port = parse_listen(listen, "--metrics-listen")
+    config = WatchConfig(
+        logs=(out / "metrics.jsonl",), host=host, port=port, job_name=name, kind="mfukit-jsonl"
+    )
+    watch = Watch(config, JobSpec(), warn=lambda text: echo(f"[train] warning: {text}"))
+
+    @contextlib.contextmanager
+    def served() -> Iterator[object]:
+        with in_background(watch) as bound:
+            echo(f"[train] metrics on http://{host}:{bound}/metrics")
+            yield bound
+
+    return served()
 
 
 def _median(values: list[float]) -> float | None:
