@@ -443,13 +443,14 @@ def calibrated(cases: Sequence[Case], start: EfficiencyFile | None = None) -> Ef
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Refit ``perf/data/efficiency.toml`` on every source, then predict each source with constants fitted
-    without it and write the residuals the prediction intervals use (``perf/data/loso_residuals.csv``)."""
-    from mfukit.perf.loso import leave_one_source_out, stderr_progress
-    from mfukit.perf.uncertainty import RESIDUALS_FILE, residual_of, write_residuals
-
+    without it and write the residuals the prediction intervals use (``perf/data/loso_residuals.csv``).
+    ``--no-loso``: the fit only; ``--loso-only``: the residuals only, under the installed constants."""
+    options = set(argv or ())
     folder = calibration_dir()
     cases = load_cases(folder)
     sources = sorted({case.source for case in cases})
+    if "--loso-only" in options:  # the residuals again, under the constants already fitted
+        return _write_loso(cases, efficiency_file())
     print(f"{len(cases)} measured runs of {len(sources)} sources; fitting on all of them", file=sys.stderr)
     fitted = calibrated(cases)
     provenance = fitted.provenance.model_copy(
@@ -471,8 +472,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     fitted = fitted.model_copy(update={"provenance": provenance})
     write_file(fitted, EFFICIENCY_FILE)
-    if argv and "--no-loso" in argv:
-        return 0
+    return 0 if "--no-loso" in options else _write_loso(cases, fitted)
+
+
+def _write_loso(cases: Sequence[Case], fitted: EfficiencyFile) -> int:
+    """Predict every source with constants fitted without it; write the residual table the intervals use."""
+    from mfukit.perf.loso import leave_one_source_out, stderr_progress
+    from mfukit.perf.uncertainty import RESIDUALS_FILE, residual_of, write_residuals
+
     predicted = leave_one_source_out(cases, start=fitted, progress=stderr_progress)
     measured = np.asarray([case.measured_tokens_per_s_per_gpu for case in cases])
     errors = np.log(measured / predicted).tolist()

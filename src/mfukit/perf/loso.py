@@ -26,7 +26,7 @@ from mfukit.perf.evaluator import Evaluator
 from mfukit.perf.layouts import Floats
 from mfukit.perf.measured_runs import Case
 
-FOLD_ITERATIONS = 12
+FOLD_ITERATIONS = 8
 WORKERS = 2
 
 
