@@ -77,6 +77,7 @@ _FIELD_BOUNDS = {
     "gemm_latency_s": (math.log(2e-6), math.log(2e-5)),
     # a rank's step time varying by 0.01-20 % (1 sigma): what measured clusters show (Lin et al. OSDI 2025)
     "sync_jitter_cv": (math.log(1e-4), math.log(0.2)),
+    "attention_speedup": (math.log(0.3), math.log(3.0)),
 }
 # At most this many rows of one (source, accelerator) group enter a fit, chosen by a hash of their ids: the
 # groups are weighted equally anyway, and the sweeps of thousands of rows would only slow the solver.
@@ -173,7 +174,11 @@ def _weights(cases: Sequence[Case]) -> Floats:
 
 
 def _parameters(
-    file: EfficiencyFile, start: dict[tuple[str, str], Efficiency], cases: Sequence[Case], kinds: set[str]
+    file: EfficiencyFile,
+    start: dict[tuple[str, str], Efficiency],
+    cases: Sequence[Case],
+    kinds: set[str],
+    stacks: set[str] | None = None,
 ) -> tuple[list[tuple[str, str, str]], list[float]]:
     """The constants to fit: those of every calibrated profile the cases run on, of the given kinds
     (``hardware``: the GEMM curve; ``framework``: the host costs; ``scale``: the rank jitter)."""
@@ -204,14 +209,23 @@ def _parameters(
         for framework in file.framework:
             if framework.name not in used_frameworks or framework.borrows is not None:
                 continue
+            if stacks is not None and framework.name not in stacks:
+                continue
             for name in FRAMEWORK_FIELDS:
+                if name == "attention_speedup" and framework.name == DEFAULT_FRAMEWORK:
+                    continue  # the reference the others' kernels are measured against
                 parameters.append(("framework", framework.name, name))
-                x0.append(_encode(name, float(getattr(framework, name) or 1e-5)))
+                fallback = 1.0 if name == "attention_speedup" else 1e-5
+                x0.append(_encode(name, float(getattr(framework, name) or fallback)))
     return parameters, x0
 
 
 def _solve(
-    file: EfficiencyFile, cases: Sequence[Case], kinds: set[str], iterations: int = 40
+    file: EfficiencyFile,
+    cases: Sequence[Case],
+    kinds: set[str],
+    iterations: int = 40,
+    stacks: set[str] | None = None,
 ) -> dict[tuple[str, str], dict[str, float]]:
     """Fit the constants of ``kinds`` on ``cases`` starting from ``file``."""
     if not cases:
@@ -221,7 +235,7 @@ def _solve(
         (group.accelerator, group.framework): _efficiency(file, cases[int(group.indices[0])], group.framework)
         for group in evaluator.groups
     }
-    parameters, x0 = _parameters(file, start, cases, kinds)
+    parameters, x0 = _parameters(file, start, cases, kinds, stacks)
     if not parameters:
         return {}
     problem = _Problem(evaluator, parameters, start, _weights(cases), _owners(file))
@@ -264,8 +278,9 @@ def fit(
     """Fit every calibrated profile on ``cases`` (at most :data:`MAX_ROWS_PER_GROUP` of each group), in three
     stages: (1) the GPU and framework constants on the runs inside one node (the GPU's kernels and the
     stack's host costs, no network); (2) each ``[[network]]`` profile on the multi-node runs that crossed
-    that network (:mod:`mfukit.perf.calibrate_network`); (3) the framework constants again and each GPU
-    family's rank jitter on every run, under the fitted GPU and network constants. A profile none of
+    that network (:mod:`mfukit.perf.calibrate_network`); (3) each GPU family's rank jitter, and the
+    constants of the stacks no single-node run showed, on every run, under the fitted GPU and network
+    constants. A profile none of
     ``cases`` ran on keeps no constants of its own: it takes the default stack's (or the most-fitted GPU
     family's), so a leave-one-source-out fold never reuses what the held-out source taught. Returns the new
     file and, per profile, (rows, median, p90) of the fit error."""
@@ -289,7 +304,12 @@ def fit(
         if record is not None:
             records[f"network {network.name}"] = record
     current = current.model_copy(update={"network": networks})
-    current = _updated(current, _solve(current, chosen, {"framework", "scale"}, iterations))
+    # stage 3: the rank jitter on every run, and the costs of the stacks no single-node run showed (a
+    # stack's costs from its one-node runs stay: the multi-node runs add the network and the jitter)
+    owners = _owners(current)
+    seen_alone = {owners[("framework", case.workload.framework)] for case in single}
+    unseen = {owners[("framework", case.workload.framework)] for case in chosen} - seen_alone
+    current = _updated(current, _solve(current, chosen, {"framework", "scale"}, iterations, stacks=unseen))
     current = _without_unused(current, chosen)
     return _with_records(current, chosen, records), records
 

@@ -49,7 +49,15 @@ HARDWARE_FIELDS = (
 # fitted on multi-node runs after the constants above (mfukit.perf.calibrate): how much one rank's step
 # time varies, which the slowest of thousands of ranks turns into lost time (step_time.straggler_factor)
 SCALE_FIELDS = ("sync_jitter_cv",)
-FRAMEWORK_FIELDS = ("host_layer_s", "microbatch_overhead_s", "collective_overhead_s", "p2p_overhead_s")
+FRAMEWORK_FIELDS = (
+    "host_layer_s",
+    "microbatch_overhead_s",
+    "collective_overhead_s",
+    "p2p_overhead_s",
+    # the stack's attention kernel against the default stack's (Transformer Engine's cuDNN fused attention):
+    # FlashAttention 2 in nanotron and LLM Foundry, torch SDPA in torchtitan run at their own rate
+    "attention_speedup",
+)
 # What a framework does, read from its code rather than fitted: how much of the data-parallel gradient
 # reduction hides under the last micro-batch's backward, how much of a sharded optimizer's weight all-gather
 # hides under the next forward, and the gradient's bytes in the reduction (None: the sharding's convention).
@@ -131,6 +139,7 @@ class FrameworkProfile(Strict):
     microbatch_overhead_s: float | None = Field(default=None, ge=0)
     collective_overhead_s: float | None = Field(default=None, ge=0)
     p2p_overhead_s: float | None = Field(default=None, ge=0)
+    attention_speedup: float | None = Field(default=None, gt=0)
     grad_reduce_overlap: float | None = Field(default=None, ge=0, le=1)
     param_gather_overlap: float | None = Field(default=None, ge=0, le=1)
     grad_reduce_bytes: float | None = Field(default=None, gt=0)
@@ -207,6 +216,7 @@ class Efficiency(Strict):
     microbatch_overhead_s: float = Field(ge=0)
     collective_overhead_s: float = Field(ge=0)
     p2p_overhead_s: float = Field(ge=0)
+    attention_speedup: float = Field(default=1.0, gt=0)
     grad_reduce_overlap: float = Field(ge=0, le=1)
     param_gather_overlap: float = Field(ge=0, le=1)
     grad_reduce_bytes: float | None = Field(default=None, gt=0)
@@ -327,6 +337,8 @@ def efficiency_for(
         default, _ = _resolved(stacks[DEFAULT_FRAMEWORK], stacks, FRAMEWORK_FIELDS)
         fw_values |= {name: default[name] for name in missing}
         fw_note += f"; {', '.join(missing)} not shown by its data: {DEFAULT_FRAMEWORK}'s"
+    if fw_values["attention_speedup"] is None:  # the default stack's kernel is the reference
+        fw_values["attention_speedup"] = 1.0
     facts, _ = _resolved(fw_profile, stacks, tuple(FRAMEWORK_FACTS))
     fw_values |= {
         name: default if facts[name] is None else facts[name] for name, default in FRAMEWORK_FACTS.items()
