@@ -34,6 +34,13 @@ backward, every micro-batch (once per step where the framework keeps weights gat
 Pipeline (Narayanan et al., SC21): with per-micro-batch stage times t_r, 1F1B takes (m - 1) max t_r + sum t_r
 (= (m + p - 1) t for equal stages: the bubble (p - 1)/m); interleaving with v chunks takes
 m max t_r + (p - 1)/v mean t_r. Uneven splits (a lighter first or last stage) enter through t_r.
+
+The stack (``Workload.framework``) decides what its code does: TP collectives chunked under their GEMMs
+(Megatron-Core and NeMo on Hopper), ZeRO-3 gathers per layer with the next unit prefetched (FSDP) or per
+weight matrix with a bounded prefetch (DeepSpeed: the part of a unit beyond the prefetch cannot hide), the
+attention kernel's rate. A collective hidden under compute still holds NCCL's SMs, slowing the GEMMs it
+overlaps (:func:`hidden_cost`). Every rank waits for the slowest at each synchronisation: the step grows by
+the expected maximum of the ranks' jitter (:func:`straggler_factor`).
 """
 
 from __future__ import annotations
