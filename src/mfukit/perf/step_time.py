@@ -402,10 +402,13 @@ def _stage(
         window = np.where(g.sp, 2.0, 1.0) * kind.window
         tp_fwd = c.tp_fwd_s
         tp = tp_fwd + c.tp_bwd_blocking_s + np.maximum(0.0, c.tp_bwd_overlappable_s - window)
+        # each collective's fixed synchronisation cost, on the compute stream; chunked under its GEMM (TP
+        # overlap with SP) it runs on the communication stream and hides with the transfer
+        exposed_calls = np.where(g.sp, 0.0, tp_calls) if tp_overlap else tp_calls
         if tp_overlap:
-            overlapped_fwd, overlapped = tp_overlapped_s(c, kind, g.tp)
+            overlapped_fwd, overlapped = tp_overlapped_s(c, kind, g.tp, eff.collective_overhead_s)
             tp_fwd, tp = np.where(g.sp, overlapped_fwd, tp_fwd), np.where(g.sp, overlapped, tp)
-        tp = tp + tp_calls * eff.collective_overhead_s
+        tp = tp + exposed_calls * eff.collective_overhead_s
         cp_fwd = (
             np.maximum(0.0, cp_ring * c.cp_fwd_step_s - kind.attention) + cp_ring * eff.collective_overhead_s
         )
@@ -492,7 +495,9 @@ def tp_comm_overlap(workload: Workload, accelerator: Accelerator, eff: Efficienc
     return eff.tp_comm_overlap > 0 and "fp8" in accelerator.peak_flops_per_s
 
 
-def tp_overlapped_s(c: CommTimes, kind: _PerLayer, tp: Ints) -> tuple[Floats, Floats]:
+def tp_overlapped_s(
+    c: CommTimes, kind: _PerLayer, tp: Ints, collective_overhead_s: float = 0.0
+) -> tuple[Floats, Floats]:
     """Exposed TP communication of one layer, forward and forward + backward, when each sequence-parallel
     all-gather and reduce-scatter runs in ``tp`` chunks pipelined with the GEMM it feeds or drains (torchtitan's
     async TP, micro-pipelined over symmetric memory; Megatron's --tp-comm-overlap; Wang et al., ASPLOS 2023):
@@ -500,10 +505,12 @@ def tp_overlapped_s(c: CommTimes, kind: _PerLayer, tp: Ints) -> tuple[Floats, Fl
     reduce-scatter also its last chunk C/n. The all-gathers feed the column-parallel GEMMs (QKV, first MLP) and
     the reduce-scatters drain the row-parallel ones; backward, the output-gradient all-gathers feed the
     row-parallel input-gradient GEMMs, the input-gradient reduce-scatters drain the column-parallel ones, and
-    the re-gathered inputs hide under the column-parallel weight gradients as without the overlap."""
+    the re-gathered inputs hide under the column-parallel weight gradients as without the overlap. Each
+    collective's fixed cost (``collective_overhead_s``) travels with its transfer."""
     n = np.maximum(tp, 1).astype(np.float64)
     column, row = kind.window, kind.gemm - kind.window
-    gather, scatter = 2 * c.tp_all_gather_s, 2 * c.tp_reduce_scatter_s
+    gather = 2 * (c.tp_all_gather_s + collective_overhead_s)
+    scatter = 2 * (c.tp_reduce_scatter_s + collective_overhead_s)
 
     def fed(comm: Floats, gemm: Floats) -> Floats:
         return (n - 1) / n * np.maximum(0.0, comm - gemm)
