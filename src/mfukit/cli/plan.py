@@ -181,7 +181,7 @@ def compact_mfu(plan: Plan) -> str:
 def plans_table(plans: list[Plan], title: str) -> Table:
     table = Table(
         title,
-        ["#", "layout", "options", "mbs x m", "MFU (80 % interval)", "step", "tok/s/GPU", "GiB", "days"],
+        ["#", "layout", "options", "mbs x m", "MFU [80 %]", "step", "tok/s/GPU", "GiB", "days"],
         csv_columns=[
             "rank",
             "layout",
@@ -259,7 +259,13 @@ def _output(
         "tokens": inputs.tokens,
         "deadline_s": inputs.deadline_s,
     }
-    assumptions = model_assumptions(workload, machine, efficiency)
+    assumptions = [
+        *model_assumptions(workload, machine, efficiency),
+        "MFU [80 %]: the prediction and its 80 % interval from the leave-one-source-out errors of comparable "
+        "measured runs; layouts are ranked on the interval's lower bound (what the plan can count on), and * "
+        "marks a plan above every measured run of its GPU family and stack, or in a regime none measured "
+        "(docs/performance-model.md)",
+    ]
     warnings = list(efficiency.uncalibrated_notes)
     result_json: dict[str, Any] = {
         "num_gpus": count,
