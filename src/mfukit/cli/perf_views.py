@@ -11,6 +11,7 @@ from mfukit.core.results import Table, shown
 from mfukit.perf.activations import KERNELS_NAMES
 from mfukit.perf.efficiency import Efficiency
 from mfukit.perf.flops import ATTENTION_CONVENTION_NAMES
+from mfukit.perf.inputs import DEGREES, PerfInputs
 from mfukit.perf.layouts import Workload
 from mfukit.perf.memory import MemoryEstimate, sharding_of
 from mfukit.perf.planner import Plan
@@ -204,6 +205,42 @@ def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficien
         *machine.assumptions,
     ]
     return notes
+
+
+def search_rule(inputs: PerfInputs) -> str:
+    """The one rule for layout knobs, the same for flags and the scenario file: a knob the scenario gives
+    (``[training] micro_batch_size``, ``[parallelism]`` keys, or their flags) is fixed, one it leaves out is
+    searched; which is which, for this run."""
+    layout = inputs.layout
+    given = layout.model_fields_set if layout is not None else set()
+    fixed: list[str] = []
+    searched: list[str] = []
+    if inputs.micro_batch_given:
+        fixed.append(f"micro-batch size {inputs.micro_batch_size}")
+    else:
+        searched.append("micro-batch size")
+    for name in DEGREES:
+        (
+            fixed.append(f"{name} {getattr(layout, name)}")
+            if layout is not None and name in given
+            else searched.append(name)
+        )
+    if layout is not None and "recompute" in given:
+        fixed.append(f"recompute {layout.recompute}")
+    else:
+        searched.append("recompute")
+    if layout is not None and "sequence_parallel" in given:
+        fixed.append(f"sequence parallel {layout.sequence_parallel}")
+    else:
+        searched.append("sequence parallel")
+    if layout is not None and given & {"zero", "fsdp", "zero_impl"}:
+        fixed.append(f"sharding {sharding_of(layout)}")
+    else:
+        searched.append("sharding")
+    return (
+        "layout knobs, flags and file alike: given ones are fixed, left-out ones searched; "
+        f"fixed: {', '.join(fixed) or 'none'}; searched: {', '.join(searched) or 'none'}"
+    )
 
 
 def days(value: float) -> str:

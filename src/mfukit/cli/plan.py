@@ -26,6 +26,7 @@ from mfukit.cli.perf_views import (
     model_assumptions,
     options_text,
     plan_json,
+    search_rule,
     tiers_table,
 )
 from mfukit.cli.render import Format
@@ -249,7 +250,7 @@ def _output(
         "tokens": inputs.tokens,
         "deadline_s": inputs.deadline_s,
     }
-    assumptions = model_assumptions(workload, machine, efficiency)
+    assumptions = [search_rule(inputs), *model_assumptions(workload, machine, efficiency)]
     warnings = list(efficiency.uncalibrated_notes)
     result_json: dict[str, Any] = {
         "num_gpus": count,
