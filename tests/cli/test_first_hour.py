@@ -80,7 +80,7 @@ def _run_dir(directory: Path, slow_steps: set[int], saves: list[int]) -> Path:
                     "slowest_rank": 0,
                     "straggler_ratio": 1.0,
                 }
-            )  # fmt: skip
+            )
         )
         t += step_s
     (directory / "metrics.jsonl").write_text("\n".join(lines) + "\n")
