@@ -39,9 +39,11 @@ bench: $(VENV)/.installed-dev
 		echo "== $$script"; $(BIN)/python $$script; \
 	done
 
-# Regenerates the CLI reference in docs/cli.md from --help (a test checks it is current).
+# Regenerates the CLI reference in docs/cli.md from --help and the scenario reference in docs/scenario.md
+# from the schema (tests check both are current).
 docs: $(VENV)/.installed-base
 	$(BIN)/python -m mfukit.cli.reference > docs/cli.md
+	$(BIN)/python -m mfukit.cli.scenario_reference > docs/scenario.md
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

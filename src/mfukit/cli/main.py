@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "sched": "mfukit.cli.sched:sched",
     "diagnose": "mfukit.cli.diagnose:diagnose",
     "catalog": "mfukit.cli.catalog:catalog",
+    "init": "mfukit.cli.init:init",
 }
 
 
