@@ -27,6 +27,8 @@ REQUIREMENTS = {
         "MFUKIT_REQUIRE_SLURM",
         lambda: shutil.which("slurmctld", path=os.environ.get("PATH", "") + ":/usr/sbin") is not None,
     ),
+    # the HTML reports opened in a real browser (tests/cli/browser_support.py)
+    "chromium": ("MFUKIT_REQUIRE_CHROMIUM", lambda: shutil.which("chromium") is not None),
 }
 
 
