@@ -12,7 +12,7 @@ from mfukit.perf.activations import KERNELS_NAMES
 from mfukit.perf.efficiency import Efficiency
 from mfukit.perf.flops import ATTENTION_CONVENTION_NAMES
 from mfukit.perf.inputs import DEGREES, PerfInputs
-from mfukit.perf.layouts import Workload
+from mfukit.perf.layouts import SHORT_SHARDING, Workload
 from mfukit.perf.memory import MemoryEstimate, sharding_of
 from mfukit.perf.planner import Plan
 from mfukit.perf.step_time import Machine
@@ -62,15 +62,6 @@ BREAKDOWN_NAMES = {
     "dp_comm": "DP gradient sync (exposed)",
     "optimizer": "optimizer step",
     "other": "framework overhead (per layer, micro-batch)",
-}
-SHORT_SHARDING = {
-    "none": "DDP",
-    "distributed-optimizer": "dist-opt",
-    "zero-1": "ZeRO-1",
-    "zero-2": "ZeRO-2",
-    "zero-3": "ZeRO-3",
-    "fsdp-full": "FSDP",
-    "fsdp-hybrid": "HSDP",
 }
 
 
@@ -172,12 +163,18 @@ def tiers_table(plan: Plan, machine: Machine) -> Table:
         "dp": layout.dp * layout.cp,
         "pp": layout.pp,
     }
+    # the gradients are reduced over the DP x CP ranks: say so, so that it does not read as another DP degree
+    labels = {"dp": f"DP x CP ({layout.dp} x {layout.cp}, gradients)" if layout.cp > 1 else "DP"}
     for name, degree in degrees.items():
         if degree <= 1:
             continue
         crosses = plan.crosses_network[name]
         tier = f"network ({machine.system.nics_per_node} x {units.format_bit_rate(machine.system.nic_bytes_per_s)})"
-        table.add(name.upper(), degree, tier if crosses else f"{domain} (inside the scale-up domain)")
+        table.add(
+            labels.get(name, name.upper()),
+            degree,
+            tier if crosses else f"{domain} (inside the scale-up domain)",
+        )
     return table
 
 
