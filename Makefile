@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck unit bench docs clean
+.PHONY: run test lint typecheck unit bench docs readme clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ bench: $(VENV)/.installed-dev
 docs: $(VENV)/.installed-base
 	$(BIN)/python -m mfukit.cli.reference > docs/cli.md
 	$(BIN)/python -m mfukit.cli.scenario_reference > docs/scenario.md
+
+# Reruns the README's example commands and rewrites their outputs (a test checks they are current).
+readme: $(VENV)/.installed-base
+	$(BIN)/python scripts/readme.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache
