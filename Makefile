@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test lint typecheck unit bench docs clean
+.PHONY: run test lint typecheck unit bench docs readme clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,9 +39,15 @@ bench: $(VENV)/.installed-dev
 		echo "== $$script"; $(BIN)/python $$script; \
 	done
 
-# Regenerates the CLI reference in docs/cli.md from --help (a test checks it is current).
+# Regenerates the CLI reference in docs/cli.md from --help and the scenario reference in docs/scenario.md
+# from the schema (tests check both are current).
 docs: $(VENV)/.installed-base
 	$(BIN)/python -m mfukit.cli.reference > docs/cli.md
+	$(BIN)/python -m mfukit.cli.scenario_reference > docs/scenario.md
+
+# Reruns the README's example commands and rewrites their outputs (a test checks they are current).
+readme: $(VENV)/.installed-base
+	$(BIN)/python scripts/readme.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .mypy_cache .ruff_cache

@@ -33,6 +33,8 @@ REQUIREMENTS = {
         "MFUKIT_REQUIRE_PROMETHEUS",
         lambda: shutil.which("prometheus") is not None and shutil.which("promtool") is not None,
     ),
+    # the HTML reports opened in a real browser (tests/cli/browser_support.py)
+    "chromium": ("MFUKIT_REQUIRE_CHROMIUM", lambda: shutil.which("chromium") is not None),
 }
 
 

@@ -3,7 +3,8 @@
 Inside mfukit every quantity is an SI float whose unit is in its name (``_bytes``, ``_s``,
 ``_flops_per_s``, ``_bytes_per_s``, ``_w``, ``_usd``). Network rates are entered in bits and
 converted here, once. Display conventions: GiB for capacity, GB/s (1e9) for rates, TFLOP/s for
-compute. A bare number is rejected wherever its unit would be ambiguous.
+compute. A bare number is rejected wherever its unit would be ambiguous; a flag or field whose name carries
+its unit (``--bytes``, ``--min-bytes``, ``interval_s``) takes a bare number in that unit.
 """
 
 from __future__ import annotations
@@ -96,6 +97,42 @@ def _finite(value: float, text: object, field: str | None, *, allow_negative: bo
     return value
 
 
+def unit_named_by(field: str | None) -> str | None:
+    """The unit a flag or field name carries: ``--bytes``/``--min-bytes``/``size_bytes`` -> "B",
+    ``..._bytes_per_s`` -> "B/s", ``..._s``/``--...-s`` -> "s" (not ``per-s``), ``..._w`` -> "W"; None where the
+    name says no unit, so that a bare number there stays ambiguous."""
+    if field is None:
+        return None
+    name = field.rsplit(".", 1)[-1].lstrip("-").replace("-", "_").lower()
+    if name.endswith("bytes_per_s"):
+        return "B/s"
+    if name == "bytes" or name.endswith("_bytes"):
+        return "B"
+    if name.endswith("_s") and not name.endswith("per_s"):
+        return "s"
+    if name.endswith("_w"):
+        return "W"
+    return None
+
+
+def _bare(value: object, field: str | None, unit: str) -> float | None:
+    """``value`` as a number when it is bare (no unit) and ``field``'s name carries ``unit``; else None."""
+    if unit_named_by(field) != unit or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str):
+        match = _QUANTITY.match(value)
+        if match is None or match.group("unit"):
+            return None
+        number = float(match.group("number").replace("_", "").replace(",", ""))
+    else:
+        return None
+    if number < 0:
+        raise InputError("must not be negative", field=field, value=value)
+    return _finite(number, value, field)
+
+
 def parse_count(value: object, *, field: str | None = None) -> float:
     """A plain count with an optional SI suffix: ``2048``, ``"4M"``, ``"1.4T"``, ``"1,953"``."""
     if isinstance(value, bool):
@@ -128,7 +165,11 @@ def parse_int_count(value: object, *, field: str | None = None) -> int:
 
 
 def parse_bytes(value: object, *, field: str | None = None) -> float:
-    """A size in bytes: ``"80GB"`` (1e9), ``"80GiB"`` (2**30), ``"1.5TB"``. Bare numbers are rejected."""
+    """A size in bytes: ``"80GB"`` (1e9), ``"80GiB"`` (2**30), ``"1.5TB"``. Bare numbers are rejected unless the
+    field's name carries bytes (``--bytes 8``, as nccl-tests' ``-b 8``: :func:`unit_named_by`)."""
+    bare = _bare(value, field, "B")
+    if bare is not None:
+        return bare
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise InputError(
             "is a bare number; a size needs its unit",
@@ -157,8 +198,15 @@ def parse_bytes(value: object, *, field: str | None = None) -> float:
 
 
 def parse_duration_s(value: object, *, field: str | None = None) -> float:
-    """A duration in seconds: ``"30min"``, ``"14d"``, ``"1h30min"``, ``"12.5us"``. Bare numbers are rejected."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    """A duration in seconds: ``"30min"``, ``"14d"``, ``"1h30min"``, ``"12.5us"``. Bare numbers are rejected unless
+    the field's name carries seconds (``..._s``: :func:`unit_named_by`)."""
+    bare = _bare(value, field, "s")
+    if bare is not None:
+        return bare
+    match = _QUANTITY.match(value) if isinstance(value, str) else None
+    if (isinstance(value, int | float) and not isinstance(value, bool)) or (
+        match and not match.group("unit")
+    ):
         raise InputError(
             "is a bare number; a duration needs its unit",
             field=field,
@@ -195,6 +243,9 @@ def parse_duration_s(value: object, *, field: str | None = None) -> float:
 def parse_bandwidth_bytes_per_s(value: object, *, field: str | None = None) -> float:
     """A data rate in bytes/s. Bits: ``"400Gbps"``, ``"400Gb/s"``, ``"400 Gbit/s"``; bytes: ``"50GB/s"``, ``"50GBps"``."""
     expected = 'e.g. "400Gbps" (bits) or "50GB/s" (bytes)'
+    bare = _bare(value, field, "B/s")
+    if bare is not None:
+        return bare
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise InputError(
             "is a bare number; a rate needs its unit", field=field, value=value, expected=expected
@@ -238,7 +289,11 @@ def parse_flops_per_s(value: object, *, field: str | None = None) -> float:
 
 
 def parse_power_w(value: object, *, field: str | None = None) -> float:
-    """A power in watts: ``"700W"``, ``"1.2kW"``, ``"120 kW"``."""
+    """A power in watts: ``"700W"``, ``"1.2kW"``, ``"120 kW"``; a bare number where the field's name carries
+    watts (``..._w``)."""
+    bare = _bare(value, field, "W")
+    if bare is not None:
+        return bare
     if isinstance(value, int | float) and not isinstance(value, bool):
         raise InputError(
             "is a bare number; a power needs its unit", field=field, value=value, expected='e.g. "700W"'

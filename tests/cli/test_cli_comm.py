@@ -36,7 +36,7 @@ def test_predict_table_fits(mfukit) -> None:  # type: ignore[no-untyped-def]
 def test_predict_bad_input(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit("comm", "predict", "--collective", "allreduse", "--bytes", "1GiB")
     assert run.exit_code == 2 and "did you mean all_reduce" in run.stderr and "Traceback" not in run.stderr
-    run = mfukit("comm", "predict", "--collective", "all_reduce", "--bytes", "1024")
+    run = mfukit("comm", "predict", "--collective", "all_reduce", "--bytes", "1024 lots")
     assert run.exit_code == 2 and "--bytes" in run.stderr
     run = mfukit("comm", "predict", "--collective", "all_reduce", "--bytes", "1GiB", "--algo", "nvls",
                  "--system", "dgx-a100-80gb")  # fmt: skip

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 DATA = Path(__file__).parents[1] / "data" / "sched"
 KEYS = {
@@ -17,14 +18,19 @@ KEYS = {
 }
 
 
+def _gate_exit(envelope: dict[str, Any]) -> int:
+    """What `sched simulate` exits with: 1 when the scheduling gate fails, as `sched analyze`."""
+    return 0 if envelope["result"]["scheduling_gate"]["pass"] else 1
+
+
 def test_simulate_synthetic_json(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     events = tmp_path / "events.tsv"
     run = mfukit(
         "sched", "simulate", "synthetic", "--jobs", "400", "--nodes", "16", "--policy", "easy",
         "--format", "json", "--events", str(events), "--seed", "4",
     )  # fmt: skip
-    assert run.exit_code == 0, run.stderr
     envelope = run.json()
+    assert run.exit_code == _gate_exit(envelope), run.stderr
     assert envelope["schema"] == "sched.simulate/1"
     result = envelope["result"]
     assert set(result) >= KEYS
@@ -40,7 +46,8 @@ def test_simulate_a_trace_file_with_report(mfukit, tmp_path: Path) -> None:  # t
         "sched", "simulate", str(DATA / "small.swf"), "--nodes", "8", "--policy", "slurm",
         "--report", str(tmp_path / "r"),
     )  # fmt: skip
-    assert run.exit_code == 0, run.stderr
+    # a 16-job trace leaves the cluster mostly idle: the scheduling gate fails, exit 1 as `sched analyze`
+    assert run.exit_code == 1 and "scheduling gate" in run.stdout and "FAIL" in run.stdout, run.stderr
     assert "GPU utilization" in run.stdout and "wait by job size" in run.stdout
     html = (tmp_path / "r" / "report.html").read_text()
     assert "utilization.png" in html and (tmp_path / "r" / "wait_cdf.png").is_file()
@@ -53,7 +60,7 @@ def test_simulate_with_failures_from_a_scenario(mfukit, tmp_path: Path) -> None:
         "sched", "simulate", "synthetic", "--jobs", "300", "--nodes", "16", "--scenario", str(scenario),
         "--node-repair", "1h", "--format", "json",
     )  # fmt: skip
-    assert run.exit_code == 0, run.stderr
+    assert run.exit_code == _gate_exit(run.json()), run.stderr
     result = run.json()["result"]
     assert result["node_failures"] > 0 and result["gpu_hours_lost_to_failures"] > 0
     assert any("500 per 1,000 node-days" in a for a in run.json()["assumptions"])
@@ -66,7 +73,7 @@ def test_node_failures_from_a_failure_model(mfukit, tmp_path: Path) -> None:  # 
         "sched", "simulate", "synthetic", "--jobs", "50", "--nodes", "4", "--failure-model", "llama3",
         "--format", "json",
     )  # fmt: skip
-    assert run.exit_code == 0, run.stderr
+    assert run.exit_code == _gate_exit(run.json()), run.stderr
     assumption = next(a for a in run.json()["assumptions"] if a.startswith("node failures"))
     assert "3.79 per 1,000 node-days" in assumption and "llama3" in assumption and "85.0 %" in assumption
     # the scenario's [ft] failure model with a per-category override (failures per 1,000 node-days)
@@ -78,7 +85,7 @@ def test_node_failures_from_a_failure_model(mfukit, tmp_path: Path) -> None:  # 
         "sched", "simulate", "synthetic", "--jobs", "300", "--nodes", "16", "--scenario", str(scenario),
         "--node-repair", "1h", "--format", "json",
     )  # fmt: skip
-    assert run.exit_code == 0, run.stderr
+    assert run.exit_code == _gate_exit(run.json()), run.stderr
     assert run.json()["result"]["node_failures"] > 0
     assert any("500 per 1,000 node-days" in a and "meta-rsc1" in a for a in run.json()["assumptions"])
     unknown = mfukit("sched", "simulate", "synthetic", "--nodes", "4", "--failure-model", "llama4")
@@ -110,7 +117,7 @@ def test_analyze_sacct_from_the_dev_cluster(mfukit) -> None:  # type: ignore[no-
     # free while jobs waited (a 4-node job behind running 1- and 2-node jobs)
     assert result["stranded_gpu_frac"] == 0 and 0 < result["idle_with_queue_gpu_frac"] < 1
     table = mfukit("sched", "analyze", str(DATA / "devslurm_sacct.json"))
-    assert table.exit_code == 1 and "MFU gate" in table.stdout and "FAIL" in table.stdout
+    assert table.exit_code == 1 and "scheduling gate" in table.stdout and "FAIL" in table.stdout
 
 
 def test_csv_is_the_summary_table(mfukit) -> None:  # type: ignore[no-untyped-def]

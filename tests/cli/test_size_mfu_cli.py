@@ -38,7 +38,8 @@ def test_size_json_keys_and_layout_rules(mfukit) -> None:  # type: ignore[no-unt
     assert set(result["layout"]) >= {"tp", "pp", "dp", "cp", "ep"}
     layout = result["layout"]
     # "4M" tokens are 1,953 sequences; the layout runs the nearest whole number of micro-batches per DP rank
-    sequences = layout["dp"] * result["num_microbatches"]  # micro-batch 1 (the example's)
+    # the example leaves the micro-batch to the planner; the inputs echo the size it chose
+    sequences = layout["dp"] * result["num_microbatches"] * envelope["inputs"]["micro_batch_size"]
     assert abs(sequences - 1953) <= 0.1 * 1953
     assert layout["tp"] <= 8 and result["gpus"] % 8 == 0 and result["gpus"] >= result["gpus_min"]
     assert result["days"] <= 14 and result["fits"] is True

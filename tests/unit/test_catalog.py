@@ -14,6 +14,7 @@ import pytest
 from mfukit import catalog
 from mfukit.core.hardware import Accelerator, Link, StorageTier, Switch, System
 from mfukit.core.model import ModelSpec
+from mfukit.errors import UnknownNameError
 
 ACCELERATORS = [e for e in catalog.entries("accelerators").values() if isinstance(e, Accelerator)]
 SYSTEMS = [e for e in catalog.entries("systems").values() if isinstance(e, System)]
@@ -162,3 +163,42 @@ def test_model_presets_are_valid_transformers(model: ModelSpec) -> None:
     assert model.display_name
     if model.moe is not None:
         assert model.num_moe_layers >= 1 and model.active_params() < model.total_params()
+
+
+@pytest.mark.parametrize("kind", catalog.KINDS)
+def test_names_and_aliases_are_unique_once_folded(kind: catalog.Kind) -> None:
+    """Every name and alias, case and punctuation folded, names exactly one entry of its kind."""
+    clashes = {key: names for key, names in catalog.lookup_keys(kind).items() if len(names) > 1}
+    assert not clashes
+
+
+def test_models_carry_their_hub_ids_as_aliases() -> None:
+    hub_ids = [alias for model in MODELS for alias in model.aliases if "/" in alias]
+    assert len(hub_ids) >= 15
+    for model in MODELS:
+        for alias in model.aliases:
+            assert catalog.model(alias).name == model.name
+
+
+@pytest.mark.parametrize(
+    ("typed", "name"),
+    [
+        ("llama-2-13b", "llama2-13b"),
+        ("meta-llama/Llama-2-13b-hf", "llama2-13b"),
+        ("LLAMA2_13B", "llama2-13b"),
+        ("Llama 3.1 70B", "llama3.1-70b"),
+        ("meta-llama/Meta-Llama-3.1-405B", "llama3.1-405b"),
+        ("GPT3-1.3B", "gpt3-1.3b"),
+        ("gpt3-13b", "gpt3-13b"),
+        ("A100-80GB-SXM", "a100-80gb-sxm"),
+    ],
+)
+def test_lookups_fold_case_punctuation_and_aliases(typed: str, name: str) -> None:
+    kind = "accelerators" if name.startswith("a100") else "models"
+    assert catalog.get(kind, typed).name == name
+
+
+def test_a_true_miss_still_suggests() -> None:
+    with pytest.raises(UnknownNameError) as raised:
+        catalog.model("llama-2-14b")
+    assert "llama2-13b" in raised.value.suggestions

@@ -78,7 +78,7 @@ def test_flag_override_errors_point_at_the_command_line(tmp_path: Path) -> None:
 
 
 def test_unknown_preset_suggests(tmp_path: Path) -> None:
-    scenario = load_scenario(None, {"model.preset": "llama65b"})
+    scenario = load_scenario(None, {"model.preset": "llama-66b"})  # a true miss ("llama65b" is a spelling)
     with pytest.raises(UnknownNameError) as caught:
         resolve.model_spec(scenario.model, source="command line")
     assert "llama-65b" in caught.value.render()

@@ -8,6 +8,7 @@ with the same name replaces the shipped one.
 from __future__ import annotations
 
 import os
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -75,11 +76,36 @@ def names(kind: Kind) -> list[str]:
     return sorted(entries(kind))
 
 
+def folded(name: str) -> str:
+    """``name`` with case and punctuation folded away, so that "Llama-2-13B", "llama_2_13b" and
+    "llama2-13b" are one key; dots stay, since "gpt3-1.3b" and "gpt3-13b" are different models."""
+    return re.sub(r"[^a-z0-9.]", "", name.lower())
+
+
+def lookup_keys(kind: Kind) -> dict[str, list[str]]:
+    """Every folded name and alias of ``kind`` and the entries it names (one each in a sound catalog)."""
+    keys: dict[str, list[str]] = {}
+    for name, entry in entries(kind).items():
+        for key in {folded(name), *(folded(alias) for alias in getattr(entry, "aliases", ()))}:
+            keys.setdefault(key, []).append(name)
+    return keys
+
+
+def canonical(kind: Kind, name: str) -> str | None:
+    """The entry of ``kind`` that ``name`` names: itself, or by its folded spelling or an alias."""
+    if name in entries(kind):
+        return name
+    found = lookup_keys(kind).get(folded(name), [])
+    return found[0] if len(found) == 1 else None
+
+
 def get(kind: Kind, name: str, *, field: str | None = None, source: str | None = None) -> Entry:
-    """The entry ``name`` of ``kind``; an UnknownNameError with the closest names otherwise."""
+    """The entry ``name`` of ``kind`` (case, punctuation and aliases folded: :func:`canonical`); an
+    UnknownNameError with the closest names otherwise."""
     items = entries(kind)
-    if name in items:
-        return items[name]
+    found = canonical(kind, name)
+    if found is not None:
+        return items[found]
     raise UnknownNameError(SINGULAR[kind], name, items, field=field, source=source)
 
 
@@ -118,7 +144,8 @@ def model(name: str, *, field: str | None = None, source: str | None = None) -> 
 def find(name: str) -> tuple[Kind, Entry]:
     """Look ``name`` up in every kind (for ``mfukit catalog show NAME``)."""
     for kind in KINDS:
-        if name in entries(kind):
-            return kind, entries(kind)[name]
+        found = canonical(kind, name)
+        if found is not None:
+            return kind, entries(kind)[found]
     everything: dict[str, Any] = {n: None for kind in KINDS for n in entries(kind)}
     raise UnknownNameError("catalog entry", name, everything)

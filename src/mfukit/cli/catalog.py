@@ -38,9 +38,9 @@ def show(name: str, fmt: Format) -> int:
     """Show every field of one entry, its derived figures and its source."""
     kind, entry = cat.find(name)
     derived = _derived(entry)
-    table = Table(f"{cat.SINGULAR[kind]} {name}", ["field", "value"])
+    table = Table(f"{cat.SINGULAR[kind]} {entry.name}", ["field", "value"])
     for key, value in entry.model_dump(by_alias=False, exclude={"source"}).items():
-        table.add(key, _show_value(key, value))
+        table.add(key, ", ".join(value) if key == "aliases" else _show_value(key, value))
     for key, value in derived.items():
         table.add(key, _show_value(key, value))
     if entry.source is not None:
@@ -50,7 +50,7 @@ def show(name: str, fmt: Format) -> int:
     output = Output(
         schema="catalog.show/1",
         inputs={"name": name},
-        result={"kind": kind, "name": name, "entry": _dump(entry), "derived": derived},
+        result={"kind": kind, "name": entry.name, "entry": _dump(entry), "derived": derived},
         tables=[table],
     )
     return emit(output, fmt)

@@ -118,7 +118,7 @@ def _summary(clos: Clos, bom: Bom, port_bytes_per_s: float, extra: dict[str, str
         if tier.up_ports_used:
             table.add(f"{tier.name} oversubscription", f"{tier.oversubscription:.2f}:1")
     table.add("transceivers", bom.transceivers if bom.optics else "—")
-    table.add("power (switches + optics)", units.format_power(bom.power_w))
+    table.add("power (switches + optics)", _power_text(bom))
     if bom.total_cost_usd is not None:
         table.add("cost", units.format_usd(bom.total_cost_usd))
     return table
@@ -262,7 +262,10 @@ def design_command(
     if totals.networks:  # the top-level power and cost cover every network designed
         result |= {"power_w": totals.power_w, "cost_usd": totals.cost_usd}
         tables[0].add(
-            f"power, all networks (+ {', '.join(totals.networks)})", units.format_power(totals.power_w)
+            f"power, all networks (+ {', '.join(totals.networks)})",
+            units.format_power(totals.power_w)
+            if totals.power_w is not None
+            else "unknown (see each network)",
         )
         if totals.cost_usd is not None:
             tables[0].add(
@@ -295,6 +298,18 @@ def design_command(
     return emit(output, fmt)
 
 
+def _power_text(bom: Bom) -> str:
+    """The fabric's power, or what is missing from the catalog to give it."""
+    if bom.power_w is not None:
+        return units.format_power(bom.power_w)
+    missing = [
+        part
+        for part, known in (("switch power", bom.switch_power_w is not None), ("optics", bom.optics_counted))
+        if not known
+    ]
+    return f"unknown (no {' or '.join(missing)} in the catalog)"
+
+
 class _Totals:
     """Power and cost summed over the compute fabric and every other network designed beside it."""
 
@@ -305,7 +320,7 @@ class _Totals:
 
     def add(self, name: str, bom: Bom) -> None:
         self.networks.append(name)
-        self.power_w += bom.power_w
+        self.power_w = None if self.power_w is None or bom.power_w is None else self.power_w + bom.power_w
         if bom.total_cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + bom.total_cost_usd
 

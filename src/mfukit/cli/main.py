@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "diagnose": "mfukit.cli.diagnose:diagnose",
     "watch": "mfukit.cli.watch:watch",
     "catalog": "mfukit.cli.catalog:catalog",
+    "init": "mfukit.cli.init:init",
 }
 
 

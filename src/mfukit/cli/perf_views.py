@@ -11,7 +11,8 @@ from mfukit.core.results import Table, shown
 from mfukit.perf.activations import KERNELS_NAMES
 from mfukit.perf.efficiency import Efficiency
 from mfukit.perf.flops import ATTENTION_CONVENTION_NAMES
-from mfukit.perf.layouts import Workload
+from mfukit.perf.inputs import DEGREES, PerfInputs
+from mfukit.perf.layouts import SHORT_SHARDING, Workload
 from mfukit.perf.memory import MemoryEstimate, sharding_of
 from mfukit.perf.planner import Plan
 from mfukit.perf.step_time import Machine
@@ -62,15 +63,6 @@ BREAKDOWN_NAMES = {
     "optimizer": "optimizer step",
     "other": "framework overhead (per layer, micro-batch)",
     "stragglers": "stragglers (slowest of the ranks)",
-}
-SHORT_SHARDING = {
-    "none": "DDP",
-    "distributed-optimizer": "dist-opt",
-    "zero-1": "ZeRO-1",
-    "zero-2": "ZeRO-2",
-    "zero-3": "ZeRO-3",
-    "fsdp-full": "FSDP",
-    "fsdp-hybrid": "HSDP",
 }
 
 
@@ -209,12 +201,18 @@ def tiers_table(plan: Plan, machine: Machine) -> Table:
         "dp": layout.dp * layout.cp,
         "pp": layout.pp,
     }
+    # the gradients are reduced over the DP x CP ranks: say so, so that it does not read as another DP degree
+    labels = {"dp": f"DP x CP ({layout.dp} x {layout.cp}, gradients)" if layout.cp > 1 else "DP"}
     for name, degree in degrees.items():
         if degree <= 1:
             continue
         crosses = plan.crosses_network[name]
         tier = f"network ({machine.system.nics_per_node} x {units.format_bit_rate(machine.system.nic_bytes_per_s)})"
-        table.add(name.upper(), degree, tier if crosses else f"{domain} (inside the scale-up domain)")
+        table.add(
+            labels.get(name, name.upper()),
+            degree,
+            tier if crosses else f"{domain} (inside the scale-up domain)",
+        )
     return table
 
 
@@ -242,6 +240,42 @@ def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficien
         *machine.assumptions,
     ]
     return notes
+
+
+def search_rule(inputs: PerfInputs) -> str:
+    """The one rule for layout knobs, the same for flags and the scenario file: a knob the scenario gives
+    (``[training] micro_batch_size``, ``[parallelism]`` keys, or their flags) is fixed, one it leaves out is
+    searched; which is which, for this run."""
+    layout = inputs.layout
+    given = layout.model_fields_set if layout is not None else set()
+    fixed: list[str] = []
+    searched: list[str] = []
+    if inputs.micro_batch_given:
+        fixed.append(f"micro-batch size {inputs.micro_batch_size}")
+    else:
+        searched.append("micro-batch size")
+    for name in DEGREES:
+        (
+            fixed.append(f"{name} {getattr(layout, name)}")
+            if layout is not None and name in given
+            else searched.append(name)
+        )
+    if layout is not None and "recompute" in given:
+        fixed.append(f"recompute {layout.recompute}")
+    else:
+        searched.append("recompute")
+    if layout is not None and "sequence_parallel" in given:
+        fixed.append(f"sequence parallel {layout.sequence_parallel}")
+    else:
+        searched.append("sequence parallel")
+    if layout is not None and given & {"zero", "fsdp", "zero_impl"}:
+        fixed.append(f"sharding {sharding_of(layout)}")
+    else:
+        searched.append("sharding")
+    return (
+        "layout knobs, flags and file alike: given ones are fixed, left-out ones searched; "
+        f"fixed: {', '.join(fixed) or 'none'}; searched: {', '.join(searched) or 'none'}"
+    )
 
 
 def days(value: float) -> str:

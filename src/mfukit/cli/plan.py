@@ -3,6 +3,9 @@ that meets a deadline, and (``--report``) write the plan report."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +29,18 @@ from mfukit.cli.perf_views import (
     model_assumptions,
     options_text,
     plan_json,
+    search_rule,
     tiers_table,
 )
 from mfukit.cli.render import Format
+from mfukit.core.files import write_text_atomic
 from mfukit.core.results import Output, Quantity, Table, shown
 from mfukit.core.scenario import load_scenario
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import beyond_measured, efficiency_for
 from mfukit.perf.estimate import plan_memory, plan_shape
 from mfukit.perf.inputs import PerfInputs, perf_inputs, search_space
+from mfukit.perf.layout_table import Row, every_layout
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC
 from mfukit.perf.memory import MemoryEstimate
 from mfukit.perf.network import NetworkCheck, network_check
@@ -69,6 +75,14 @@ REASON_NAMES = {
     default=None,
     help="Also find the best layout at GPU counts from 1/8 to 2x (default: with --report).",
 )
+@click.option(
+    "--all",
+    "all_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write every evaluated layout at the planned GPU count, one row each, to this file: CSV "
+    "(.csv) or JSON lines (.jsonl), best MFU first.",
+)
 @report_option
 @format_option
 def plan(
@@ -77,6 +91,7 @@ def plan(
     objective: Objective,
     top_k: int,
     scaling: bool | None,
+    all_path: Path | None,
     report_dir: Path | None,
     fmt: Format,
 ) -> int:
@@ -85,6 +100,13 @@ def plan(
 
     Example: mfukit plan examples/llama3-70b_h100x1024.toml --report out/
     """
+    if all_path is not None and all_path.suffix.lower() not in ALL_FORMATS:
+        raise InputError(
+            "names no format I can write",
+            field="--all",
+            value=str(all_path),
+            hint="end the file name in .csv (CSV) or .jsonl (JSON lines)",
+        )
     scenario = load_scenario(scenario_path, overrides)
     inputs = perf_inputs(scenario, scenario_path)
     space = search_space(inputs)
@@ -113,11 +135,33 @@ def plan(
                     curve[other] = found.best_per_count[other]
                     result.search_s += found.search_s
     output, memory, network = _output(inputs, result, count, curve, notes)
+    if all_path is not None:
+        rows = list(every_layout(workload, system, accelerator, count, space))
+        write_text_atomic(all_path, ALL_FORMATS[all_path.suffix.lower()](rows))
+        output.result["all_layouts"] = {"path": str(all_path), "rows": len(rows)}
+        output.files.append(all_path)
     if report_dir is not None and result.plans and memory is not None and network is not None:
         from mfukit.cli.plan_report import plan_report
 
         output.files.append(plan_report(scenario, inputs, result, curve, memory, network, output, report_dir))
     return emit(output, fmt)
+
+
+def _csv(rows: list[Row]) -> str:
+    if not rows:
+        return ""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def _json_lines(rows: list[Row]) -> str:
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+ALL_FORMATS = {".csv": _csv, ".jsonl": _json_lines}
 
 
 def _count_for_deadline(inputs: PerfInputs, space: SearchSpace, notes: list[str]) -> int:
@@ -260,6 +304,7 @@ def _output(
         "deadline_s": inputs.deadline_s,
     }
     assumptions = [
+        search_rule(inputs),
         *model_assumptions(workload, machine, efficiency),
         "MFU [80 %]: the prediction and its 80 % interval from the leave-one-source-out errors of comparable "
         "measured runs; layouts are ranked on the interval's lower bound (what the plan can count on), and * "

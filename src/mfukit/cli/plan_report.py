@@ -14,6 +14,7 @@ from mfukit.errors import InputError
 from mfukit.ft.plan import FtPlan
 from mfukit.ft.plan import plan as ft_plan
 from mfukit.ft.setup import ft_inputs
+from mfukit.perf.estimate import plan_memory
 from mfukit.perf.inputs import PerfInputs
 from mfukit.perf.memory import MemoryEstimate
 from mfukit.perf.network import NetworkCheck
@@ -72,7 +73,11 @@ def plan_report(
         plans_table=plans_table,
         best_tables=[breakdown, rejected],
         memory=memory,
+        plan_memories=[
+            plan_memory(inputs.workload, plan, inputs.system.gpus_per_node) for plan in result.plans
+        ],
         hbm_bytes=inputs.accelerator.hbm_bytes,
+        deadline_s=inputs.deadline_s,
         scaling=curve,
         network_tables=[network_checked, tiers],
         network_paragraph=paragraph,

@@ -220,7 +220,8 @@ def simulate(
     Policies: fifo, priority (strict multifactor order), easy (EASY backfill), conservative
     (conservative backfill), slurm (Slurm 22.05's main and backfill schedulers on slurmctld's timers,
     with the sched_interval and bf_* knobs). Node failures: --failure-model (a fault-tolerance
-    preset: llama3, meta-rsc1, meta-rsc2, or a file) and/or --failure-rate.
+    preset: llama3, meta-rsc1, meta-rsc2, or a file) and/or --failure-rate. Exits 1 when the scheduling
+    gate fails, as `sched analyze` does.
     """
     if scenario_path is not None:
         scenario = load_scenario(scenario_path, overrides)
@@ -354,6 +355,7 @@ def simulate(
         notes=[
             f"simulated {len(result.jobs):,} jobs in {result.wall_s:.2f} s ({jobs_per_s or 0:,.0f} jobs/s)"
         ],
+        exit_code=0 if metrics.gate_pass else 1,  # as `sched analyze`: a failed gate is a negative answer
     )
     if events_path is not None and result.events is not None:
         _write_events(events_path, result.events)

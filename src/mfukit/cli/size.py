@@ -19,7 +19,7 @@ from mfukit.cli.common import (
     scenario_argument,
     scenario_options,
 )
-from mfukit.cli.perf_views import PERF_FLAGS, layout_json
+from mfukit.cli.perf_views import PERF_FLAGS, layout_json, search_rule
 from mfukit.cli.render import Format
 from mfukit.comm.topology import scale_out_switch
 from mfukit.core.results import Output, Table, shown
@@ -31,8 +31,10 @@ from mfukit.perf.inputs import batch_rounding_frac, perf_inputs
 from mfukit.perf.memory import SHARDING_NAMES, StageMemory, default_overheads
 from mfukit.perf.sizing import (
     EXPOSED_COMM_BUDGET,
+    HidingLayout,
     Sizing,
     SizingInputs,
+    layout_that_hides,
     planning_layout,
 )
 from mfukit.perf.sizing import (
@@ -75,6 +77,7 @@ def size(
     """Minimum GPUs, layout, memory, network, days, energy and cost to train a model by a deadline.
 
     Example: mfukit size --model llama-65b --tokens 1.4T --deadline 14d --gpu a100-80gb-sxm
+    --global-batch-tokens 4M
     """
     scenario = _flags_over_file(load_scenario(scenario_path, overrides), overrides)
     inputs = _inputs(scenario, scenario_path, mfu_text)
@@ -86,11 +89,23 @@ def size(
         given_as_flag="ft.goodput" in overrides,
     )
     if mfu_text is None and inputs.global_batch_sequences is not None:
+        perf = perf_inputs(scenario, scenario_path)
         with progress("searching layouts per GPU count") as bar:
-            sizing, goodput_source = size_by_model(inputs, perf_inputs(scenario, scenario_path), goodput, bar)
+            sizing, goodput_source = size_by_model(inputs, perf, goodput, bar)
+        rule = search_rule(perf)
     else:
         sizing, goodput_source = _size_at_constant_mfu(inputs, goodput)
-    output = _output(sizing, goodput_source)
+        rule = (
+            "layout at the assumed MFU: the fewest GPUs, then the least model parallelism; micro-batch size "
+            f"{inputs.micro_batch_size} ("
+            + (
+                "given"
+                if "micro_batch_size" in scenario.training.model_fields_set
+                else "default, --micro-batch-size"
+            )
+            + "); given [parallelism] knobs fixed, the rest at the planning defaults below"
+        )
+    output = _output(sizing, goodput_source, rule)
     if report_dir is not None and sizing.chosen is not None:
         from mfukit.report.sizing import write_sizing_report
 
@@ -260,7 +275,7 @@ def memory_table(stage: StageMemory, hbm_bytes: float) -> Table:
     return table
 
 
-def _output(sizing: Sizing, goodput_source: str) -> Output:
+def _output(sizing: Sizing, goodput_source: str, rule: str) -> Output:
     inputs = sizing.inputs
     system, accelerator = inputs.system, inputs.accelerator
     chosen = sizing.chosen
@@ -342,7 +357,7 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
             units.format_bit_rate,
         )
         row(
-            f"NICs per node ({units.format_bit_rate(system.nic_bytes_per_s)})",
+            f"NICs per node ({units.format_bit_rate(system.nic_bytes_per_s)}, of {system.nics_per_node} cages)",
             sizing.recommended_nics_per_node,
             _fmt_int,
         )
@@ -352,12 +367,9 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
     if sizing.meets_deadline is False:
         warnings.append(f"{sizing.gpus} GPUs take {sizing.days:.1f} days, past the deadline")
         exit_code = 1
-    nics = sizing.recommended_nics_per_node
-    if nics is not None and nics > system.nics_per_node:
-        warnings.append(
-            f"{system.name} has {system.nics_per_node} NICs per node; keeping exposed gradient traffic within "
-            f"{EXPOSED_COMM_BUDGET:.0%} of a step needs {nics}"
-        )
+    hiding = layout_that_hides(sizing)
+    if not sizing.fabric_hides_traffic:
+        warnings.append(_exposed_note(sizing, hiding))
     _, fabric_note = scale_out_switch(
         system, sizing.nodes * system.nics_per_node, rail_groups=system.nics_per_node
     )
@@ -402,6 +414,9 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
             ),
             "overlap_window_s": traffic.window_s if traffic else None,
             "recommended_nics_per_node": sizing.recommended_nics_per_node,
+            "nics_needed_per_node": sizing.nics_needed_per_node,
+            "fabric_hides_traffic": sizing.fabric_hides_traffic,
+            "layout_that_hides_traffic": layout_json(hiding.candidate.layout) if hiding else None,
             "nics_to_hide_fully": sizing.nics_to_hide_fully,
             "nics_per_node": system.nics_per_node,
             "exposed_comm_s_per_step": sizing.exposed_comm_s,
@@ -416,11 +431,17 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
     )
     overheads = default_overheads()
     assumptions = [
+        rule,
         f"MFU {inputs.mfu:.1%} from {inputs.mfu_source}"
         + (
             ""
             if predicted
-            else "; constant across GPU counts (omit --mfu for the performance model's prediction)"
+            else "; constant across GPU counts"
+            + (
+                " (omit --mfu for the performance model's prediction)"
+                if inputs.mfu_source.startswith("--mfu")
+                else ""
+            )
         ),
         f"goodput {inputs.goodput:.3f} of wall-clock: {goodput_source}",
         f"attention FLOPs: {inputs.attention} convention (--attention-flops)",
@@ -444,6 +465,30 @@ def _output(sizing: Sizing, goodput_source: str) -> Output:
         tables=[main, memory_table(peak, hbm)],
         exit_code=exit_code,
     )
+
+
+def _exposed_note(sizing: Sizing, hiding: HidingLayout | None) -> str:
+    """What the node's NICs leave exposed, what hiding it would take, and the layout change that does."""
+    system, layout = sizing.inputs.system, sizing.chosen.layout if sizing.chosen else None
+    exposed = sizing.exposed_comm_s or 0.0
+    share = (
+        f" ({exposed / sizing.step_s:.0%} of a {units.format_duration(sizing.step_s)} step)"
+        if sizing.step_s
+        else ""
+    )
+    text = (
+        f"the fabric cannot hide the gradient traffic: all {system.nics_per_node} NIC cages of {system.name} "
+        f"leave {units.format_duration(exposed)} exposed per step{share}; keeping it within "
+        f"{EXPOSED_COMM_BUDGET:.0%} of a step would take {sizing.nics_needed_per_node} NICs per node"
+    )
+    if hiding is not None and layout is not None:
+        new = hiding.candidate.layout
+        return (
+            f"{text}; TP {new.tp} x PP {new.pp} x DP {new.dp} instead of TP {layout.tp} x PP {layout.pp} x DP "
+            f"{layout.dp} hides it on the same GPUs ({units.format_duration(hiding.exposed_s)} exposed; fix it "
+            f"with --tp {new.tp} --pp {new.pp})"
+        )
+    return f"{text}; no layout of {sizing.gpus:,} GPUs that fits hides it: faster NICs or a larger global batch do"
 
 
 def _echo(inputs: SizingInputs) -> dict[str, Any]:

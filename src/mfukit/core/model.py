@@ -54,6 +54,9 @@ class ModelSpec(Strict):
 
     name: str = "custom"
     display_name: str = ""
+    aliases: tuple[str, ...] = Field(
+        default=(), description="other names it is looked up by: HF hub ids, usual spellings"
+    )
     num_hidden_layers: int = Field(ge=1)
     hidden_size: int = Field(ge=1)
     num_attention_heads: int = Field(ge=1)

@@ -92,7 +92,8 @@ class Bom:
     switches: dict[str, int]
     cables: dict[str, int]
     optics: list[OpticLine] = field(default_factory=list)
-    switch_power_w: float = 0.0
+    switch_power_w: float | None = None  # None: the switch has no published power figure
+    optics_counted: bool = True  # False: no transceiver data for the port rate
     cost_usd: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
@@ -102,12 +103,15 @@ class Bom:
         return sum(line.modules for line in self.optics)
 
     @property
-    def optics_power_w(self) -> float:
-        return sum(line.power_w for line in self.optics)
+    def optics_power_w(self) -> float | None:
+        """The transceivers' power; None when the catalog has no transceiver for the port rate."""
+        return sum(line.power_w for line in self.optics) if self.optics_counted else None
 
     @property
-    def power_w(self) -> float:
-        return self.switch_power_w + self.optics_power_w
+    def power_w(self) -> float | None:
+        """Switches plus optics; None when either is unknown (a partial sum would read as the whole)."""
+        optics = self.optics_power_w
+        return None if self.switch_power_w is None or optics is None else self.switch_power_w + optics
 
     @property
     def total_cost_usd(self) -> float | None:
@@ -136,6 +140,7 @@ def bill_of_materials(
         bom.switch_power_w = clos.switches * switch.power_w
     catalog = optics()
     if not any(abs(p.port_bytes_per_s - port_bytes_per_s) <= 1 for p in catalog.parts.values()):
+        bom.optics_counted = False
         bom.warnings.append(
             f"no transceiver data for {port_bytes_per_s * 8 / 1e9:.0f} Gb/s ports: optics are not counted in "
             "transceivers, power or cost"

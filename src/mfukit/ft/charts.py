@@ -29,12 +29,17 @@ def ettr_vs_interval(
     curves: Mapping[str, Sequence[float]],
     markers: Mapping[str, float],
     simulated: SimulatedBand | None = None,
+    optima: Mapping[str, tuple[float, float]] | None = None,
 ) -> Figure:
-    """Expected ETTR against the interval (log scale), one curve per policy, optimum and user marked."""
+    """Expected ETTR against the interval (log scale), one curve per policy, optimum and user marked;
+    ``optima`` ({curve label: (interval, ETTR)}) puts a dot on each curve at its own optimum."""
     fig, axes = figure()
     minutes = [i / SECONDS_PER_MINUTE for i in intervals_s]
     for label, values in curves.items():
-        axes.plot(minutes, values, label=label, linewidth=1.6)
+        (line,) = axes.plot(minutes, values, label=label, linewidth=1.6)
+        if optima is not None and label in optima:
+            interval_s, ettr = optima[label]
+            axes.plot([interval_s / SECONDS_PER_MINUTE], [ettr], "o", color=line.get_color(), markersize=6)
     if simulated is not None:
         sim_minutes = [i / SECONDS_PER_MINUTE for i in simulated.intervals_s]
         axes.fill_between(

@@ -150,12 +150,23 @@ def plan(inputs: FtInputs) -> FtPlan:
     )
 
 
+CURVE_MODES: tuple[ckio.Mode, ...] = ("sync", "async")
+"""The policies an ETTR-vs-interval chart draws."""
+
+
+def optimum_intervals_s(inputs: FtInputs) -> dict[ckio.Mode, float]:
+    """Each charted policy's recommended interval (its optimum) at the scenario's hot spares."""
+    spares = inputs.scenario.ft.hot_spares
+    return {mode: inputs.policy(mode, None, spares).interval_s for mode in CURVE_MODES}
+
+
 def interval_grid_s(inputs: FtInputs, points: int = 25) -> list[float]:
-    """Intervals for an ETTR-vs-interval curve: log-spaced around the optimum, from a tenth to ten times it
+    """Intervals for an ETTR-vs-interval curve: log-spaced from a tenth of the shortest optimum (of the
+    scenario's mode and every charted policy) to ten times the longest, so every policy's optimum is inside
     (and never below one step)."""
-    centre = inputs.recommended_interval_s
-    low = max(centre / 10.0, inputs.step_time_s or 0.0, 1.0)
-    high = max(centre * 10.0, low * 2.0, (inputs.user_interval_s or 0.0) * 1.5)
+    centres = [inputs.recommended_interval_s, *optimum_intervals_s(inputs).values()]
+    low = max(min(centres) / 10.0, inputs.step_time_s or 0.0, 1.0)
+    high = max(max(centres) * 10.0, low * 2.0, (inputs.user_interval_s or 0.0) * 1.5)
     return [float(x) for x in np.geomspace(low, high, points)]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from mfukit import units
 from mfukit.core.results import Quantity, Table, shown
 from mfukit.ft import charts
-from mfukit.ft.plan import FtPlan, StorageLoad, ettr_curve, interval_grid_s
+from mfukit.ft.plan import CURVE_MODES, FtPlan, StorageLoad, ettr_curve, interval_grid_s, optimum_intervals_s
 from mfukit.ft.setup import FtInputs
 from mfukit.report.html import Chart, Section
 
@@ -139,7 +139,7 @@ def plan_table(result: FtPlan) -> Table:
             percent,
         ),
         (
-            f"interval for <= {percent(result.storage.duty_limit)} duty",
+            f"shortest interval for <= {percent(result.storage.duty_limit)} duty",
             result.storage.interval_at_limit_s,
             lambda v: interval_text(inputs, v),
         ),
@@ -195,12 +195,20 @@ def storage_warning(load: StorageLoad, inputs: FtInputs) -> str | None:
 
 def interval_chart(inputs: FtInputs, simulated: charts.SimulatedBand | None = None) -> Chart:
     grid = interval_grid_s(inputs)
-    curves = {f"{mode} (analytic)": ettr_curve(inputs, mode, grid) for mode in ("sync", "async")}
-    markers = {"recommended": inputs.recommended_interval_s}
+    curves = {f"{mode} (analytic)": ettr_curve(inputs, mode, grid) for mode in CURVE_MODES}
+    optima = {
+        f"{mode} (analytic)": (interval_s, ettr_curve(inputs, mode, [interval_s])[0])
+        for mode, interval_s in optimum_intervals_s(inputs).items()
+    }
+    markers = {f"recommended ({inputs.mode})": inputs.recommended_interval_s}
     if inputs.user_interval_s is not None:
         markers["yours"] = inputs.user_interval_s
-    figure = charts.ettr_vs_interval(grid, curves, markers, simulated)
-    return Chart("ft_ettr_vs_interval.png", figure, "Expected ETTR against the checkpoint interval")
+    figure = charts.ettr_vs_interval(grid, curves, markers, simulated, optima)
+    return Chart(
+        "ft_ettr_vs_interval.png",
+        figure,
+        "Expected ETTR against the checkpoint interval; each policy's optimum is a dot on its curve",
+    )
 
 
 def plan_section(result: FtPlan) -> Section:

@@ -39,6 +39,16 @@ SHARDINGS: tuple[Sharding, ...] = get_args(Sharding)
 # exact.
 BATCH_ROUNDING_FRAC = 0.10
 RECOMPUTES: tuple[Recompute, ...] = ("none", "selective", "full")
+# what tables and chart labels call each sharding
+SHORT_SHARDING: dict[str, str] = {
+    "none": "DDP",
+    "distributed-optimizer": "dist-opt",
+    "zero-1": "ZeRO-1",
+    "zero-2": "ZeRO-2",
+    "zero-3": "ZeRO-3",
+    "fsdp-full": "FSDP",
+    "fsdp-hybrid": "HSDP",
+}
 _SHARDING_FIELDS: dict[Sharding, dict[str, Any]] = {
     "none": {"zero": 0, "fsdp": "none"},
     "distributed-optimizer": {"zero": 1, "zero_impl": "megatron", "fsdp": "none"},

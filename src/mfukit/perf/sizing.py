@@ -155,19 +155,37 @@ class Sizing:
         )
 
     @property
-    def recommended_nics_per_node(self) -> int | None:
-        """NICs per node that keep uncovered gradient traffic within ``EXPOSED_COMM_BUDGET`` of a step
-        (all of it hidden when the step time is unknown)."""
+    def allowed_exposed_s(self) -> float:
+        """Gradient traffic per step that may stay uncovered: ``EXPOSED_COMM_BUDGET`` of a step (none when the
+        step time is unknown)."""
+        return EXPOSED_COMM_BUDGET * self.step_s if self.step_s else 0.0
+
+    @property
+    def nics_needed_per_node(self) -> int | None:
+        """NICs per node that keep uncovered gradient traffic within :attr:`allowed_exposed_s`, however many
+        NIC cages the node has."""
         if self.traffic is None:
             return None
         system = self.inputs.system
-        allowed = EXPOSED_COMM_BUDGET * self.step_s if self.step_s else 0.0
         return nics_to_hide(
             self.traffic,
             gpus_per_node=system.gpus_per_node,
             nic_bytes_per_s=system.nic_bytes_per_s,
-            allowed_exposed_s=allowed,
+            allowed_exposed_s=self.allowed_exposed_s,
         )
+
+    @property
+    def recommended_nics_per_node(self) -> int | None:
+        """:attr:`nics_needed_per_node`, at most the node's NIC cages (a node cannot take more NICs than it
+        has cages; what they leave exposed is :attr:`exposed_comm_s`)."""
+        needed = self.nics_needed_per_node
+        return None if needed is None else min(needed, self.inputs.system.nics_per_node)
+
+    @property
+    def fabric_hides_traffic(self) -> bool:
+        """Whether the node's NICs keep the exposed gradient traffic within :attr:`allowed_exposed_s`."""
+        exposed = self.exposed_comm_s
+        return exposed is None or exposed <= self.allowed_exposed_s * (1 + 1e-9)
 
     @property
     def pipeline_bubble_frac(self) -> float | None:
@@ -379,20 +397,7 @@ def finish(inputs: SizingInputs, chosen: Candidate | None, why_not: list[str]) -
     traffic = step_s = None
     if chosen is not None:
         layout = chosen.layout
-        model_parallel = layout.tp * layout.pp * layout.cp
-        microbatch_flops = flops_per_token * inputs.seq_len * inputs.micro_batch_size
-        topology, _ = from_system(
-            inputs.system,
-            inputs.accelerator,
-            num_nodes=math.ceil(layout.world_size / inputs.system.gpus_per_node),
-        )
-        traffic = model_gradient_traffic(
-            inputs.model,
-            layout,
-            _shape(inputs, chosen.num_microbatches),
-            topology,
-            microbatch_compute_s=microbatch_flops / model_parallel / (peak * inputs.mfu),
-        )
+        traffic = _traffic(inputs, chosen, flops_per_token)
         # the batch the layout runs (rounded when given in tokens)
         if inputs.global_batch_sequences is not None:
             step_tokens = layout.dp * inputs.micro_batch_size * chosen.num_microbatches * inputs.seq_len
@@ -408,3 +413,75 @@ def finish(inputs: SizingInputs, chosen: Candidate | None, why_not: list[str]) -
         traffic=traffic,
         step_s=step_s,
     )
+
+
+def _traffic(inputs: SizingInputs, candidate: Candidate, flops_per_token: float) -> GradientTraffic:
+    """The data-parallel gradient traffic of ``candidate`` at ``inputs.mfu`` on the scenario's nodes."""
+    layout = candidate.layout
+    peak = inputs.accelerator.peak_flops(inputs.precision)
+    model_parallel = layout.tp * layout.pp * layout.cp
+    microbatch_flops = flops_per_token * inputs.seq_len * inputs.micro_batch_size
+    topology, _ = from_system(
+        inputs.system,
+        inputs.accelerator,
+        num_nodes=math.ceil(layout.world_size / inputs.system.gpus_per_node),
+    )
+    return model_gradient_traffic(
+        inputs.model,
+        layout,
+        _shape(inputs, candidate.num_microbatches),
+        topology,
+        microbatch_compute_s=microbatch_flops / model_parallel / (peak * inputs.mfu),
+    )
+
+
+@dataclass(frozen=True)
+class HidingLayout:
+    """A layout of the same GPUs whose gradient traffic the node's NICs hide (within the budget)."""
+
+    candidate: Candidate
+    exposed_s: float
+
+
+def layout_that_hides(sizing: Sizing) -> HidingLayout | None:
+    """When the node's NIC cages cannot hide the chosen layout's gradient traffic: the layout of the same GPU
+    count, micro-batch and sharding with the least model parallelism (smaller PP, then TP) whose traffic they
+    hide within :attr:`Sizing.allowed_exposed_s`, at the same MFU; None when the chosen one is hidden already
+    or no such layout fits. More TP or PP shards the gradients each GPU reduces over more GPUs, and more
+    micro-batches per step (a smaller DP) lengthen the compute the reduction overlaps."""
+    inputs, chosen = sizing.inputs, sizing.chosen
+    if chosen is None or sizing.fabric_hides_traffic:
+        return None
+    model, system = inputs.model, inputs.system
+    world = chosen.layout.world_size
+    nic_per_gpu = system.scale_out_bytes_per_s_per_node / system.gpus_per_node
+    tps = [t for t in _divisors(system.scale_up_domain_gpus) if t <= max(system.gpus_per_node, MAX_TP)]
+    best: HidingLayout | None = None
+    for pp in _divisors(model.num_hidden_layers):
+        for tp in tps:
+            base = tp * pp * chosen.layout.cp
+            if world % base or (tp, pp) == (chosen.layout.tp, chosen.layout.pp):
+                continue
+            dp = world // base
+            layout = chosen.layout.model_copy(update={"tp": tp, "pp": pp, "dp": dp})
+            batch = int(_batch_of(inputs, [dp])[0]) if inputs.global_batch_sequences is not None else None
+            if batch == 0 or layout_problems(
+                layout,
+                model,
+                seq_len=inputs.seq_len,
+                global_batch_sequences=batch,
+                micro_batch_size=inputs.micro_batch_size,
+            ):
+                continue
+            m = _microbatches(inputs, dp)
+            memory = estimate_memory(model, layout, _shape(inputs, m))
+            if not memory.fits(inputs.accelerator.hbm_bytes):
+                continue
+            candidate = Candidate(layout, memory, m or pp * layout.vpp)
+            exposed = _traffic(inputs, candidate, sizing.flops_per_token).exposed_s(nic_per_gpu)
+            if exposed <= sizing.allowed_exposed_s * (1 + 1e-9):
+                best = HidingLayout(candidate, exposed)
+                break
+        if best is not None:
+            return best
+    return None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from mfukit import units
 from mfukit.core.results import Output
-from mfukit.perf.memory import MemoryEstimate
+from mfukit.perf.memory import MemoryEstimate, StageMemory
 from mfukit.perf.sizing import Sizing
 from mfukit.report.html import Chart, Report, Section, write_report
 from mfukit.report.plots import PALETTE, figure
@@ -17,7 +17,18 @@ GIB = 2.0**30
 def memory_chart(memory: MemoryEstimate, hbm_bytes: float, file_name: str = "memory.png") -> Chart:
     """Peak memory per GPU of each pipeline stage, part by part, against the accelerator's HBM."""
     stages = [memory.first] if memory.first is memory.last else [memory.first, memory.last]
-    fig, axes = figure(7.5, 2.2 + 0.7 * len(stages))
+    return memory_bars(
+        [(f"{stage.stage} stage", stage) for stage in stages],
+        hbm_bytes,
+        file_name,
+        "Peak memory per GPU by part, against the accelerator's HBM.",
+    )
+
+
+def memory_bars(rows: list[tuple[str, StageMemory]], hbm_bytes: float, file_name: str, caption: str) -> Chart:
+    """One stacked bar per (label, stage memory): GiB per GPU part by part, HBM marked."""
+    fig, axes = figure(7.5, 2.2 + 0.55 * len(rows))
+    stages = [stage for _, stage in rows]
     names = [name for name in stages[0].parts() if any(stage.parts()[name] for stage in stages)]
     for row, stage in enumerate(stages):
         left = 0.0
@@ -35,11 +46,12 @@ def memory_chart(memory: MemoryEstimate, hbm_bytes: float, file_name: str = "mem
             left += width
     hbm = hbm_bytes / GIB
     axes.axvline(hbm, color="black", linestyle="--", linewidth=1)
-    axes.text(hbm, len(stages) - 0.55, f" HBM {hbm:.0f} GiB", va="top", ha="right", fontsize=8)
-    axes.set_yticks(range(len(stages)), [f"{stage.stage} stage" for stage in stages])
+    axes.text(hbm, len(rows) - 0.55, f" HBM {hbm:.0f} GiB", va="top", ha="right", fontsize=8)
+    axes.set_yticks(range(len(rows)), [label for label, _ in rows])
+    axes.invert_yaxis()
     axes.set_xlabel("GiB per GPU")
     fig.legend(fontsize=7, ncol=4, loc="outside lower center", frameon=False)
-    return Chart(file_name, fig, "Peak memory per GPU by part, against the accelerator's HBM.")
+    return Chart(file_name, fig, caption)
 
 
 def _time_chart(sizing: Sizing) -> Chart:

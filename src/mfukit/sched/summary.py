@@ -161,7 +161,7 @@ def tables(metrics: Metrics, title: str) -> list[Table]:
         ),
         ("GPU-hours lost to failures", shown(metrics.gpu_hours_lost_to_failures, lambda v: f"{v:,.1f}")),
         (
-            f"MFU gate (util >= {GATE_UTILIZATION:.0%}, idle gap <= {units.format_duration(GATE_IDLE_GAP_S, 0)})",
+            f"scheduling gate (util >= {GATE_UTILIZATION:.0%}, idle gap <= {units.format_duration(GATE_IDLE_GAP_S, 0)})",
             "pass" if metrics.gate_pass else "FAIL",
         ),
     ]
@@ -203,7 +203,13 @@ def write(metrics: Metrics, out_dir: Path, title: str, assumptions: list[str], w
     times, values = metrics.timeline.sampled(start, end)
     hours = [(t - start) / units.SECONDS_PER_HOUR for t in times]
     axes.plot(hours, [v / metrics.capacity_gpus for v in values], linewidth=1.2)
-    axes.axhline(GATE_UTILIZATION, color="#c23b3b", linestyle="--", linewidth=0.8, label="MFU gate")
+    axes.axhline(
+        GATE_UTILIZATION,
+        color="#c23b3b",
+        linestyle="--",
+        linewidth=0.8,
+        label="scheduling gate (utilization)",
+    )
     axes.set_xlabel("hours since window start")
     axes.set_ylabel("allocated GPUs / capacity")
     axes.set_ylim(0, 1.05)
@@ -230,7 +236,7 @@ def write(metrics: Metrics, out_dir: Path, title: str, assumptions: list[str], w
             ("wait p50", _opt(metrics.wait_s["p50"])),
             ("wait p95", _opt(metrics.wait_s["p95"])),
             ("idle gap mean", _opt(metrics.idle_gap_s["mean"])),
-            ("MFU gate", "pass" if metrics.gate_pass else "FAIL"),
+            ("scheduling gate", "pass" if metrics.gate_pass else "FAIL"),
         ],
         sections=[Section("Scheduling", tables=tables(metrics, "summary"), charts=[usage, cdf])],
         assumptions=assumptions,

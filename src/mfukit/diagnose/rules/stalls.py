@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from mfukit import units
 from mfukit.diagnose.breakdown import job_fraction, median
 from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import WARNING_STEP_FRACTION, Evidence, Finding, severity_for
@@ -111,14 +112,15 @@ def _checkpoint(
     stalled = sum(s.extra_s for s in stalls)
     fraction = stalled / total
     per_save = stalled / len(stalls)
-    every = stride or (saves[1] - saves[0] if len(saves) > 1 else None)
+    # the logged saves' own spacing when there are saves (stalls may land on the steps after a save too)
+    every = _stride(saves) or (saves[1] - saves[0] if len(saves) > 1 else None) or stride
     recoverable = fraction * ASYNC_RECOVERY
     return Finding(
         id="checkpoint_stall",
-        title=f"Checkpoint stalls: {per_save:.0f} s per save{f' every {every} steps' if every else ''}, {fraction:.0%} of the time",
+        title=f"Checkpoint stalls: {units.format_duration(per_save)} per save{f' every {every} steps' if every else ''}, {fraction:.0%} of the time",
         severity=severity_for(fraction),
         summary=(
-            f"{len(stalls)} stalls of {per_save:.0f} s on average (a normal step takes {typical:.2f} s)"
+            f"{len(stalls)} stalls of {units.format_duration(per_save)} on average (a normal step takes {typical:.2f} s)"
             + (
                 " at the logged checkpoint saves"
                 if saves
