@@ -8,11 +8,10 @@ from typing import Any
 from mfukit import units
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.results import Table, shown
-from mfukit.perf.activations import KERNELS_NAMES
 from mfukit.perf.efficiency import Efficiency
 from mfukit.perf.flops import ATTENTION_CONVENTION_NAMES
 from mfukit.perf.layouts import Workload
-from mfukit.perf.memory import MemoryEstimate, sharding_of
+from mfukit.perf.memory import MemoryEstimate, memory_note, sharding_of
 from mfukit.perf.planner import Plan
 from mfukit.perf.step_time import Machine
 
@@ -200,7 +199,7 @@ def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficien
         f"reduction may hide under the last backward, {efficiency.param_gather_overlap:.0%} of a sharded "
         "optimizer's weight gather under the next forward; ZeRO-3/FSDP gathers one layer ahead, TP "
         "input-gradient reductions under the weight-gradient GEMMs",
-        f"memory: {KERNELS_NAMES[workload.kernels]}, flash attention, no dropout",
+        memory_note(workload.memory_shape()),
         *machine.assumptions,
     ]
     return notes

@@ -51,6 +51,12 @@ class TrainingSection(Strict):
         description="TP collectives split into chunks that overlap the GEMMs they feed (torchtitan's async TP, "
         "Megatron's --tp-comm-overlap); needs sequence parallelism",
     )
+    attention: Literal["flash", "eager"] = Field(
+        default="flash",
+        description="attention kernel: flash (FlashAttention / cuDNN fused: keeps the output and a log-sum-exp "
+        "per row) or eager (softmax(QK^T)V in separate kernels: stores the s^2 scores and runs slower; "
+        "2021-22 runs)",
+    )
 
     @property
     def global_batch_sequences(self) -> int | None:

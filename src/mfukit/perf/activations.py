@@ -15,6 +15,13 @@ instead of GeLU's 4·s·b·f, dropout masks only when the model uses dropout (LL
 flash attention keeping the output and a float32 log-sum-exp per row instead of the s² scores
 (Dao et al. 2022), and context parallelism splitting the sequence (each CP rank keeps s/cp queries).
 With ``dropout=True``, GeLU, MHA, no flash attention this returns exactly 34·sbh + 5·a·s²·b.
+
+FP8 with Transformer Engine (``kernels="te"``, ``fp8=True``): a TE ``Linear``/``LayerNormLinear`` quantizes
+its input for the FP8 GEMM and saves that FP8 copy, column-wise data only, for the weight gradient
+(``transformer_engine/pytorch/module/linear.py``, ``_Linear.forward``: "Discard row-wise data since it is
+not needed in backward pass"): the norm outputs feeding QKV and FC1 and the FC2 input are kept in 1 byte.
+The core attention still keeps its 16-bit output for its own backward, and the output projection an FP8
+copy of it beside that. torchao's Float8Linear (torchtitan) and Megatron-DeepSpeed keep 16-bit inputs.
 """
 
 from __future__ import annotations
@@ -28,9 +35,14 @@ from mfukit.core.parallelism import Recompute
 MASK_BYTES = 1.0  # a dropout mask is one byte per element (Korthikanti et al. 2022, §4.1)
 FP32_BYTES = 4.0
 TOKEN_ID_BYTES = 8.0  # int64 token ids and labels
-Kernels = Literal["fused", "eager"]
+FP8_BYTES = 1.0
+# What a stack's kernels keep for backward (Workload.kernels, set per training.framework):
+Kernels = Literal["te", "fused", "eager"]
 KERNELS_NAMES: dict[Kernels, str] = {
-    "fused": "fused kernels (Megatron-Core/Transformer Engine: fused SwiGLU, norm+GEMM, vocab-parallel CE)",
+    "te": "Transformer Engine kernels (Megatron-Core, NeMo: norm+GEMM, fused attention, fused SwiGLU and CE; "
+    "FP8 GEMM inputs saved in FP8)",
+    "fused": "fused kernels (Megatron-DeepSpeed, Megatron without TE: fused SwiGLU, norm, vocab-parallel CE; "
+    "16-bit GEMM inputs)",
     "eager": "eager PyTorch modules (HF-style: nanotron, torchtitan without compile)",
 }
 
@@ -47,6 +59,12 @@ class ActivationShape:
     dropout: bool = False
     act_bytes: float = 2.0  # 16-bit activations; 4 in fp32 training
     kernels: Kernels = "fused"
+    fp8: bool = False  # FP8 GEMMs (precision "fp8")
+
+    @property
+    def fp8_saved_inputs(self) -> bool:
+        """Whether GEMM inputs are saved for backward in FP8 (Transformer Engine with FP8 GEMMs)."""
+        return self.fp8 and self.kernels == "te"
 
     @property
     def tokens(self) -> float:
@@ -67,8 +85,10 @@ def layer_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
 def _gemm_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
     """The input a column-parallel GEMM keeps for its weight gradient. With sequence parallelism Megatron
     keeps the 1/t shard and all-gathers it again in backward (Korthikanti et al. 2022, §4.2.2); autograd
-    on an all-gathered tensor (DTensor, nanotron's REDUCE_SCATTER mode) keeps the whole gathered input."""
-    return layer_input_bytes(model, shape)
+    on an all-gathered tensor (DTensor, nanotron's REDUCE_SCATTER mode) keeps the whole gathered input.
+    Transformer Engine in FP8 keeps it as its FP8 copy (module docstring)."""
+    whole = layer_input_bytes(model, shape)
+    return whole * FP8_BYTES / shape.act_bytes if shape.fp8_saved_inputs else whole
 
 
 def _attention_bytes(model: ModelSpec, shape: ActivationShape, *, keep_scores: bool) -> float:
@@ -92,6 +112,8 @@ def _attention_bytes(model: ModelSpec, shape: ActivationShape, *, keep_scores: b
             qkv *= 2
         context_width = heads * d
     out_proj_input = a * tokens * context_width / t
+    if shape.fp8_saved_inputs:
+        out_proj_input *= 1 + FP8_BYTES / a  # attention keeps its 16-bit output, the projection an FP8 copy
     core = 0.0
     if shape.flash_attention:
         if keep_scores:
@@ -107,10 +129,12 @@ def _attention_bytes(model: ModelSpec, shape: ActivationShape, *, keep_scores: b
 
 def _ffn_bytes(model: ModelSpec, shape: ActivationShape, width: int) -> float:
     """Inside one FFN, split by TP: GeLU keeps its input and the second GEMM's input (4·s·b·f); fused
-    SwiGLU keeps [gate, up] and their product (6·s·b·f), eager SwiGLU also silu(gate) (8·s·b·f)."""
-    gemm_outputs = 2 if model.mlp == "gelu" else 4 if shape.kernels == "eager" else 3
-    per_token = gemm_outputs * width
-    return shape.act_bytes * shape.tokens * per_token / shape.tp
+    SwiGLU keeps [gate, up] and their product (6·s·b·f), eager SwiGLU also silu(gate) (8·s·b·f). With
+    Transformer Engine in FP8 the second GEMM's input (the product) is kept in FP8."""
+    kept = 2 if model.mlp == "gelu" else 4 if shape.kernels == "eager" else 3
+    second_gemm_input = FP8_BYTES if shape.fp8_saved_inputs else shape.act_bytes
+    per_token = (kept - 1) * shape.act_bytes * width + second_gemm_input * width
+    return shape.tokens * per_token / shape.tp
 
 
 def _mlp_bytes(model: ModelSpec, shape: ActivationShape, *, moe_layer: bool) -> float:
@@ -168,5 +192,6 @@ def logits_and_loss_bytes(model: ModelSpec, shape: ActivationShape) -> float:
     keeps the float32 log-softmax for its backward."""
     logits = shape.tokens * model.vocab_size / shape.tp
     fp32_copies = 2 if shape.kernels == "eager" else 1
-    head_inputs = layer_input_bytes(model, shape) + _gemm_input_bytes(model, shape)
+    # the final norm's input and the output layer's 16-bit input (the output layer is never FP8)
+    head_inputs = 2 * layer_input_bytes(model, shape)
     return head_inputs + logits * (shape.act_bytes + fp32_copies * FP32_BYTES)

@@ -15,7 +15,7 @@ from mfukit.core.scenario import Scenario, TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload
-from mfukit.perf.memory import sharding_of
+from mfukit.perf.memory import sharding_of, stack_memory
 from mfukit.perf.planner import SearchSpace
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp")
@@ -47,7 +47,19 @@ def batch_rounding_frac(training: TrainingSection) -> float:
 
 
 def training_workload(model: ModelSpec, training: TrainingSection, sequences: int) -> Workload:
-    """The workload of a scenario's ``[training]`` with ``sequences`` per step."""
+    """The workload of a scenario's ``[training]`` with ``sequences`` per step; the stack's memory behaviour
+    (kernels, FP8 weights, allocator) from ``data/memory_stacks.toml``, the Workload defaults for a stack
+    not listed there."""
+    stack = stack_memory(training.framework)
+    memory: dict[str, Any] = (
+        {}
+        if stack is None
+        else {
+            "kernels": stack.kernels,
+            "fp8_weights": stack.fp8_weights,
+            "expandable_segments": stack.expandable_segments,
+        }
+    )
     return Workload(
         model=model,
         seq_len=training.seq_len,
@@ -58,6 +70,8 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
         compile=training.compile,
         tp_comm_overlap=training.tp_comm_overlap,
         batch_rounding_frac=batch_rounding_frac(training),
+        flash_attention=training.attention == "flash",
+        **memory,
     )
 
 

@@ -22,7 +22,7 @@ from mfukit.core.parallelism import Parallelism, Recompute, stage_layer_counts
 from mfukit.core.scenario import Precision
 from mfukit.perf.activations import Kernels
 from mfukit.perf.flops import AttentionConvention
-from mfukit.perf.memory import Sharding, StepShape, sharding_of
+from mfukit.perf.memory import Fp8Weights, Sharding, StepShape, sharding_of
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -64,8 +64,13 @@ class Workload:
     global_batch_sequences: int
     precision: Precision = "bf16"
     attention: AttentionConvention = "full"
+    # Memory behaviour of the software stack (set per training.framework from data/memory_stacks.toml by
+    # mfukit.perf.inputs): what its kernels save for backward (te | fused | eager), how it holds FP8 weights
+    # (cached | primary | transient), whether it runs PyTorch's expandable-segments allocator.
     kernels: Kernels = "fused"
-    flash_attention: bool = True
+    fp8_weights: Fp8Weights = "transient"
+    expandable_segments: bool = False
+    flash_attention: bool = True  # training.attention = "flash"; False: eager attention keeps the s^2 scores
     framework: str = "megatron"  # a framework profile of mfukit.perf.efficiency
     compile: bool = False  # torch.compile: element-wise ops fused by Inductor
     tp_comm_overlap: bool = False  # TP collectives decomposed under the GEMMs (async TP, --tp-comm-overlap)
@@ -76,6 +81,19 @@ class Workload:
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_sequences * self.seq_len
+
+    def memory_shape(self, **layout_fields: Any) -> StepShape:
+        """The memory model's :class:`StepShape` of this workload (``layout_fields``: micro-batch size and
+        count, GPUs per node, pipeline split)."""
+        return StepShape(
+            seq_len=self.seq_len,
+            precision=self.precision,
+            flash_attention=self.flash_attention,
+            kernels=self.kernels,
+            fp8_weights=self.fp8_weights,
+            expandable_segments=self.expandable_segments,
+            **layout_fields,
+        )
 
 
 def round_batch(batch_sequences: int, rounding_frac: float, per_step: npt.ArrayLike) -> Ints:
@@ -204,13 +222,9 @@ def step_shape(
 ) -> StepShape:
     """The memory model's :class:`StepShape` of one layout, its uneven pipeline split included."""
     first, last = stage_counts(layout, workload.model.num_hidden_layers)
-    return StepShape(
-        seq_len=workload.seq_len,
+    return workload.memory_shape(
         micro_batch_size=micro_batch_size,
         num_microbatches=num_microbatches,
-        precision=workload.precision,
-        flash_attention=workload.flash_attention,
-        kernels=workload.kernels,
         gpus_per_node=gpus_per_node,
         first_stage_layers=first if layout.pp > 1 else None,
         last_stage_layers=last if layout.pp > 1 else None,

@@ -44,6 +44,8 @@ from mfukit.perf.memory import (
     activation_shape,
     communicators,
     default_overheads,
+    fp8_weight_copy_bytes_per_param,
+    fragmentation_frac,
     framework_buffers,
     fsdp_shard_ranks,
     gradient_reduce_bytes,
@@ -65,6 +67,7 @@ class StageParamsGrid:
     dense: Floats
     expert: Floats
     largest_unit: Floats
+    gemm: Floats
 
 
 @dataclass(frozen=True)
@@ -93,12 +96,8 @@ class _Terms:
     def shape(
         self, micro_batch_size: int = 1, first: int | None = None, last: int | None = None
     ) -> StepShape:
-        return StepShape(
-            seq_len=self.w.seq_len,
+        return self.w.memory_shape(
             micro_batch_size=micro_batch_size,
-            precision=self.w.precision,
-            flash_attention=self.w.flash_attention,
-            kernels=self.w.kernels,
             gpus_per_node=self.gpn,
             first_stage_layers=first,
             last_stage_layers=last,
@@ -116,7 +115,7 @@ class _Terms:
             first=kind == _FIRST or pp == 1,
             last=kind == _LAST or pp == 1,
         )
-        return held.dense, held.expert, held.largest_unit
+        return held.dense, held.expert, held.largest_unit, held.gemm
 
     def layer_kinds(self, pp: int, first: int, last: int, kind: int) -> tuple[float, ...]:
         """Dense layers, MoE layers, and whether the first layer is MoE, on the stage."""
@@ -171,6 +170,9 @@ class _Terms:
         layout = _sharded(SHARDINGS[sharding])
         return 2 * weight_bytes_per_param(self.w.precision) + gradient_reduce_bytes(layout, self.w.precision)
 
+    def fp8_copy_bytes_per_param(self, sharding: int) -> float:
+        return fp8_weight_copy_bytes_per_param(SHARDINGS[sharding], self.shape())
+
     def dense_ranks(self, sharding: int, tp: int, dp: int, cp: int) -> float:
         return float(fsdp_shard_ranks(_sharded(SHARDINGS[sharding], tp=tp, dp=dp, cp=cp), self.gpn))
 
@@ -188,7 +190,7 @@ def stage_params_grid(
 ) -> StageParamsGrid:
     terms = _Terms(workload, gpus_per_node, default_overheads())
     values = per_unique(terms.params, grid.tp, grid.ep, grid.pp, grid.first_layers, grid.last_layers, kind)
-    return StageParamsGrid(values[:, 0], values[:, 1], values[:, 2])
+    return StageParamsGrid(values[:, 0], values[:, 1], values[:, 2], values[:, 3])
 
 
 def stage_layer_kinds(workload: Workload, grid: LayoutGrid, kind: int) -> tuple[Floats, Floats]:
@@ -221,7 +223,8 @@ def grid_memory(
     nccl = per_unique(terms.communicators, g.tp, g.pp, g.dp, g.cp, g.ep) * float(
         allowances.nccl_buffer_per_communicator.value
     )
-    fragmentation = float(allowances.allocator_fragmentation.value)
+    fp8_copy_factor = per_unique(terms.fp8_copy_bytes_per_param, g.sharding)
+    fragmentation = fragmentation_frac(terms.shape(), allowances)
     context = float(allowances.cuda_context.value)
     totals: list[Floats] = []
     held: list[StageParamsGrid] = []
@@ -250,6 +253,7 @@ def grid_memory(
             + np.where(is_last, acts[:, 5] * mbs, 0.0)
             + params.largest_unit * gather_factor
             + comm
+            + params.gemm * fp8_copy_factor
         )
         totals.append(allocated * (1 + fragmentation) + nccl + context)
         held.append(params)
