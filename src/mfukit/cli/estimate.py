@@ -110,6 +110,13 @@ def _output(inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memory: Memo
             f"{units.format_bytes(hbm)} of {accelerator.name}: shard more (--zero 1/3, --fsdp), recompute "
             "(--recompute selective/full), raise tp or pp, or lower the micro-batch"
         )
+    elif plan.memory_bytes > hbm - inputs.hbm_headroom_bytes:
+        warnings.append(
+            f"the layout needs {units.format_bytes(plan.memory_bytes)} per GPU, inside the "
+            f"{units.format_bytes(inputs.hbm_headroom_bytes)} of headroom kept free of the "
+            f"{units.format_bytes(hbm)} of {accelerator.name} (cluster.hbm_headroom): it may run out of memory "
+            "on an allocator spike, NCCL buffers created on first use or an eval step; plan rejects such layouts"
+        )
     return Output(
         schema="estimate/1",
         inputs=echo,

@@ -15,7 +15,7 @@ from mfukit.core.scenario import Scenario, TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload
-from mfukit.perf.memory import sharding_of, stack_memory
+from mfukit.perf.memory import headroom_bytes, sharding_of, stack_memory
 from mfukit.perf.planner import SearchSpace
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp")
@@ -34,6 +34,7 @@ class PerfInputs:
     micro_batch_size: int
     micro_batch_given: bool
     layout: Parallelism | None
+    hbm_headroom_bytes: float = 0.0  # cluster.hbm_headroom of this accelerator's HBM
 
     @property
     def base_dir(self) -> Path | None:
@@ -106,6 +107,7 @@ def perf_inputs(scenario: Scenario, path: Path | None) -> PerfInputs:
         micro_batch_size=training.micro_batch_size,
         micro_batch_given="micro_batch_size" in training.model_fields_set,
         layout=scenario.parallelism,
+        hbm_headroom_bytes=headroom_bytes(cluster.hbm_headroom, accelerator.hbm_bytes),
     )
 
 

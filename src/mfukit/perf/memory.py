@@ -43,7 +43,7 @@ from pydantic import Field
 
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
-from mfukit.core.scenario import Precision, read_document
+from mfukit.core.scenario import Precision, parse_headroom, read_document
 from mfukit.core.schema import Bytes, Strict, validate_as
 from mfukit.perf.activations import (
     KERNELS_NAMES,
@@ -106,6 +106,9 @@ class MemoryOverheads(Strict):
     nccl_buffer_per_communicator: _Allowance
     allocator_fragmentation: _Allowance
     deepspeed_reduce_bucket: _Allowance = Field(description="elements")
+    hbm_headroom: _Allowance = Field(
+        description="share of HBM a plan keeps free (cluster.hbm_headroom default)"
+    )
 
 
 @cache
@@ -130,6 +133,15 @@ def stack_memory_table() -> dict[str, StackMemory]:
     return {
         name: validate_as(StackMemory, entry, source=f"{STACKS_FILE} [{name}]") for name, entry in raw.items()
     }
+
+
+def headroom_bytes(headroom: str | None, hbm_bytes: float, overheads: MemoryOverheads | None = None) -> float:
+    """HBM to keep free: ``cluster.hbm_headroom`` ("5%" of HBM or a size such as "4GiB"), else the default
+    share of ``data/memory_overheads.toml``."""
+    if headroom is None:
+        return float((overheads or default_overheads()).hbm_headroom.value) * hbm_bytes
+    kind, value = parse_headroom(headroom)
+    return value * hbm_bytes if kind == "share" else value
 
 
 def stack_memory(framework: str) -> StackMemory | None:

@@ -38,7 +38,7 @@ from mfukit.perf.memory_grid import grid_memory
 from mfukit.perf.step_time import Machine, StepEstimate, evaluate, machine_for, prepare
 
 Objective = Literal["mfu", "time"]
-REASONS = ("divisibility", "batch", "schedule", "compatibility", "memory")
+REASONS = ("divisibility", "batch", "schedule", "compatibility", "memory", "headroom")
 MAX_TP = 8  # TP stays within 8 GPUs even in larger NVLink domains, as published runs do
 MAX_VPP = 8
 MAX_MICRO_BATCH = 16
@@ -313,8 +313,12 @@ def search(
     tokens: float | None = None,
     top_k: int = 5,
     progress: ProgressCallback | None = None,
+    headroom_bytes: float = 0.0,
 ) -> SearchResult:
-    """The best layouts of ``workload`` on each of ``gpu_counts`` GPUs, and the overall top ``top_k``."""
+    """The best layouts of ``workload`` on each of ``gpu_counts`` GPUs, and the overall top ``top_k``.
+
+    A layout whose peak fits in HBM but leaves less than ``headroom_bytes`` free is rejected as "headroom"
+    (``cluster.hbm_headroom``), one that does not fit as "memory"."""
     started = time.perf_counter()
     space = space or SearchSpace()
     hbm = accelerator.hbm_bytes
@@ -334,8 +338,10 @@ def search(
         if len(grid):
             estimate, memory, crosses = evaluate_grid(workload, grid, machine)
             evaluated += len(grid)
-            fits = memory <= hbm
-            rejected["memory"] += int((~fits).sum())
+            in_hbm = memory <= hbm
+            fits = memory <= hbm - headroom_bytes
+            rejected["memory"] += int((~in_hbm).sum())
+            rejected["headroom"] += int((in_hbm & ~fits).sum())
             score = np.where(fits, estimate.mfu if objective == "mfu" else estimate.tokens_per_s, -np.inf)
             order = [int(i) for i in np.argsort(-score, kind="stable")[:top_k] if np.isfinite(score[i])]
             plans = [plan_at(workload, grid, estimate, memory, crosses, i, tokens) for i in order]
