@@ -99,7 +99,14 @@ def test_plan_json_ranks_layouts_and_counts_rejections(mfukit) -> None:  # type:
     plans = result["plans"]
     assert len(plans) == 3 and [p["mfu"] for p in plans] == sorted((p["mfu"] for p in plans), reverse=True)
     assert all(set(plan) >= ESTIMATE_KEYS and plan["fits"] for plan in plans)
-    assert set(result["rejected"]) == {"divisibility", "batch", "schedule", "compatibility", "memory", "headroom"}
+    assert set(result["rejected"]) == {
+        "divisibility",
+        "batch",
+        "schedule",
+        "compatibility",
+        "memory",
+        "headroom",
+    }
     assert result["configs_evaluated"] > 100 and result["search_s"] > 0
 
 
