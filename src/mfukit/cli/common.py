@@ -111,6 +111,22 @@ SCENARIO_FLAGS: dict[str, Flag] = {
             ("flash", "eager"),
         ),
         Flag(
+            "--offload-optimizer",
+            "training.offload_optimizer",
+            "Share of the optimizer states kept in host memory (ZeRO-Offload, Megatron --optimizer-cpu-offload), "
+            'e.g. "100%".',
+        ),
+        Flag(
+            "--offload-params",
+            "training.offload_params",
+            "Share of the sharded parameters (ZeRO-3/FSDP) kept in host memory (ZeRO-Infinity).",
+        ),
+        Flag(
+            "--offload-activations",
+            "training.offload_activations",
+            "Share of the layers whose activations wait in host memory for their backward (Megatron/NeMo).",
+        ),
+        Flag(
             "--framework",
             "training.framework",
             "Training framework whose fitted overheads the step-time model uses: megatron (default), "

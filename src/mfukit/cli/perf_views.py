@@ -25,6 +25,9 @@ PERF_FLAGS = (
     "precision",
     "attention_flops",
     "attention",
+    "offload_optimizer",
+    "offload_params",
+    "offload_activations",
     "framework",
     "compile",
     "tp_comm_overlap",
@@ -61,6 +64,7 @@ BREAKDOWN_NAMES = {
     "pipeline_bubble": "pipeline bubble",
     "dp_comm": "DP gradient sync (exposed)",
     "optimizer": "optimizer step",
+    "offload": "host offload (exposed copies, CPU optimizer)",
     "other": "framework overhead (per layer, micro-batch)",
 }
 SHORT_SHARDING = {

@@ -51,6 +51,22 @@ class TrainingSection(Strict):
         description="TP collectives split into chunks that overlap the GEMMs they feed (torchtitan's async TP, "
         "Megatron's --tp-comm-overlap); needs sequence parallelism",
     )
+    offload_optimizer: Fraction = Field(
+        default=0.0,
+        description="share of the optimizer states (fp32 master + Adam; DeepSpeed's fp32 gradient partition too) "
+        "kept in host memory and stepped by the CPU: DeepSpeed ZeRO-Offload, Megatron --optimizer-cpu-offload "
+        '--optimizer-offload-fraction (0..1 or "50%")',
+    )
+    offload_params: Fraction = Field(
+        default=0.0,
+        description="share of the sharded parameters (ZeRO-3 / FSDP layouts) kept in host memory and fetched for "
+        "each pass: ZeRO-Infinity offload_param, FSDP2 CPUOffloadPolicy",
+    )
+    offload_activations: Fraction = Field(
+        default=0.0,
+        description="share of the layers whose stored activations go to host memory until their backward: "
+        "Megatron/NeMo --cpu-offloading-num-layers / num_layers",
+    )
     attention: Literal["flash", "eager"] = Field(
         default="flash",
         description="attention kernel: flash (FlashAttention / cuDNN fused: keeps the output and a log-sum-exp "

@@ -16,6 +16,7 @@ from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload
 from mfukit.perf.memory import headroom_bytes, sharding_of, stack_memory
+from mfukit.perf.offload import host_rates, offloads
 from mfukit.perf.planner import SearchSpace
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp")
@@ -72,6 +73,9 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
         tp_comm_overlap=training.tp_comm_overlap,
         batch_rounding_frac=batch_rounding_frac(training),
         flash_attention=training.attention == "flash",
+        offload_optimizer=training.offload_optimizer,
+        offload_params=training.offload_params,
+        offload_activations=training.offload_activations,
         **memory,
     )
 
@@ -93,6 +97,8 @@ def perf_inputs(scenario: Scenario, path: Path | None) -> PerfInputs:
         raise InputError("must be positive", source=source, field="training.tokens", value=training.tokens)
     workload = training_workload(model, training, batch)
     efficiency_for(accelerator, training.framework)  # an unknown framework is bad input, said now
+    if offloads(workload):
+        host_rates(workload, system, accelerator)  # so is an offload the catalog cannot cost
     accelerator.peak_flops(training.precision)  # so is a precision the GPU has no peak for
     num_gpus = cluster.num_gpus or (cluster.num_nodes * system.gpus_per_node if cluster.num_nodes else None)
     return PerfInputs(

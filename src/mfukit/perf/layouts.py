@@ -70,6 +70,10 @@ class Workload:
     kernels: Kernels = "fused"
     fp8_weights: Fp8Weights = "transient"
     expandable_segments: bool = False
+    # shares (0..1) kept in host memory (training.offload_*): optimizer states, parameter shards, activations
+    offload_optimizer: float = 0.0
+    offload_params: float = 0.0
+    offload_activations: float = 0.0
     flash_attention: bool = True  # training.attention = "flash"; False: eager attention keeps the s^2 scores
     framework: str = "megatron"  # a framework profile of mfukit.perf.efficiency
     compile: bool = False  # torch.compile: element-wise ops fused by Inductor
@@ -92,6 +96,9 @@ class Workload:
             kernels=self.kernels,
             fp8_weights=self.fp8_weights,
             expandable_segments=self.expandable_segments,
+            offload_optimizer=self.offload_optimizer,
+            offload_params=self.offload_params,
+            offload_activations=self.offload_activations,
             **layout_fields,
         )
 

@@ -250,6 +250,33 @@ def memory_note(shape: StepShape) -> str:
     return "memory: " + ", ".join(parts)
 
 
+def held_state_bytes_per_param(sharding: Sharding, shard_ranks: int, shape: StepShape) -> StateBytesPerParam:
+    """:func:`state_bytes_per_param` less what ``shape`` offloads to host memory.
+
+    Optimizer offload (DeepSpeed ZeRO-Offload, Ren et al., ATC'21; Megatron ``--optimizer-cpu-offload
+    --optimizer-offload-fraction``) moves that share of the fp32 master weights and Adam moments to the host,
+    and for DeepSpeed ZeRO its fp32 gradient partition too (``estimate_zero2_model_states_mem_needs`` with
+    ``cpu_offload``: 2P on the GPU; ZeRO-3: 2P/N): ZeRO-2/3 stream each reduced gradient to the host, ZeRO-1
+    keeps its whole 16-bit gradients; Megatron keeps its gradient buffer on the GPU. Parameter offload
+    (ZeRO-Infinity ``offload_param``; FSDP2 ``CPUOffloadPolicy``, which moves the gradient shards with them)
+    moves that share of the sharded 16-bit parameters: it needs parameters sharded (ZeRO-3, FSDP); other
+    layouts keep whole weights on the GPU."""
+    state = state_bytes_per_param(sharding, shard_ranks, shape.precision)
+    keep_optimizer = 1.0 - shape.offload_optimizer
+    gradients = state.gradients
+    fp32_partition = 0.0 if shape.precision == "fp32" else FP32_BYTES / shard_ranks
+    if sharding == "zero-1":
+        gradients -= shape.offload_optimizer * fp32_partition
+    elif sharding in {"zero-2", "zero-3"}:
+        gradients *= keep_optimizer
+    weights = state.weights
+    if sharding in PARAMETER_SHARDINGS:
+        weights *= 1.0 - shape.offload_params
+        if sharding != "zero-3":
+            gradients *= 1.0 - shape.offload_params
+    return StateBytesPerParam(weights, gradients, state.optimizer * keep_optimizer)
+
+
 def fsdp_shard_ranks(layout: Parallelism, gpus_per_node: int) -> int:
     """GPUs sharing one copy of the dense parameters: DP x CP, or the DP ranks of one node for hybrid FSDP."""
     group = layout.dp * layout.cp
@@ -378,6 +405,10 @@ class StepShape:
     kernels: Kernels = "fused"
     fp8_weights: Fp8Weights = "transient"
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    # shares (0..1) kept in host memory: optimizer states, parameter shards, stored layer activations
+    offload_optimizer: float = 0.0
+    offload_params: float = 0.0
+    offload_activations: float = 0.0
     gpus_per_node: int = 8
     # Uneven pipeline splits (Megatron --decoder-first/last-pipeline-num-layers; Llama 3 took one layer
     # off the first and last stage): layers on the first and last stage; None = num_layers / pp.
@@ -522,11 +553,13 @@ def _stage_memory(
         fsdp_shard_ranks(layout, shape.gpus_per_node) if sharding == "fsdp-hybrid" else layout.dp * layout.cp
     )
     expert_ranks = max(1, dense_ranks // layout.ep)
-    dense_state = state_bytes_per_param(sharding, dense_ranks, shape.precision)
-    expert_state = state_bytes_per_param(sharding, expert_ranks, shape.precision)
+    dense_state = held_state_bytes_per_param(sharding, dense_ranks, shape)
+    expert_state = held_state_bytes_per_param(sharding, expert_ranks, shape)
 
     in_flight = in_flight_microbatches(layout.pp, layout.vpp, rank, num_microbatches)
-    stored_per_microbatch = sum(
+    # activation offload (Megatron/NeMo --cpu-offloading-num-layers, TE get_cpu_offload_context) keeps that
+    # share of the layers' stored activations in host memory until their backward
+    stored_per_microbatch = (1.0 - shape.offload_activations) * sum(
         layer_activation_bytes(model, act, moe_layer=model.is_moe_layer(i), stored=True) for i in layers
     )
     working_set = 0.0

@@ -49,10 +49,10 @@ from mfukit.perf.memory import (
     framework_buffers,
     fsdp_shard_ranks,
     gradient_reduce_bytes,
+    held_state_bytes_per_param,
     in_flight_microbatches,
     stage_layers,
     stage_params,
-    state_bytes_per_param,
     weight_bytes_per_param,
 )
 
@@ -125,7 +125,7 @@ class _Terms:
         return float(len(layers) - moe), float(moe), float(first_moe)
 
     def states(self, sharding: int, ranks: int) -> tuple[float, ...]:
-        state = state_bytes_per_param(SHARDINGS[sharding], ranks, self.w.precision)
+        state = held_state_bytes_per_param(SHARDINGS[sharding], ranks, self.shape())
         return state.weights, state.gradients, state.optimizer
 
     def activations(self, tp: int, cp: int, sp: bool, recompute: int) -> tuple[float, ...]:
@@ -200,6 +200,19 @@ def stage_layer_kinds(workload: Workload, grid: LayoutGrid, kind: int) -> tuple[
     return values[:, 0], values[:, 1]
 
 
+def stored_activation_bytes(
+    workload: Workload, grid: LayoutGrid, kind: int, gpus_per_node: int = 8
+) -> Floats:
+    """Bytes the layers of the first (``kind`` 0) or last (1) stage store for one micro-batch on one GPU,
+    before any activation offload (what an offload moves to the host and back per micro-batch)."""
+    terms = _Terms(workload, gpus_per_node, default_overheads())
+    acts = per_unique(terms.activations, grid.tp, grid.cp, grid.sp, grid.recompute)
+    dense_layers, moe_layers, _ = per_unique(
+        terms.layer_kinds, grid.pp, grid.first_layers, grid.last_layers, kind
+    ).T
+    return np.asarray(grid.mbs * (dense_layers * acts[:, 0] + moe_layers * acts[:, 1]), dtype=np.float64)
+
+
 def grid_memory(
     workload: Workload, grid: LayoutGrid, *, gpus_per_node: int, overheads: MemoryOverheads | None = None
 ) -> GridMemory:
@@ -237,7 +250,9 @@ def grid_memory(
         dense_layers, moe_layers, first_moe = per_unique(
             terms.layer_kinds, g.pp, g.first_layers, g.last_layers, kind
         ).T
-        stored = mbs * (dense_layers * acts[:, 0] + moe_layers * acts[:, 1])
+        stored = (
+            (1.0 - workload.offload_activations) * mbs * (dense_layers * acts[:, 0] + moe_layers * acts[:, 1])
+        )
         has_layers = (dense_layers + moe_layers) > 0
         working = np.where(
             (g.recompute == RECOMPUTES.index("full")) & has_layers,
