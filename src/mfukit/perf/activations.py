@@ -60,6 +60,8 @@ class ActivationShape:
     act_bytes: float = 2.0  # 16-bit activations; 4 in fp32 training
     kernels: Kernels = "fused"
     fp8: bool = False  # FP8 GEMMs (precision "fp8")
+    # a fused (vocab-parallel / sharded / in-place) cross-entropy; None: as the kernels (fused unless eager)
+    fused_cross_entropy: bool | None = None
 
     @property
     def fp8_saved_inputs(self) -> bool:
@@ -188,10 +190,12 @@ def embedding_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
 def logits_and_loss_bytes(model: ModelSpec, shape: ActivationShape) -> float:
     """The last stage's head for one micro-batch: the final norm's input, the output layer's input, the
     vocab-parallel logits (16-bit) and their float32 copy for the cross-entropy (Megatron's fused
-    ``vocab_parallel_cross_entropy`` works in place on it); eager ``cross_entropy(logits.float())`` also
-    keeps the float32 log-softmax for its backward."""
+    ``vocab_parallel_cross_entropy`` works in place on it, as do nanotron's ``sharded_cross_entropy`` and
+    flash-attn's ``CrossEntropyLoss`` in LLM Foundry); eager ``cross_entropy(logits.float())`` also keeps the
+    float32 log-softmax for its backward."""
     logits = shape.tokens * model.vocab_size / shape.tp
-    fp32_copies = 2 if shape.kernels == "eager" else 1
+    fused = shape.kernels != "eager" if shape.fused_cross_entropy is None else shape.fused_cross_entropy
+    fp32_copies = 1 if fused else 2
     # the final norm's input and the output layer's 16-bit input (the output layer is never FP8)
     head_inputs = 2 * layer_input_bytes(model, shape)
     return head_inputs + logits * (shape.act_bytes + fp32_copies * FP32_BYTES)

@@ -60,6 +60,7 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
             "kernels": stack.kernels,
             "fp8_weights": stack.fp8_weights,
             "expandable_segments": stack.expandable_segments,
+            "fused_cross_entropy": stack.fused_cross_entropy,
         }
     )
     return Workload(

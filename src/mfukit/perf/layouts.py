@@ -70,6 +70,9 @@ class Workload:
     kernels: Kernels = "fused"
     fp8_weights: Fp8Weights = "transient"
     expandable_segments: bool = False
+    fused_cross_entropy: bool | None = (
+        None  # the stack's loss kernel; None: as the kernels (fused unless eager)
+    )
     # shares (0..1) kept in host memory (training.offload_*): optimizer states, parameter shards, activations
     offload_optimizer: float = 0.0
     offload_params: float = 0.0
@@ -96,6 +99,7 @@ class Workload:
             kernels=self.kernels,
             fp8_weights=self.fp8_weights,
             expandable_segments=self.expandable_segments,
+            fused_cross_entropy=self.fused_cross_entropy,
             offload_optimizer=self.offload_optimizer,
             offload_params=self.offload_params,
             offload_activations=self.offload_activations,

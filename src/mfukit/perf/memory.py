@@ -122,6 +122,7 @@ class StackMemory(Strict):
     kernels: Kernels
     fp8_weights: Fp8Weights
     expandable_segments: bool
+    fused_cross_entropy: bool | None = None  # None: as the kernels
     what: str
     url: str
     retrieved: date
@@ -405,6 +406,7 @@ class StepShape:
     kernels: Kernels = "fused"
     fp8_weights: Fp8Weights = "transient"
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    fused_cross_entropy: bool | None = None  # None: as the kernels (fused unless eager)
     # shares (0..1) kept in host memory: optimizer states, parameter shards, stored layer activations
     offload_optimizer: float = 0.0
     offload_params: float = 0.0
@@ -512,6 +514,7 @@ def activation_shape(layout: Parallelism, shape: StepShape) -> ActivationShape:
         act_bytes=FP32_BYTES if shape.precision == "fp32" else 2.0,
         kernels=shape.kernels,
         fp8=shape.precision == "fp8",
+        fused_cross_entropy=shape.fused_cross_entropy,
     )
 
 
