@@ -9,7 +9,7 @@ import pytest
 from mfukit import catalog
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import TrainingSection
-from mfukit.perf.activations import ActivationShape, layer_activation_bytes
+from mfukit.perf.activations import ActivationShape, layer_activation_bytes, logits_and_loss_bytes
 from mfukit.perf.inputs import training_workload
 from mfukit.perf.layouts import Workload, grid_of, step_shape
 from mfukit.perf.memory import (
@@ -151,3 +151,26 @@ def test_grid_agrees_with_the_scalar_model(framework: str, precision: str) -> No
         for layout, b, m in zip(layouts, micro, counts, strict=True)
     ]
     np.testing.assert_allclose(peaks, scalar, rtol=1e-9)
+
+
+def test_torchtitan_selective_is_per_op_checkpointing() -> None:
+    """torchtitan's op-level SAC keeps the layer input, wq, wv, w1 and w2 outputs (every other matmul), the
+    SDPA output and its log-sum-exp; Megatron's selective keeps everything but the attention scores."""
+    s, b = 8192, 2
+    h, f, d = LLAMA_8B.hidden_size, LLAMA_8B.intermediate_size, LLAMA_8B.head_size
+    heads, kv = LLAMA_8B.num_attention_heads, LLAMA_8B.kv_heads
+    common = {"seq_len": s, "micro_batch_size": b, "kernels": "eager", "recompute": "selective"}
+    op = layer_activation_bytes(LLAMA_8B, ActivationShape(selective="op", **common))  # type: ignore[arg-type]
+    widths = h + heads * d + kv * d + heads * d + f + h
+    assert op == pytest.approx(s * b * (2 * widths + 4 * heads))
+    megatron = layer_activation_bytes(LLAMA_8B, ActivationShape(**common))  # type: ignore[arg-type]
+    none = layer_activation_bytes(LLAMA_8B, ActivationShape(**(common | {"recompute": "none"})))  # type: ignore[arg-type]
+    full = layer_activation_bytes(LLAMA_8B, ActivationShape(**(common | {"recompute": "full"})))  # type: ignore[arg-type]
+    assert full < op < megatron <= none
+
+
+def test_a_fused_cross_entropy_keeps_one_float32_copy_of_the_logits() -> None:
+    common = {"seq_len": 4096, "micro_batch_size": 1, "kernels": "eager"}
+    eager = logits_and_loss_bytes(LLAMA_8B, ActivationShape(**common))  # type: ignore[arg-type]
+    fused = logits_and_loss_bytes(LLAMA_8B, ActivationShape(fused_cross_entropy=True, **common))  # type: ignore[arg-type]
+    assert eager - fused == pytest.approx(4 * 4096 * LLAMA_8B.vocab_size)

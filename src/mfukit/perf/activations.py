@@ -36,6 +36,9 @@ MASK_BYTES = 1.0  # a dropout mask is one byte per element (Korthikanti et al. 2
 FP32_BYTES = 4.0
 TOKEN_ID_BYTES = 8.0  # int64 token ids and labels
 FP8_BYTES = 1.0
+# What recompute = "selective" keeps (Workload.selective_recompute, set per stack): Megatron's core-attention
+# recompute (Korthikanti et al. 2022) or torchtitan's per-op activation checkpointing
+SelectiveRecompute = Literal["core-attention", "op"]
 # What a stack's kernels keep for backward (Workload.kernels, set per training.framework):
 Kernels = Literal["te", "fused", "eager"]
 KERNELS_NAMES: dict[Kernels, str] = {
@@ -62,6 +65,7 @@ class ActivationShape:
     fp8: bool = False  # FP8 GEMMs (precision "fp8")
     # a fused (vocab-parallel / sharded / in-place) cross-entropy; None: as the kernels (fused unless eager)
     fused_cross_entropy: bool | None = None
+    selective: SelectiveRecompute = "core-attention"
 
     @property
     def fp8_saved_inputs(self) -> bool:
@@ -163,6 +167,14 @@ def layer_activation_bytes(
     """
     if stored and shape.recompute == "full":
         return layer_input_bytes(model, shape)
+    if (
+        stored
+        and shape.recompute == "selective"
+        and shape.selective == "op"
+        and not moe_layer
+        and model.mla is None
+    ):
+        return _op_checkpoint_bytes(model, shape)
     keep_scores = not (stored and shape.recompute == "selective")
     hidden = layer_input_bytes(model, shape)
     masks = 2 * MASK_BYTES / shape.act_bytes * hidden if shape.dropout else 0.0  # after attention and MLP
@@ -176,6 +188,22 @@ def layer_activation_bytes(
         + _mlp_bytes(model, shape, moe_layer=moe_layer)
         + masks
     )
+
+
+def _op_checkpoint_bytes(model: ModelSpec, shape: ActivationShape) -> float:
+    """torchtitan's per-op selective activation checkpointing (``_apply_op_sac``): a layer keeps its input and
+    the outputs of the ops in its save list (every other matmul, SDPA, reduce-scatter); the rest (norms,
+    RoPE, SiLU, the other matmuls) is recomputed in backward. In a Llama layer the saved matmuls are the 1st,
+    3rd, 5th and 7th: wq, wv, w1 and w2 (w2's output before its TP reduce-scatter, and the scattered one);
+    SDPA keeps its output and a float32 log-sum-exp per row and head. Dense, non-MLA layers; MoE and MLA
+    layers keep Megatron's selective accounting."""
+    t = shape.tp
+    d, heads = model.head_size, model.num_attention_heads
+    h, f = model.hidden_size, model.intermediate_size
+    w2_out = h + (h / t if t > 1 else 0.0)
+    widths = heads * d / t + model.kv_heads * d / t + heads * d / t + f / t + w2_out
+    lse = FP32_BYTES * shape.tokens * heads / t
+    return layer_input_bytes(model, shape) + shape.act_bytes * shape.tokens * widths + lse
 
 
 def embedding_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:

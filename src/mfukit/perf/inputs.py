@@ -61,6 +61,7 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
             "fp8_weights": stack.fp8_weights,
             "expandable_segments": stack.expandable_segments,
             "fused_cross_entropy": stack.fused_cross_entropy,
+            "selective_recompute": stack.selective_recompute,
         }
     )
     return Workload(

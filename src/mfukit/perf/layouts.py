@@ -20,7 +20,7 @@ from mfukit import units
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute, stage_layer_counts
 from mfukit.core.scenario import Precision
-from mfukit.perf.activations import Kernels
+from mfukit.perf.activations import Kernels, SelectiveRecompute
 from mfukit.perf.flops import AttentionConvention
 from mfukit.perf.memory import Fp8Weights, Sharding, StepShape, sharding_of
 
@@ -70,9 +70,9 @@ class Workload:
     kernels: Kernels = "fused"
     fp8_weights: Fp8Weights = "transient"
     expandable_segments: bool = False
-    fused_cross_entropy: bool | None = (
-        None  # the stack's loss kernel; None: as the kernels (fused unless eager)
-    )
+    # the stack's loss kernel (None: as the kernels, fused unless eager); what recompute = "selective" keeps
+    fused_cross_entropy: bool | None = None
+    selective_recompute: SelectiveRecompute = "core-attention"
     # shares (0..1) kept in host memory (training.offload_*): optimizer states, parameter shards, activations
     offload_optimizer: float = 0.0
     offload_params: float = 0.0
@@ -100,6 +100,7 @@ class Workload:
             fp8_weights=self.fp8_weights,
             expandable_segments=self.expandable_segments,
             fused_cross_entropy=self.fused_cross_entropy,
+            selective_recompute=self.selective_recompute,
             offload_optimizer=self.offload_optimizer,
             offload_params=self.offload_params,
             offload_activations=self.offload_activations,

@@ -49,6 +49,7 @@ from mfukit.perf.activations import (
     KERNELS_NAMES,
     ActivationShape,
     Kernels,
+    SelectiveRecompute,
     embedding_input_bytes,
     layer_activation_bytes,
     layer_input_bytes,
@@ -123,6 +124,7 @@ class StackMemory(Strict):
     fp8_weights: Fp8Weights
     expandable_segments: bool
     fused_cross_entropy: bool | None = None  # None: as the kernels
+    selective_recompute: SelectiveRecompute = "core-attention"
     what: str
     url: str
     retrieved: date
@@ -407,6 +409,7 @@ class StepShape:
     fp8_weights: Fp8Weights = "transient"
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     fused_cross_entropy: bool | None = None  # None: as the kernels (fused unless eager)
+    selective_recompute: SelectiveRecompute = "core-attention"
     # shares (0..1) kept in host memory: optimizer states, parameter shards, stored layer activations
     offload_optimizer: float = 0.0
     offload_params: float = 0.0
@@ -515,6 +518,7 @@ def activation_shape(layout: Parallelism, shape: StepShape) -> ActivationShape:
         kernels=shape.kernels,
         fp8=shape.precision == "fp8",
         fused_cross_entropy=shape.fused_cross_entropy,
+        selective=shape.selective_recompute,
     )
 
 
