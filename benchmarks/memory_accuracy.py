@@ -12,7 +12,7 @@ any CSV named on the command line (e.g. ``shared/reference/calibration/megatron_
    not fitted), so leave-one-source-out equals in-sample: the table is per source.
 2. **Ran but predicted not to fit**: every row that ran (a completed Ultra-Scale point, every published run)
    with a known GPU is estimated with its stack's memory behaviour (``data/memory_stacks.toml``) and counted
-   when the predicted peak exceeds HBM (target 0). Rows whose source leaves the micro-batch or the recompute
+   when it is predicted not to fit (``MemoryEstimate.fits``: its required bytes exceed HBM; target 0). Rows whose source leaves the micro-batch or the recompute
    unknown are completed with the most lenient choice (micro-batch 1, full recompute) and marked; rows whose
    GPU memory size is not reported (vTrain's "A100") are skipped.
 
@@ -53,6 +53,13 @@ STACKS = {
     "nemo_megatron_bridge": "nemo",
     "vtrain_multi": "megatron-deepspeed",
     "vtrain_single": "megatron-deepspeed",
+}
+# recompute a source's row leaves unknown but its recipes state: NeMo's performance recipes for these runs list
+# recompute_layers = 0 (NVIDIA/NeMo scripts/performance/recommended_model_configs/model_configs_h100.csv);
+# the Megatron-LM README calls selective recompute "the default and recommended in almost all cases"
+RECIPE_RECOMPUTE: dict[str, Recompute] = {
+    "nemo_megatron_bridge": "none",
+    "megatron_core_h100_2024": "selective",
 }
 NO_FLASH = {"korthikanti2022", "vtrain_multi", "vtrain_single"}  # 2021-22 Megatron: fused softmax attention
 GPUS = (
@@ -161,9 +168,9 @@ def layout_of(row: dict[str, str], recompute: Recompute) -> Parallelism:
 def case_of(row: dict[str, str]) -> Case | None:
     source = row["source_group"]
     accelerator = accelerator_of(row["gpu_type"])
-    if accelerator is None or not row["tp"]:
+    if accelerator is None:
         return None
-    recompute = recompute_of(row["activation_recompute"])
+    recompute = recompute_of(row["activation_recompute"]) or RECIPE_RECOMPUTE.get(source)
     lenient = recompute is None or not row["micro_batch"]
     layout = layout_of(row, recompute or "full")
     model = model_of(row)
@@ -250,6 +257,9 @@ def main(extra: list[str]) -> None:
                 if source == "ultrascale_playbook" and measured in ("", "nan"):
                     fit[source]["did not complete"] += 1
                     continue
+                if not row["tp"]:
+                    fit[source]["skipped (layout not published)"] += 1
+                    continue
                 case = case_of(row)
                 if case is None:
                     fit[source]["skipped (GPU memory size not reported)"] += 1
@@ -266,10 +276,11 @@ def main(extra: list[str]) -> None:
                 counts = fit[source]
                 counts["ran, checked"] += 1
                 counts["completed leniently"] += case.lenient
-                if peak > hbm:
+                if not case.estimate.fits(hbm):
                     counts["predicted not to fit"] += 1
                     refused.append(
-                        f"{source} row {case.row_id} ({case.model.name}): {peak / GIB:.1f} of {hbm / GIB:.0f} GiB"
+                        f"{source} row {case.row_id} ({case.model.name}): needs "
+                        f"{case.estimate.required_bytes / GIB:.1f} of {hbm / GIB:.0f} GiB"
                     )
                 elif peak > hbm - headroom_bytes(None, hbm):
                     counts["inside the default headroom"] += 1

@@ -106,7 +106,8 @@ def _output(inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memory: Memo
             warnings.append(note)
     if not fits:
         warnings.append(
-            f"the layout needs {units.format_bytes(plan.memory_bytes)} per GPU, more than the "
+            f"the layout needs {units.format_bytes(memory.required_bytes)} per GPU even with the allocator's cache "
+            f"given back ({units.format_bytes(plan.memory_bytes)} with it), more than the "
             f"{units.format_bytes(hbm)} of {accelerator.name}: shard more (--zero 1/3, --fsdp), recompute "
             "(--recompute selective/full), raise tp or pp, or lower the micro-batch"
         )

@@ -135,7 +135,8 @@ def plan_json(
         "time_to_train_s": plan.time_to_train_s,
         "memory_per_gpu_bytes": plan.memory_bytes,
         "hbm_bytes": hbm_bytes,
-        "fits": plan.memory_bytes <= hbm_bytes,
+        "fits": memory.fits(hbm_bytes) if memory is not None else plan.memory_bytes <= hbm_bytes,
+        "memory_required_bytes": memory.required_bytes if memory is not None else None,
         "breakdown_s": plan.breakdown_s,
         "memory_breakdown_bytes": (
             {name.replace(" ", "_").lower(): value for name, value in peak.parts().items()} if peak else None

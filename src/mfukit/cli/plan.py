@@ -48,7 +48,7 @@ REASON_NAMES = {
     "schedule": "interleaved pipeline, micro-batches not a multiple of pp",
     "compatibility": "DeepSpeed ZeRO-2/3 with a pipeline",
     "memory": "does not fit in HBM",
-    "headroom": "fits in HBM, but inside the HBM headroom (cluster.hbm_headroom)",
+    "headroom": "runs in HBM, but not with its allocator cache outside the HBM headroom (cluster.hbm_headroom)",
 }
 
 

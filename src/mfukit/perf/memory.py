@@ -356,6 +356,15 @@ class StageMemory:
         """Everything on the device, as ``nvidia-smi`` shows it."""
         return self.reserved_bytes + self.nccl_buffers_bytes + self.cuda_context_bytes
 
+    @property
+    def required_bytes(self) -> float:
+        """What must fit in HBM for the step to run: everything but the fragmentation allowance. When a
+        ``cudaMalloc`` fails, PyTorch's caching allocator frees its cached unused blocks and retries
+        (``num_alloc_retries`` in ``torch.cuda.memory_stats``; PyTorch CUDA memory-management notes), so a
+        run whose allocated peak fits does run, slower near the limit; the allowance is what it reserves on
+        top when HBM is free (``total_bytes``, what ``nvidia-smi`` shows)."""
+        return self.total_bytes - self.allocator_fragmentation_bytes
+
     def parts(self) -> dict[str, float]:
         """The breakdown as ``{name: bytes}`` in a fixed order (names as a person reads them)."""
         return {
@@ -391,8 +400,15 @@ class MemoryEstimate:
     def peak_bytes(self) -> float:
         return self.peak.total_bytes
 
+    @property
+    def required_bytes(self) -> float:
+        """The larger stage's :attr:`StageMemory.required_bytes`."""
+        return max(self.first.required_bytes, self.last.required_bytes)
+
     def fits(self, hbm_bytes: float) -> bool:
-        return self.peak_bytes <= hbm_bytes
+        """Whether the step runs in ``hbm_bytes``: its required bytes fit (the allocator gives back its cache
+        before it fails)."""
+        return self.required_bytes <= hbm_bytes
 
 
 @dataclass(frozen=True)

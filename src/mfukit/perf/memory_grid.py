@@ -78,10 +78,17 @@ class GridMemory:
     last_bytes: Floats
     first_params: StageParamsGrid
     last_params: StageParamsGrid
+    # without the fragmentation allowance: what must fit (StageMemory.required_bytes)
+    first_required_bytes: Floats
+    last_required_bytes: Floats
 
     @property
     def peak_bytes(self) -> Floats:
         return np.maximum(self.first_bytes, self.last_bytes)
+
+    @property
+    def required_bytes(self) -> Floats:
+        return np.maximum(self.first_required_bytes, self.last_required_bytes)
 
 
 class _Terms:
@@ -240,6 +247,7 @@ def grid_memory(
     fragmentation = fragmentation_frac(terms.shape(), allowances)
     context = float(allowances.cuda_context.value)
     totals: list[Floats] = []
+    required: list[Floats] = []
     held: list[StageParamsGrid] = []
     for kind in (_FIRST, _LAST):
         params = stage_params_grid(workload, g, kind, gpus_per_node)
@@ -271,5 +279,6 @@ def grid_memory(
             + params.gemm * fp8_copy_factor
         )
         totals.append(allocated * (1 + fragmentation) + nccl + context)
+        required.append(allocated + nccl + context)
         held.append(params)
-    return GridMemory(totals[0], totals[1], held[0], held[1])
+    return GridMemory(totals[0], totals[1], held[0], held[1], required[0], required[1])

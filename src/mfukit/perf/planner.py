@@ -34,7 +34,7 @@ from mfukit.perf.layouts import (
     rounded_batch,
 )
 from mfukit.perf.memory import Sharding
-from mfukit.perf.memory_grid import grid_memory
+from mfukit.perf.memory_grid import GridMemory, grid_memory
 from mfukit.perf.step_time import Machine, StepEstimate, evaluate, machine_for, prepare
 
 Objective = Literal["mfu", "time"]
@@ -297,8 +297,16 @@ def evaluate_grid(
     workload: Workload, grid: LayoutGrid, machine: Machine
 ) -> tuple[StepEstimate, Floats, dict[str, np.ndarray]]:
     """Step estimates, peak memory and the tiers each dimension crosses, for every layout of ``grid``."""
+    estimate, memory, crosses = evaluate_grid_memory(workload, grid, machine)
+    return estimate, memory.peak_bytes, crosses
+
+
+def evaluate_grid_memory(
+    workload: Workload, grid: LayoutGrid, machine: Machine
+) -> tuple[StepEstimate, GridMemory, dict[str, np.ndarray]]:
+    """:func:`evaluate_grid` with the whole memory result (peak and required bytes)."""
     prepared = prepare(workload, grid, machine)
-    memory = grid_memory(workload, grid, gpus_per_node=machine.gpus_per_node).peak_bytes
+    memory = grid_memory(workload, grid, gpus_per_node=machine.gpus_per_node)
     return evaluate(prepared), memory, prepared.comm.crosses_network
 
 
@@ -336,10 +344,12 @@ def search(
         machines[count] = machine
         best[count] = None
         if len(grid):
-            estimate, memory, crosses = evaluate_grid(workload, grid, machine)
+            estimate, held, crosses = evaluate_grid_memory(workload, grid, machine)
+            memory = held.peak_bytes
             evaluated += len(grid)
-            in_hbm = memory <= hbm
-            fits = memory <= hbm - headroom_bytes
+            # runs at all (MemoryEstimate.fits); a plan also keeps the headroom free with its allocator cache
+            in_hbm = held.required_bytes <= hbm
+            fits = in_hbm & (memory <= hbm - headroom_bytes)
             rejected["memory"] += int((~in_hbm).sum())
             rejected["headroom"] += int((in_hbm & ~fits).sum())
             score = np.where(fits, estimate.mfu if objective == "mfu" else estimate.tokens_per_s, -np.inf)
