@@ -108,7 +108,14 @@ def test_plan_json_ranks_layouts_and_counts_rejections(mfukit) -> None:  # type:
     plans = result["plans"]
     assert len(plans) == 3 and [p["mfu"] for p in plans] == sorted((p["mfu"] for p in plans), reverse=True)
     assert all(set(plan) >= ESTIMATE_KEYS and plan["fits"] for plan in plans)
-    assert set(result["rejected"]) == {"divisibility", "batch", "schedule", "compatibility", "memory"}
+    assert set(result["rejected"]) == {
+        "divisibility",
+        "batch",
+        "schedule",
+        "compatibility",
+        "memory",
+        "headroom",
+    }
     assert result["configs_evaluated"] > 100 and result["search_s"] > 0
 
 
@@ -218,7 +225,9 @@ def test_plan_ranks_on_the_lower_bound_and_marks_what_no_run_measured(mfukit) ->
         interval = plan["mfu_interval"]
         assert interval["low"] <= plan["mfu"] <= interval["high"]
         highest = interval["highest_measured_mfu"]
-        assert interval["beyond_measured"] == (interval["extrapolated"] or highest is None or plan["mfu"] > highest)
+        assert interval["beyond_measured"] == (
+            interval["extrapolated"] or highest is None or plan["mfu"] > highest
+        )
 
 
 def test_size_at_a_given_mfu_also_rounds_a_batch_in_tokens(mfukit) -> None:  # type: ignore[no-untyped-def]

@@ -10,6 +10,7 @@ recompute briefly holds the attention's log-sum-exp that selective drops (both r
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -90,3 +91,15 @@ def test_larger_tp_never_raises_memory(model, shape, pp, recompute, sp) -> None:
     sizes = [t for t in (2, 4, 8) if model.kv_heads % t == 0]
     peaks = [peak(model, shape, tp=t, pp=pp, recompute=recompute, sequence_parallel=sp) for t in sizes]
     assert all(later <= earlier for earlier, later in itertools.pairwise(peaks))
+
+
+@settings(max_examples=30, deadline=None)
+@given(models, shapes, pps, st.sampled_from([2, 8]), st.sampled_from([0.25, 0.5, 1.0]))
+def test_more_offload_never_raises_memory(model, shape, pp, dp, share) -> None:  # type: ignore[no-untyped-def]
+    for sharding in ({"zero": 1}, {"zero": 2}, {"zero": 3}, {"fsdp": "full"}):
+        layout = Parallelism.model_validate({"pp": pp, "dp": dp, **sharding})
+        base = estimate_memory(model, layout, shape).peak_bytes
+        for field in ("offload_optimizer", "offload_params", "offload_activations"):
+            half = estimate_memory(model, layout, replace(shape, **{field: share / 2})).peak_bytes
+            more = estimate_memory(model, layout, replace(shape, **{field: share})).peak_bytes
+            assert more <= half <= base

@@ -63,7 +63,9 @@ def _row(**values: str) -> dict[str, str]:
         (29, 4, 1, None),  # nothing splits: Megatron asks for the counts (the layout check says so)
     ],
 )
-def test_default_stage_split_follows_megatron(layers: int, pp: int, vpp: int, split: tuple[int, int] | None) -> None:
+def test_default_stage_split_follows_megatron(
+    layers: int, pp: int, vpp: int, split: tuple[int, int] | None
+) -> None:
     assert default_stage_split(layers, pp, vpp) == split
     if split is not None:
         first, last = split
@@ -71,7 +73,9 @@ def test_default_stage_split_follows_megatron(layers: int, pp: int, vpp: int, sp
         from mfukit import catalog
 
         model = catalog.model("llama3.1-405b").model_copy(update={"num_hidden_layers": layers})
-        problems = layout_problems(layout, model, seq_len=8192, global_batch_sequences=None, micro_batch_size=1)
+        problems = layout_problems(
+            layout, model, seq_len=8192, global_batch_sequences=None, micro_batch_size=1
+        )
         assert not problems, problems
 
 
@@ -133,7 +137,11 @@ def test_a_file_without_the_schema_is_refused(tmp_path: Path) -> None:
 
 def test_the_megatron_stack_file_reads_every_published_layout() -> None:
     cases, skipped = read_runs(calibration_dir() / "megatron_published_runs.csv")
-    assert {case.source for case in cases} == {"korthikanti2022", "megatron_core_h100_2024", "nemo_megatron_bridge"}
+    assert {case.source for case in cases} == {
+        "korthikanti2022",
+        "megatron_core_h100_2024",
+        "nemo_megatron_bridge",
+    }
     assert [row.row_id for row in skipped] == ["40", "41"]  # the strong-scaling rows publish no layout
     llama405 = next(case for case in cases if case.row_id == 82)
     assert (llama405.layout.first_stage_layers, llama405.layout.last_stage_layers) == (15, 15)

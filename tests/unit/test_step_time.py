@@ -238,7 +238,7 @@ def test_deepspeed_zero3_exposes_what_fsdp_prefetch_hides() -> None:
     fsdp = _stack_run(layout, "fsdp", micro=3)
     deepspeed = _stack_run(layout, "deepspeed", micro=3)
     assert float(deepspeed.breakdown_s["fsdp_comm"][0]) > 3 * float(fsdp.breakdown_s["fsdp_comm"][0])
-    assert float(deepspeed.mfu[0]) < 0.75 * float(fsdp.mfu[0])
+    assert float(deepspeed.mfu[0]) < float(fsdp.mfu[0])
 
 
 def test_sharded_gathers_grow_exposed_as_the_per_gpu_batch_shrinks() -> None:
@@ -248,7 +248,9 @@ def test_sharded_gathers_grow_exposed_as_the_per_gpu_batch_shrinks() -> None:
         for dp in (64, 192)
     )
     assert float(large.mfu[0]) < float(small.mfu[0])
-    share = {n: float(e.breakdown_s["fsdp_comm"][0] / e.step_time_s[0]) for n, e in ((64, small), (192, large))}
+    share = {
+        n: float(e.breakdown_s["fsdp_comm"][0] / e.step_time_s[0]) for n, e in ((64, small), (192, large))
+    }
     assert share[192] > share[64]
 
 

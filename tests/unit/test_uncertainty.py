@@ -52,8 +52,12 @@ def test_a_regime_no_run_shares_is_extrapolated_and_widened() -> None:
     zero3 = Regime("ampere", "megatron-core", "sharded weights", 512, "16-bit")
     outside = interval_for(zero3, residuals=pool)
     assert outside.extrapolated and "sharded weights" in outside.reason
-    assert math.log(outside.high_factor) == pytest.approx(EXTRAPOLATION_WIDENING * math.log(inside.high_factor))
-    larger = interval_for(Regime("ampere", "megatron-core", "sharded optimizer", 4096, "16-bit"), residuals=pool)
+    assert math.log(outside.high_factor) == pytest.approx(
+        EXTRAPOLATION_WIDENING * math.log(inside.high_factor)
+    )
+    larger = interval_for(
+        Regime("ampere", "megatron-core", "sharded optimizer", 4096, "16-bit"), residuals=pool
+    )
     assert larger.extrapolated and "beyond the largest measured" in larger.reason
 
 

@@ -105,6 +105,28 @@ SCENARIO_FLAGS: dict[str, Flag] = {
             ("full", "causal"),
         ),
         Flag(
+            "--attention",
+            "training.attention",
+            "Attention kernel: flash (default) or eager (stores the s^2 scores, runs slower; 2021-22 runs).",
+            ("flash", "eager"),
+        ),
+        Flag(
+            "--offload-optimizer",
+            "training.offload_optimizer",
+            "Share of the optimizer states kept in host memory (ZeRO-Offload, Megatron --optimizer-cpu-offload), "
+            'e.g. "100%".',
+        ),
+        Flag(
+            "--offload-params",
+            "training.offload_params",
+            "Share of the sharded parameters (ZeRO-3/FSDP) kept in host memory (ZeRO-Infinity).",
+        ),
+        Flag(
+            "--offload-activations",
+            "training.offload_activations",
+            "Share of the layers whose activations wait in host memory for their backward (Megatron/NeMo).",
+        ),
+        Flag(
             "--framework",
             "training.framework",
             "Training framework whose fitted overheads the step-time model uses: megatron (default), "
@@ -136,6 +158,11 @@ SCENARIO_FLAGS: dict[str, Flag] = {
         Flag("--nics-per-node", "cluster.nics_per_node", "Override the node's NIC count."),
         Flag("--nic-rate", "cluster.nic_rate", 'Override the NIC rate, e.g. "400Gbps".'),
         Flag("--pue", "cluster.pue", "Data-centre PUE for energy."),
+        Flag(
+            "--hbm-headroom",
+            "cluster.hbm_headroom",
+            'HBM kept free per GPU: a share ("5%", the default) or a size ("4GiB").',
+        ),
         Flag("--usd-per-gpu-hour", "cluster.usd_per_gpu_hour", "Price of one GPU-hour, for cost."),
         Flag(
             "--failure-rate",

@@ -118,9 +118,17 @@ def _output(inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memory: Memo
             warnings.append(note)
     if not fits:
         warnings.append(
-            f"the layout needs {units.format_bytes(plan.memory_bytes)} per GPU, more than the "
+            f"the layout needs {units.format_bytes(memory.required_bytes)} per GPU even with the allocator's cache "
+            f"given back ({units.format_bytes(plan.memory_bytes)} with it), more than the "
             f"{units.format_bytes(hbm)} of {accelerator.name}: shard more (--zero 1/3, --fsdp), recompute "
             "(--recompute selective/full), raise tp or pp, or lower the micro-batch"
+        )
+    elif plan.memory_bytes > hbm - inputs.hbm_headroom_bytes:
+        warnings.append(
+            f"the layout needs {units.format_bytes(plan.memory_bytes)} per GPU, inside the "
+            f"{units.format_bytes(inputs.hbm_headroom_bytes)} of headroom kept free of the "
+            f"{units.format_bytes(hbm)} of {accelerator.name} (cluster.hbm_headroom): it may run out of memory "
+            "on an allocator spike, NCCL buffers created on first use or an eval step; plan rejects such layouts"
         )
     return Output(
         schema="estimate/1",

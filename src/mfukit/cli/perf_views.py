@@ -8,12 +8,11 @@ from typing import Any
 from mfukit import units
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.results import Table, shown
-from mfukit.perf.activations import KERNELS_NAMES
 from mfukit.perf.efficiency import Efficiency
 from mfukit.perf.flops import ATTENTION_CONVENTION_NAMES
 from mfukit.perf.inputs import DEGREES, PerfInputs
 from mfukit.perf.layouts import SHORT_SHARDING, Workload
-from mfukit.perf.memory import MemoryEstimate, sharding_of
+from mfukit.perf.memory import MemoryEstimate, memory_note, sharding_of
 from mfukit.perf.planner import Plan
 from mfukit.perf.step_time import Machine
 
@@ -26,6 +25,10 @@ PERF_FLAGS = (
     "micro_batch_size",
     "precision",
     "attention_flops",
+    "attention",
+    "offload_optimizer",
+    "offload_params",
+    "offload_activations",
     "framework",
     "compile",
     "tp_comm_overlap",
@@ -35,6 +38,7 @@ PERF_FLAGS = (
     "nodes",
     "nics_per_node",
     "nic_rate",
+    "hbm_headroom",
     "tp",
     "pp",
     "dp",
@@ -61,6 +65,7 @@ BREAKDOWN_NAMES = {
     "pipeline_bubble": "pipeline bubble",
     "dp_comm": "DP gradient sync (exposed)",
     "optimizer": "optimizer step",
+    "offload": "host offload (exposed copies, CPU optimizer)",
     "other": "framework overhead (per layer, micro-batch)",
     "stragglers": "stragglers (slowest of the ranks)",
 }
@@ -123,7 +128,8 @@ def plan_json(
         "time_to_train_s": plan.time_to_train_s,
         "memory_per_gpu_bytes": plan.memory_bytes,
         "hbm_bytes": hbm_bytes,
-        "fits": plan.memory_bytes <= hbm_bytes,
+        "fits": memory.fits(hbm_bytes) if memory is not None else plan.memory_bytes <= hbm_bytes,
+        "memory_required_bytes": memory.required_bytes if memory is not None else None,
         "breakdown_s": plan.breakdown_s,
         "memory_breakdown_bytes": (
             {name.replace(" ", "_").lower(): value for name, value in peak.parts().items()} if peak else None
@@ -236,7 +242,7 @@ def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficien
         f"reduction may hide under the last backward, {efficiency.param_gather_overlap:.0%} of a sharded "
         "optimizer's weight gather under the next forward; ZeRO-3/FSDP gathers one layer ahead, TP "
         "input-gradient reductions under the weight-gradient GEMMs",
-        f"memory: {KERNELS_NAMES[workload.kernels]}, flash attention, no dropout",
+        memory_note(workload.memory_shape()),
         *machine.assumptions,
     ]
     return notes

@@ -54,6 +54,7 @@ REASON_NAMES = {
     "schedule": "interleaved pipeline, micro-batches not a multiple of pp",
     "compatibility": "DeepSpeed ZeRO-2/3 with a pipeline",
     "memory": "does not fit in HBM",
+    "headroom": "runs in HBM, but not with its allocator cache outside the HBM headroom (cluster.hbm_headroom)",
 }
 
 
@@ -124,13 +125,21 @@ def plan(
             tokens=inputs.tokens,
             top_k=top_k,
             progress=bar,
+            headroom_bytes=inputs.hbm_headroom_bytes,
         )
         curve: dict[int, Plan | None] = {count: result.best_per_count[count]}
         if scaling or (scaling is None and report_dir is not None):
             for other in scaling_counts(count, workload, system, space):
                 if other != count:
                     found = search(
-                        workload, system, accelerator, [other], space=space, tokens=inputs.tokens, top_k=1
+                        workload,
+                        system,
+                        accelerator,
+                        [other],
+                        space=space,
+                        tokens=inputs.tokens,
+                        top_k=1,
+                        headroom_bytes=inputs.hbm_headroom_bytes,
                     )
                     curve[other] = found.best_per_count[other]
                     result.search_s += found.search_s

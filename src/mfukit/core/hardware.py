@@ -108,6 +108,11 @@ class System(Strict):
     nic_bytes_per_s: BytesPerSecond = Field(alias="nic_rate", description="per NIC, per direction")
     scale_out_fabric: str
     host_memory_bytes: Bytes = Field(alias="host_memory")
+    host_memory_bytes_per_s: BytesPerSecond | None = Field(
+        default=None,
+        alias="host_memory_bandwidth",
+        description="the node's CPU DRAM bandwidth (all sockets): bounds a CPU optimizer step (ZeRO-Offload)",
+    )
     node_power_w: Watts | None = Field(default=None, alias="node_power")
     nccl_env: SourcedEnv | None = Field(
         default=None, description="NCCL variables a job on this node needs (emitted into sbatch/k8s jobs)"

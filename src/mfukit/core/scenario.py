@@ -77,6 +77,28 @@ class TrainingSection(Strict):
         "Megatron's --tp-comm-overlap); needs sequence parallelism; default: what the stack's recipes set "
         "(on for megatron-core and nemo with SP, off otherwise)",
     )
+    offload_optimizer: Fraction = Field(
+        default=0.0,
+        description="share of the optimizer states (fp32 master + Adam; DeepSpeed's fp32 gradient partition too) "
+        "kept in host memory and stepped by the CPU: DeepSpeed ZeRO-Offload, Megatron --optimizer-cpu-offload "
+        '--optimizer-offload-fraction (0..1 or "50%")',
+    )
+    offload_params: Fraction = Field(
+        default=0.0,
+        description="share of the sharded parameters (ZeRO-3 / FSDP layouts) kept in host memory and fetched for "
+        "each pass: ZeRO-Infinity offload_param, FSDP2 CPUOffloadPolicy",
+    )
+    offload_activations: Fraction = Field(
+        default=0.0,
+        description="share of the layers whose stored activations go to host memory until their backward: "
+        "Megatron/NeMo --cpu-offloading-num-layers / num_layers",
+    )
+    attention: Literal["flash", "eager"] = Field(
+        default="flash",
+        description="attention kernel: flash (FlashAttention / cuDNN fused: keeps the output and a log-sum-exp "
+        "per row) or eager (softmax(QK^T)V in separate kernels: stores the s^2 scores and runs slower; "
+        "2021-22 runs)",
+    )
 
     @field_validator("framework", mode="before")
     @classmethod
@@ -104,6 +126,22 @@ class ClusterSection(Strict):
     nic_rate: str | None = Field(default=None, description='override the NIC rate, e.g. "400Gbps"')
     pue: float = Field(default=1.2, ge=1.0, le=3.0, description="data-centre power usage effectiveness")
     usd_per_gpu_hour: Usd | None = None
+    hbm_headroom: str | None = Field(
+        default=None,
+        description='HBM kept free per GPU, as a share ("5%") or a size ("4GiB"): estimate warns when the peak '
+        "is inside it and plan rejects such layouts; default 5 % (room for allocator spikes, NCCL buffers "
+        "created on first use, an eval step)",
+    )
+
+    @field_validator("hbm_headroom")
+    @classmethod
+    def _headroom_is_share_or_size(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_headroom(value)
+            except InputError as error:
+                raise ValueError(f"{error.message}; expected {error.expected}") from None
+        return value
 
     @field_validator("nic_rate")
     @classmethod
@@ -163,6 +201,19 @@ class FtSection(Strict):
         if value is not None:
             parse_interval(value)
         return value
+
+
+def parse_headroom(value: str) -> tuple[Literal["share", "bytes"], float]:
+    """``"5%"`` -> ("share", 0.05); ``"4GiB"`` -> ("bytes", 4 * 2**30). InputError otherwise."""
+    text = str(value).strip()
+    if text.endswith("%"):
+        share = units.parse_fraction(text, field="cluster.hbm_headroom")
+        if share >= 1.0:
+            raise InputError(
+                "must leave some HBM to use", field="cluster.hbm_headroom", value=value, expected='e.g. "5%"'
+            )
+        return "share", share
+    return "bytes", units.parse_bytes(text, field="cluster.hbm_headroom")
 
 
 def parse_interval(value: str) -> tuple[Literal["s", "steps"], float]:

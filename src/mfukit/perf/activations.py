@@ -15,6 +15,13 @@ instead of GeLU's 4·s·b·f, dropout masks only when the model uses dropout (LL
 flash attention keeping the output and a float32 log-sum-exp per row instead of the s² scores
 (Dao et al. 2022), and context parallelism splitting the sequence (each CP rank keeps s/cp queries).
 With ``dropout=True``, GeLU, MHA, no flash attention this returns exactly 34·sbh + 5·a·s²·b.
+
+FP8 with Transformer Engine (``kernels="te"``, ``fp8=True``): a TE ``Linear``/``LayerNormLinear`` quantizes
+its input for the FP8 GEMM and saves that FP8 copy, column-wise data only, for the weight gradient
+(``transformer_engine/pytorch/module/linear.py``, ``_Linear.forward``: "Discard row-wise data since it is
+not needed in backward pass"): the norm outputs feeding QKV and FC1 and the FC2 input are kept in 1 byte.
+The core attention still keeps its 16-bit output for its own backward, and the output projection an FP8
+copy of it beside that. torchao's Float8Linear (torchtitan) and Megatron-DeepSpeed keep 16-bit inputs.
 """
 
 from __future__ import annotations
@@ -28,9 +35,17 @@ from mfukit.core.parallelism import Recompute
 MASK_BYTES = 1.0  # a dropout mask is one byte per element (Korthikanti et al. 2022, §4.1)
 FP32_BYTES = 4.0
 TOKEN_ID_BYTES = 8.0  # int64 token ids and labels
-Kernels = Literal["fused", "eager"]
+FP8_BYTES = 1.0
+# What recompute = "selective" keeps (Workload.selective_recompute, set per stack): Megatron's core-attention
+# recompute (Korthikanti et al. 2022) or torchtitan's per-op activation checkpointing
+SelectiveRecompute = Literal["core-attention", "op"]
+# What a stack's kernels keep for backward (Workload.kernels, set per training.framework):
+Kernels = Literal["te", "fused", "eager"]
 KERNELS_NAMES: dict[Kernels, str] = {
-    "fused": "fused kernels (Megatron-Core/Transformer Engine: fused SwiGLU, norm+GEMM, vocab-parallel CE)",
+    "te": "Transformer Engine kernels (Megatron-Core, NeMo: norm+GEMM, fused attention, fused SwiGLU and CE; "
+    "FP8 GEMM inputs saved in FP8)",
+    "fused": "fused kernels (Megatron-DeepSpeed, Megatron without TE: fused SwiGLU, norm, vocab-parallel CE; "
+    "16-bit GEMM inputs)",
     "eager": "eager PyTorch modules (HF-style: nanotron, torchtitan without compile)",
 }
 
@@ -47,6 +62,15 @@ class ActivationShape:
     dropout: bool = False
     act_bytes: float = 2.0  # 16-bit activations; 4 in fp32 training
     kernels: Kernels = "fused"
+    fp8: bool = False  # FP8 GEMMs (precision "fp8")
+    # a fused (vocab-parallel / sharded / in-place) cross-entropy; None: as the kernels (fused unless eager)
+    fused_cross_entropy: bool | None = None
+    selective: SelectiveRecompute = "core-attention"
+
+    @property
+    def fp8_saved_inputs(self) -> bool:
+        """Whether GEMM inputs are saved for backward in FP8 (Transformer Engine with FP8 GEMMs)."""
+        return self.fp8 and self.kernels == "te"
 
     @property
     def tokens(self) -> float:
@@ -67,8 +91,10 @@ def layer_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
 def _gemm_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
     """The input a column-parallel GEMM keeps for its weight gradient. With sequence parallelism Megatron
     keeps the 1/t shard and all-gathers it again in backward (Korthikanti et al. 2022, §4.2.2); autograd
-    on an all-gathered tensor (DTensor, nanotron's REDUCE_SCATTER mode) keeps the whole gathered input."""
-    return layer_input_bytes(model, shape)
+    on an all-gathered tensor (DTensor, nanotron's REDUCE_SCATTER mode) keeps the whole gathered input.
+    Transformer Engine in FP8 keeps it as its FP8 copy (module docstring)."""
+    whole = layer_input_bytes(model, shape)
+    return whole * FP8_BYTES / shape.act_bytes if shape.fp8_saved_inputs else whole
 
 
 def _attention_bytes(model: ModelSpec, shape: ActivationShape, *, keep_scores: bool) -> float:
@@ -92,6 +118,8 @@ def _attention_bytes(model: ModelSpec, shape: ActivationShape, *, keep_scores: b
             qkv *= 2
         context_width = heads * d
     out_proj_input = a * tokens * context_width / t
+    if shape.fp8_saved_inputs:
+        out_proj_input *= 1 + FP8_BYTES / a  # attention keeps its 16-bit output, the projection an FP8 copy
     core = 0.0
     if shape.flash_attention:
         if keep_scores:
@@ -107,10 +135,12 @@ def _attention_bytes(model: ModelSpec, shape: ActivationShape, *, keep_scores: b
 
 def _ffn_bytes(model: ModelSpec, shape: ActivationShape, width: int) -> float:
     """Inside one FFN, split by TP: GeLU keeps its input and the second GEMM's input (4·s·b·f); fused
-    SwiGLU keeps [gate, up] and their product (6·s·b·f), eager SwiGLU also silu(gate) (8·s·b·f)."""
-    gemm_outputs = 2 if model.mlp == "gelu" else 4 if shape.kernels == "eager" else 3
-    per_token = gemm_outputs * width
-    return shape.act_bytes * shape.tokens * per_token / shape.tp
+    SwiGLU keeps [gate, up] and their product (6·s·b·f), eager SwiGLU also silu(gate) (8·s·b·f). With
+    Transformer Engine in FP8 the second GEMM's input (the product) is kept in FP8."""
+    kept = 2 if model.mlp == "gelu" else 4 if shape.kernels == "eager" else 3
+    second_gemm_input = FP8_BYTES if shape.fp8_saved_inputs else shape.act_bytes
+    per_token = (kept - 1) * shape.act_bytes * width + second_gemm_input * width
+    return shape.tokens * per_token / shape.tp
 
 
 def _mlp_bytes(model: ModelSpec, shape: ActivationShape, *, moe_layer: bool) -> float:
@@ -137,6 +167,14 @@ def layer_activation_bytes(
     """
     if stored and shape.recompute == "full":
         return layer_input_bytes(model, shape)
+    if (
+        stored
+        and shape.recompute == "selective"
+        and shape.selective == "op"
+        and not moe_layer
+        and model.mla is None
+    ):
+        return _op_checkpoint_bytes(model, shape)
     keep_scores = not (stored and shape.recompute == "selective")
     hidden = layer_input_bytes(model, shape)
     masks = 2 * MASK_BYTES / shape.act_bytes * hidden if shape.dropout else 0.0  # after attention and MLP
@@ -152,6 +190,22 @@ def layer_activation_bytes(
     )
 
 
+def _op_checkpoint_bytes(model: ModelSpec, shape: ActivationShape) -> float:
+    """torchtitan's per-op selective activation checkpointing (``_apply_op_sac``): a layer keeps its input and
+    the outputs of the ops in its save list (every other matmul, SDPA, reduce-scatter); the rest (norms,
+    RoPE, SiLU, the other matmuls) is recomputed in backward. In a Llama layer the saved matmuls are the 1st,
+    3rd, 5th and 7th: wq, wv, w1 and w2 (w2's output before its TP reduce-scatter, and the scattered one);
+    SDPA keeps its output and a float32 log-sum-exp per row and head. Dense, non-MLA layers; MoE and MLA
+    layers keep Megatron's selective accounting."""
+    t = shape.tp
+    d, heads = model.head_size, model.num_attention_heads
+    h, f = model.hidden_size, model.intermediate_size
+    w2_out = h + (h / t if t > 1 else 0.0)
+    widths = heads * d / t + model.kv_heads * d / t + heads * d / t + f / t + w2_out
+    lse = FP32_BYTES * shape.tokens * heads / t
+    return layer_input_bytes(model, shape) + shape.act_bytes * shape.tokens * widths + lse
+
+
 def embedding_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
     """The first stage's inputs per micro-batch: token ids and labels, plus the embedding dropout's mask
     and output when the model uses dropout (otherwise the embedding output is the first layer's input)."""
@@ -164,9 +218,12 @@ def embedding_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
 def logits_and_loss_bytes(model: ModelSpec, shape: ActivationShape) -> float:
     """The last stage's head for one micro-batch: the final norm's input, the output layer's input, the
     vocab-parallel logits (16-bit) and their float32 copy for the cross-entropy (Megatron's fused
-    ``vocab_parallel_cross_entropy`` works in place on it); eager ``cross_entropy(logits.float())`` also
-    keeps the float32 log-softmax for its backward."""
+    ``vocab_parallel_cross_entropy`` works in place on it, as do nanotron's ``sharded_cross_entropy`` and
+    flash-attn's ``CrossEntropyLoss`` in LLM Foundry); eager ``cross_entropy(logits.float())`` also keeps the
+    float32 log-softmax for its backward."""
     logits = shape.tokens * model.vocab_size / shape.tp
-    fp32_copies = 2 if shape.kernels == "eager" else 1
-    head_inputs = layer_input_bytes(model, shape) + _gemm_input_bytes(model, shape)
+    fused = shape.kernels != "eager" if shape.fused_cross_entropy is None else shape.fused_cross_entropy
+    fp32_copies = 1 if fused else 2
+    # the final norm's input and the output layer's 16-bit input (the output layer is never FP8)
+    head_inputs = 2 * layer_input_bytes(model, shape)
     return head_inputs + logits * (shape.act_bytes + fp32_copies * FP32_BYTES)

@@ -15,7 +15,8 @@ from mfukit.core.scenario import Scenario, TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload
-from mfukit.perf.memory import sharding_of
+from mfukit.perf.memory import headroom_bytes, sharding_of, stack_memory_fields
+from mfukit.perf.offload import host_rates, offloads
 from mfukit.perf.planner import SearchSpace
 
 DEGREES = ("tp", "pp", "dp", "cp", "ep", "vpp")
@@ -34,6 +35,7 @@ class PerfInputs:
     micro_batch_size: int
     micro_batch_given: bool
     layout: Parallelism | None
+    hbm_headroom_bytes: float = 0.0  # cluster.hbm_headroom of this accelerator's HBM
 
     @property
     def base_dir(self) -> Path | None:
@@ -47,7 +49,10 @@ def batch_rounding_frac(training: TrainingSection) -> float:
 
 
 def training_workload(model: ModelSpec, training: TrainingSection, sequences: int) -> Workload:
-    """The workload of a scenario's ``[training]`` with ``sequences`` per step."""
+    """The workload of a scenario's ``[training]`` with ``sequences`` per step; the stack's memory behaviour
+    (kernels, FP8 weights, allocator) from ``data/memory_stacks.toml``, the Workload defaults for a stack
+    not listed there."""
+    memory: dict[str, Any] = stack_memory_fields(training.framework)
     return Workload(
         model=model,
         seq_len=training.seq_len,
@@ -58,6 +63,11 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
         compile=training.compile,
         tp_comm_overlap=training.tp_comm_overlap,
         batch_rounding_frac=batch_rounding_frac(training),
+        flash_attention=training.attention == "flash",
+        offload_optimizer=training.offload_optimizer,
+        offload_params=training.offload_params,
+        offload_activations=training.offload_activations,
+        **memory,
     )
 
 
@@ -78,6 +88,8 @@ def perf_inputs(scenario: Scenario, path: Path | None) -> PerfInputs:
         raise InputError("must be positive", source=source, field="training.tokens", value=training.tokens)
     workload = training_workload(model, training, batch)
     efficiency_for(accelerator, training.framework)  # an unknown framework is bad input, said now
+    if offloads(workload):
+        host_rates(workload, system, accelerator)  # so is an offload the catalog cannot cost
     accelerator.peak_flops(training.precision)  # so is a precision the GPU has no peak for
     num_gpus = cluster.num_gpus or (cluster.num_nodes * system.gpus_per_node if cluster.num_nodes else None)
     return PerfInputs(
@@ -92,6 +104,7 @@ def perf_inputs(scenario: Scenario, path: Path | None) -> PerfInputs:
         micro_batch_size=training.micro_batch_size,
         micro_batch_given="micro_batch_size" in training.model_fields_set,
         layout=scenario.parallelism,
+        hbm_headroom_bytes=headroom_bytes(cluster.hbm_headroom, accelerator.hbm_bytes),
     )
 
 

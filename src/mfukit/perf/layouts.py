@@ -20,9 +20,9 @@ from mfukit import units
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute, stage_layer_counts
 from mfukit.core.scenario import Precision
-from mfukit.perf.activations import Kernels
+from mfukit.perf.activations import Kernels, SelectiveRecompute
 from mfukit.perf.flops import AttentionConvention
-from mfukit.perf.memory import Sharding, StepShape, sharding_of
+from mfukit.perf.memory import Fp8Weights, Sharding, StepShape, sharding_of
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -74,8 +74,20 @@ class Workload:
     global_batch_sequences: int
     precision: Precision = "bf16"
     attention: AttentionConvention = "full"
+    # Memory behaviour of the software stack (set per training.framework from data/memory_stacks.toml by
+    # mfukit.perf.inputs): what its kernels save for backward (te | fused | eager), how it holds FP8 weights
+    # (cached | primary | transient), whether it runs PyTorch's expandable-segments allocator.
     kernels: Kernels = "fused"
-    flash_attention: bool = True
+    fp8_weights: Fp8Weights = "transient"
+    expandable_segments: bool = False
+    # the stack's loss kernel (None: as the kernels, fused unless eager); what recompute = "selective" keeps
+    fused_cross_entropy: bool | None = None
+    selective_recompute: SelectiveRecompute = "core-attention"
+    # shares (0..1) kept in host memory (training.offload_*): optimizer states, parameter shards, activations
+    offload_optimizer: float = 0.0
+    offload_params: float = 0.0
+    offload_activations: float = 0.0
+    flash_attention: bool = True  # training.attention = "flash"; False: eager attention keeps the s^2 scores
     framework: str = "megatron-core"  # a framework profile (software stack) of mfukit.perf.efficiency
     compile: bool = False  # torch.compile: element-wise ops fused by Inductor
     # TP collectives decomposed under the GEMMs (async TP, --tp-comm-overlap); None: the stack's default
@@ -87,6 +99,24 @@ class Workload:
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch_sequences * self.seq_len
+
+    def memory_shape(self, **layout_fields: Any) -> StepShape:
+        """The memory model's :class:`StepShape` of this workload (``layout_fields``: micro-batch size and
+        count, GPUs per node, pipeline split)."""
+        return StepShape(
+            seq_len=self.seq_len,
+            precision=self.precision,
+            flash_attention=self.flash_attention,
+            kernels=self.kernels,
+            fp8_weights=self.fp8_weights,
+            expandable_segments=self.expandable_segments,
+            fused_cross_entropy=self.fused_cross_entropy,
+            selective_recompute=self.selective_recompute,
+            offload_optimizer=self.offload_optimizer,
+            offload_params=self.offload_params,
+            offload_activations=self.offload_activations,
+            **layout_fields,
+        )
 
 
 def round_batch(batch_sequences: int, rounding_frac: float, per_step: npt.ArrayLike) -> Ints:
@@ -215,13 +245,9 @@ def step_shape(
 ) -> StepShape:
     """The memory model's :class:`StepShape` of one layout, its uneven pipeline split included."""
     first, last = stage_counts(layout, workload.model.num_hidden_layers)
-    return StepShape(
-        seq_len=workload.seq_len,
+    return workload.memory_shape(
         micro_batch_size=micro_batch_size,
         num_microbatches=num_microbatches,
-        precision=workload.precision,
-        flash_attention=workload.flash_attention,
-        kernels=workload.kernels,
         gpus_per_node=gpus_per_node,
         first_stage_layers=first if layout.pp > 1 else None,
         last_stage_layers=last if layout.pp > 1 else None,

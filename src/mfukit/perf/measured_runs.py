@@ -18,7 +18,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from mfukit import catalog
 from mfukit.core.hardware import Accelerator, System
@@ -28,6 +28,7 @@ from mfukit.core.scenario import Precision
 from mfukit.errors import InputError
 from mfukit.perf import flops
 from mfukit.perf.layouts import Workload
+from mfukit.perf.memory import stack_memory_fields
 
 Accounting = Literal["model", "hardware"]
 REQUIRED_COLUMNS = (
@@ -318,6 +319,8 @@ def _case(row: _Row) -> Case | SkippedRow:
     attention = row.text("attention").lower()
     if attention not in ("", "flash", "eager"):
         raise row.error("attention", f"attention is {attention!r}", "use flash or eager")
+    offload = row.text("offload").lower()
+    stack_fields: dict[str, Any] = stack_memory_fields(stack)
     workload = Workload(
         model=model,
         seq_len=seq,
@@ -325,6 +328,10 @@ def _case(row: _Row) -> Case | SkippedRow:
         precision=_precision(row),
         flash_attention=attention != "eager",
         framework=stack,
+        offload_optimizer=1.0 if "optimizer" in offload else 0.0,
+        offload_params=1.0 if "param" in offload else 0.0,
+        offload_activations=1.0 if "activation" in offload else 0.0,
+        **stack_fields,
     )
     measured, accounting = _measured(row, workload, layout, n_gpus)
     per_stage = model.num_hidden_layers // pp

@@ -12,9 +12,19 @@ micro-batches and the embedding; the last holds the logits; the peak is the larg
 * **Activations** (:mod:`mfukit.perf.activations`), multiplied by the micro-batches in flight
   (:func:`in_flight_microbatches`), plus the first stage's embedding inputs and the last stage's
   logits and loss buffers.
+* **FP8 weight copies** (``fp8_weights``): Transformer Engine with 16-bit primary weights quantizes each
+  GEMM weight once per step and keeps the FP8 copy and its transpose across the step's micro-batches
+  (``Linear.forward``: ``cache_name = "weight"`` whenever Megatron passes ``is_first_microbatch``, i.e.
+  unless ``--disable-parameter-transpose-cache``; not under FSDP): 2 B per GEMM weight
+  (:data:`FP8_WEIGHT_COPY_BYTES`). FP8 primary weights (``--fp8-param-gather``, TE ``fp8_model_init``; the
+  NeMo FP8 recipes) replace the 16-bit weight by 1 B of FP8 data and 1 B of transpose: as many bytes as
+  16-bit weights, no copies. torchao's Float8Linear (torchtitan) casts per GEMM and keeps no copy.
 * **Buffers and overheads** named one by one: ZeRO-3/FSDP gathered parameters, framework communication
   buckets, NCCL's own buffers per communicator, the CUDA context and allocator fragmentation
-  (allowances in ``data/memory_overheads.toml``, each with its source).
+  (allowances in ``data/memory_overheads.toml``, each with its source). With
+  ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` (``expandable_segments``; NeMo's, Megatron-Bridge's and
+  torchtitan's launch scripts set it) the allocator maps and unmaps physical pages inside one growing segment
+  per stream, so free memory is never stranded between segments and no fragmentation allowance is added.
 
 Three totals: ``allocated_bytes`` (what ``torch.cuda.max_memory_allocated`` sees), ``reserved_bytes``
 (plus fragmentation: ``max_memory_reserved``) and ``total_bytes`` (plus CUDA context and NCCL: what
@@ -33,11 +43,13 @@ from pydantic import Field
 
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
-from mfukit.core.scenario import Precision, read_document
+from mfukit.core.scenario import Precision, parse_headroom, read_document, stack_alias
 from mfukit.core.schema import Bytes, Strict, validate_as
 from mfukit.perf.activations import (
+    KERNELS_NAMES,
     ActivationShape,
     Kernels,
+    SelectiveRecompute,
     embedding_input_bytes,
     layer_activation_bytes,
     layer_input_bytes,
@@ -45,8 +57,20 @@ from mfukit.perf.activations import (
 )
 
 OVERHEADS_FILE = Path(__file__).parent / "data" / "memory_overheads.toml"
+STACKS_FILE = Path(__file__).parent / "data" / "memory_stacks.toml"
 FP32_BYTES = 4.0
 ADAM_STATE_BYTES = 8.0  # Adam m and v in fp32 (Kingma & Ba 2015; every mixed-precision recipe)
+# TE's cached FP8 weight: row-wise data for the forward GEMM and column-wise (transposed) data for dgrad,
+# 1 B each (Hopper's FP8 GEMMs take only TN layouts; MXFP8 keeps both layouts too)
+FP8_WEIGHT_COPY_BYTES = 2.0
+
+# How a stack holds FP8 GEMM weights (Workload.fp8_weights; only read when the precision is fp8)
+Fp8Weights = Literal["cached", "primary", "transient"]
+FP8_WEIGHTS_NAMES: dict[Fp8Weights, str] = {
+    "cached": "16-bit weights plus Transformer Engine's cached FP8 copy and transpose (Megatron-Core default)",
+    "primary": "FP8 primary weights (--fp8-param-gather, TE fp8_model_init: NeMo FP8 recipes)",
+    "transient": "16-bit weights cast to FP8 per GEMM, no copy kept (torchao Float8Linear: torchtitan)",
+}
 
 Sharding = Literal[
     "none",
@@ -57,6 +81,7 @@ Sharding = Literal[
     "fsdp-full",
     "fsdp-hybrid",
 ]
+PARAMETER_SHARDINGS: frozenset[Sharding] = frozenset({"zero-3", "fsdp-full", "fsdp-hybrid"})
 SHARDING_NAMES: dict[Sharding, str] = {
     "none": "no sharding (Megatron DDP: bf16 weights, fp32 main grads, fp32 master + Adam)",
     "distributed-optimizer": "Megatron distributed optimizer (6 + 12/DP bytes/param)",
@@ -82,11 +107,65 @@ class MemoryOverheads(Strict):
     nccl_buffer_per_communicator: _Allowance
     allocator_fragmentation: _Allowance
     deepspeed_reduce_bucket: _Allowance = Field(description="elements")
+    hbm_headroom: _Allowance = Field(
+        description="share of HBM a plan keeps free (cluster.hbm_headroom default)"
+    )
 
 
 @cache
 def default_overheads() -> MemoryOverheads:
     return validate_as(MemoryOverheads, read_document(OVERHEADS_FILE), source=str(OVERHEADS_FILE))
+
+
+class StackMemory(Strict):
+    """What a software stack does that changes memory (one entry of ``data/memory_stacks.toml``)."""
+
+    kernels: Kernels
+    fp8_weights: Fp8Weights
+    expandable_segments: bool
+    fused_cross_entropy: bool | None = None  # None: as the kernels
+    selective_recompute: SelectiveRecompute = "core-attention"
+    what: str
+    url: str
+    retrieved: date
+
+
+@cache
+def stack_memory_table() -> dict[str, StackMemory]:
+    raw = read_document(STACKS_FILE)
+    return {
+        name: validate_as(StackMemory, entry, source=f"{STACKS_FILE} [{name}]") for name, entry in raw.items()
+    }
+
+
+def headroom_bytes(headroom: str | None, hbm_bytes: float, overheads: MemoryOverheads | None = None) -> float:
+    """HBM to keep free: ``cluster.hbm_headroom`` ("5%" of HBM or a size such as "4GiB"), else the default
+    share of ``data/memory_overheads.toml``."""
+    if headroom is None:
+        return float((overheads or default_overheads()).hbm_headroom.value) * hbm_bytes
+    kind, value = parse_headroom(headroom)
+    return value * hbm_bytes if kind == "share" else value
+
+
+def stack_memory(framework: str) -> StackMemory | None:
+    """The memory behaviour of ``framework`` (``training.framework``, aliases folded), or None for a stack
+    not listed."""
+    return stack_memory_table().get(stack_alias(framework))
+
+
+def stack_memory_fields(framework: str) -> dict[str, object]:
+    """The Workload fields of ``framework``'s memory behaviour (kernels, FP8 weights, allocator, loss kernel,
+    what selective recompute keeps); empty for a stack not listed (the Workload defaults)."""
+    stack = stack_memory(framework)
+    if stack is None:
+        return {}
+    return {
+        "kernels": stack.kernels,
+        "fp8_weights": stack.fp8_weights,
+        "expandable_segments": stack.expandable_segments,
+        "fused_cross_entropy": stack.fused_cross_entropy,
+        "selective_recompute": stack.selective_recompute,
+    }
 
 
 def sharding_of(layout: Parallelism) -> Sharding:
@@ -160,6 +239,63 @@ def state_bytes_per_param(sharding: Sharding, shard_ranks: int, precision: Preci
     return StateBytesPerParam(FP32_BYTES / d, FP32_BYTES / d, ADAM_STATE_BYTES / d)
 
 
+def fp8_weight_copy_bytes_per_param(sharding: Sharding, shape: StepShape) -> float:
+    """Bytes per GEMM weight of the FP8 copies a stack keeps across micro-batches (module docstring): TE's
+    cached copy and transpose with 16-bit primary weights; none under ZeRO-3/FSDP (TE caches no gathered
+    weight), with FP8 primary weights, for torchao's per-GEMM casts, or without FP8."""
+    cached = shape.precision == "fp8" and shape.fp8_weights == "cached"
+    return FP8_WEIGHT_COPY_BYTES if cached and sharding not in PARAMETER_SHARDINGS else 0.0
+
+
+def fragmentation_frac(shape: StepShape, allowances: MemoryOverheads) -> float:
+    """The caching allocator's reserved/allocated - 1: none with expandable segments (module docstring)."""
+    return 0.0 if shape.expandable_segments else float(allowances.allocator_fragmentation.value)
+
+
+def memory_note(shape: StepShape) -> str:
+    """What the memory model took the stack to do, as one line for a report's assumptions."""
+    parts = [
+        KERNELS_NAMES[shape.kernels],
+        "flash attention" if shape.flash_attention else "eager attention (s^2 scores stored)",
+        "dropout" if shape.dropout else "no dropout",
+    ]
+    if shape.precision == "fp8":
+        parts.append(FP8_WEIGHTS_NAMES[shape.fp8_weights])
+    parts.append(
+        "expandable-segments allocator (no fragmentation allowance)"
+        if shape.expandable_segments
+        else "default caching allocator"
+    )
+    return "memory: " + ", ".join(parts)
+
+
+def held_state_bytes_per_param(sharding: Sharding, shard_ranks: int, shape: StepShape) -> StateBytesPerParam:
+    """:func:`state_bytes_per_param` less what ``shape`` offloads to host memory.
+
+    Optimizer offload (DeepSpeed ZeRO-Offload, Ren et al., ATC'21; Megatron ``--optimizer-cpu-offload
+    --optimizer-offload-fraction``) moves that share of the fp32 master weights and Adam moments to the host,
+    and for DeepSpeed ZeRO its fp32 gradient partition too (``estimate_zero2_model_states_mem_needs`` with
+    ``cpu_offload``: 2P on the GPU; ZeRO-3: 2P/N): ZeRO-2/3 stream each reduced gradient to the host, ZeRO-1
+    keeps its whole 16-bit gradients; Megatron keeps its gradient buffer on the GPU. Parameter offload
+    (ZeRO-Infinity ``offload_param``; FSDP2 ``CPUOffloadPolicy``, which moves the gradient shards with them)
+    moves that share of the sharded 16-bit parameters: it needs parameters sharded (ZeRO-3, FSDP); other
+    layouts keep whole weights on the GPU."""
+    state = state_bytes_per_param(sharding, shard_ranks, shape.precision)
+    keep_optimizer = 1.0 - shape.offload_optimizer
+    gradients = state.gradients
+    fp32_partition = 0.0 if shape.precision == "fp32" else FP32_BYTES / shard_ranks
+    if sharding == "zero-1":
+        gradients -= shape.offload_optimizer * fp32_partition
+    elif sharding in {"zero-2", "zero-3"}:
+        gradients *= keep_optimizer
+    weights = state.weights
+    if sharding in PARAMETER_SHARDINGS:
+        weights *= 1.0 - shape.offload_params
+        if sharding != "zero-3":
+            gradients *= 1.0 - shape.offload_params
+    return StateBytesPerParam(weights, gradients, state.optimizer * keep_optimizer)
+
+
 def fsdp_shard_ranks(layout: Parallelism, gpus_per_node: int) -> int:
     """GPUs sharing one copy of the dense parameters: DP x CP, or the DP ranks of one node for hybrid FSDP."""
     group = layout.dp * layout.cp
@@ -205,6 +341,7 @@ class StageMemory:
     logits_and_loss_bytes: float
     parameter_gather_buffers_bytes: float
     communication_buffers_bytes: float
+    fp8_weight_copies_bytes: float
     allocator_fragmentation_bytes: float
     nccl_buffers_bytes: float
     cuda_context_bytes: float
@@ -222,6 +359,7 @@ class StageMemory:
             + self.logits_and_loss_bytes
             + self.parameter_gather_buffers_bytes
             + self.communication_buffers_bytes
+            + self.fp8_weight_copies_bytes
         )
 
     @property
@@ -233,6 +371,15 @@ class StageMemory:
     def total_bytes(self) -> float:
         """Everything on the device, as ``nvidia-smi`` shows it."""
         return self.reserved_bytes + self.nccl_buffers_bytes + self.cuda_context_bytes
+
+    @property
+    def required_bytes(self) -> float:
+        """What must fit in HBM for the step to run: everything but the fragmentation allowance. When a
+        ``cudaMalloc`` fails, PyTorch's caching allocator frees its cached unused blocks and retries
+        (``num_alloc_retries`` in ``torch.cuda.memory_stats``; PyTorch CUDA memory-management notes), so a
+        run whose allocated peak fits does run, slower near the limit; the allowance is what it reserves on
+        top when HBM is free (``total_bytes``, what ``nvidia-smi`` shows)."""
+        return self.total_bytes - self.allocator_fragmentation_bytes
 
     def parts(self) -> dict[str, float]:
         """The breakdown as ``{name: bytes}`` in a fixed order (names as a person reads them)."""
@@ -246,6 +393,7 @@ class StageMemory:
             "logits and loss": self.logits_and_loss_bytes,
             "parameter gather buffers": self.parameter_gather_buffers_bytes,
             "communication buffers": self.communication_buffers_bytes,
+            "FP8 weight copies": self.fp8_weight_copies_bytes,
             "allocator fragmentation": self.allocator_fragmentation_bytes,
             "NCCL buffers": self.nccl_buffers_bytes,
             "CUDA context": self.cuda_context_bytes,
@@ -268,8 +416,15 @@ class MemoryEstimate:
     def peak_bytes(self) -> float:
         return self.peak.total_bytes
 
+    @property
+    def required_bytes(self) -> float:
+        """The larger stage's :attr:`StageMemory.required_bytes`."""
+        return max(self.first.required_bytes, self.last.required_bytes)
+
     def fits(self, hbm_bytes: float) -> bool:
-        return self.peak_bytes <= hbm_bytes
+        """Whether the step runs in ``hbm_bytes``: its required bytes fit (the allocator gives back its cache
+        before it fails)."""
+        return self.required_bytes <= hbm_bytes
 
 
 @dataclass(frozen=True)
@@ -283,6 +438,14 @@ class StepShape:
     flash_attention: bool = True
     dropout: bool = False
     kernels: Kernels = "fused"
+    fp8_weights: Fp8Weights = "transient"
+    expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+    fused_cross_entropy: bool | None = None  # None: as the kernels (fused unless eager)
+    selective_recompute: SelectiveRecompute = "core-attention"
+    # shares (0..1) kept in host memory: optimizer states, parameter shards, stored layer activations
+    offload_optimizer: float = 0.0
+    offload_params: float = 0.0
+    offload_activations: float = 0.0
     gpus_per_node: int = 8
     # Uneven pipeline splits (Megatron --decoder-first/last-pipeline-num-layers; Llama 3 took one layer
     # off the first and last stage): layers on the first and last stage; None = num_layers / pp.
@@ -298,6 +461,7 @@ class StageParams:
     dense: float  # parameters replicated across EP (attention, dense MLPs, norms, embeddings), per GPU
     expert: float  # routed-expert parameters, per GPU
     largest_unit: float  # the largest FSDP/ZeRO-3 unit (a layer or the embedding), per GPU
+    gemm: float = 0.0  # weights of the layers' GEMMs (attention and MLP; not norms, embedding, head), per GPU
 
 
 def stage_params(
@@ -305,7 +469,7 @@ def stage_params(
 ) -> StageParams:
     t = layout.tp
     norms = model.layer_params(moe_layer=False) - model.attention_params() - model.dense_mlp_params()
-    dense = expert = largest = 0.0
+    dense = expert = largest = gemm = 0.0
     for index in layers:
         layer_dense = model.attention_params() / t + norms
         layer_expert = 0.0
@@ -318,6 +482,7 @@ def stage_params(
             layer_dense += model.dense_mlp_params() / t
         dense += layer_dense
         expert += layer_expert
+        gemm += layer_dense + layer_expert - norms
         largest = max(largest, layer_dense + layer_expert)
     vocab = model.vocab_size * model.hidden_size / t  # vocab-parallel embedding and output layer
     if first:
@@ -332,7 +497,7 @@ def stage_params(
         dense += model.output_params() - (
             0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size
         )
-    return StageParams(dense, expert, largest)
+    return StageParams(dense, expert, largest, gemm)
 
 
 def parameters_per_gpu(model: ModelSpec, layout: Parallelism, shape: StepShape) -> tuple[float, float]:
@@ -383,6 +548,9 @@ def activation_shape(layout: Parallelism, shape: StepShape) -> ActivationShape:
         dropout=shape.dropout,
         act_bytes=FP32_BYTES if shape.precision == "fp32" else 2.0,
         kernels=shape.kernels,
+        fp8=shape.precision == "fp8",
+        fused_cross_entropy=shape.fused_cross_entropy,
+        selective=shape.selective_recompute,
     )
 
 
@@ -424,11 +592,13 @@ def _stage_memory(
         fsdp_shard_ranks(layout, shape.gpus_per_node) if sharding == "fsdp-hybrid" else layout.dp * layout.cp
     )
     expert_ranks = max(1, dense_ranks // layout.ep)
-    dense_state = state_bytes_per_param(sharding, dense_ranks, shape.precision)
-    expert_state = state_bytes_per_param(sharding, expert_ranks, shape.precision)
+    dense_state = held_state_bytes_per_param(sharding, dense_ranks, shape)
+    expert_state = held_state_bytes_per_param(sharding, expert_ranks, shape)
 
     in_flight = in_flight_microbatches(layout.pp, layout.vpp, rank, num_microbatches)
-    stored_per_microbatch = sum(
+    # activation offload (Megatron/NeMo --cpu-offloading-num-layers, TE get_cpu_offload_context) keeps that
+    # share of the layers' stored activations in host memory until their backward
+    stored_per_microbatch = (1.0 - shape.offload_activations) * sum(
         layer_activation_bytes(model, act, moe_layer=model.is_moe_layer(i), stored=True) for i in layers
     )
     working_set = 0.0
@@ -441,12 +611,13 @@ def _stage_memory(
         ) - layer_input_bytes(model, act)
     w = weight_bytes_per_param(shape.precision)
     gather = 0.0
-    if sharding in {"zero-3", "fsdp-full", "fsdp-hybrid"}:
+    if sharding in PARAMETER_SHARDINGS:
         # The unit being computed and the one prefetched are unsharded in the 16-bit dtype, and one unit's
         # gradient exists unsharded before its reduce-scatter (FSDP2 implicit prefetch; DeepSpeed's
         # estimate_zero3_model_states_mem_needs counts 4 B x largest layer for the same buffers).
         gather = params.largest_unit * (2 * w + gradient_reduce_bytes(layout, shape.precision))
     comm = framework_buffers(model, layout, sharding, act, w, allowances)
+    fp8_copies = params.gemm * fp8_weight_copy_bytes_per_param(sharding, shape)
     allocated = (
         params.dense * dense_state.total
         + params.expert * expert_state.total
@@ -456,8 +627,9 @@ def _stage_memory(
         + (logits_and_loss_bytes(model, act) if last else 0.0)
         + gather
         + comm
+        + fp8_copies
     )
-    fragmentation = float(allowances.allocator_fragmentation.value) * allocated
+    fragmentation = fragmentation_frac(shape, allowances) * allocated
     return StageMemory(
         stage=kind,
         weights_bytes=params.dense * dense_state.weights + params.expert * expert_state.weights,
@@ -469,6 +641,7 @@ def _stage_memory(
         logits_and_loss_bytes=logits_and_loss_bytes(model, act) if last else 0.0,
         parameter_gather_buffers_bytes=gather,
         communication_buffers_bytes=comm,
+        fp8_weight_copies_bytes=fp8_copies,
         allocator_fragmentation_bytes=fragmentation,
         nccl_buffers_bytes=communicators(layout) * float(allowances.nccl_buffer_per_communicator.value),
         cuda_context_bytes=float(allowances.cuda_context.value),

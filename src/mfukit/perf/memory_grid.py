@@ -44,13 +44,15 @@ from mfukit.perf.memory import (
     activation_shape,
     communicators,
     default_overheads,
+    fp8_weight_copy_bytes_per_param,
+    fragmentation_frac,
     framework_buffers,
     fsdp_shard_ranks,
     gradient_reduce_bytes,
+    held_state_bytes_per_param,
     in_flight_microbatches,
     stage_layers,
     stage_params,
-    state_bytes_per_param,
     weight_bytes_per_param,
 )
 
@@ -65,6 +67,7 @@ class StageParamsGrid:
     dense: Floats
     expert: Floats
     largest_unit: Floats
+    gemm: Floats
 
 
 @dataclass(frozen=True)
@@ -75,10 +78,17 @@ class GridMemory:
     last_bytes: Floats
     first_params: StageParamsGrid
     last_params: StageParamsGrid
+    # without the fragmentation allowance: what must fit (StageMemory.required_bytes)
+    first_required_bytes: Floats
+    last_required_bytes: Floats
 
     @property
     def peak_bytes(self) -> Floats:
         return np.maximum(self.first_bytes, self.last_bytes)
+
+    @property
+    def required_bytes(self) -> Floats:
+        return np.maximum(self.first_required_bytes, self.last_required_bytes)
 
 
 class _Terms:
@@ -93,12 +103,8 @@ class _Terms:
     def shape(
         self, micro_batch_size: int = 1, first: int | None = None, last: int | None = None
     ) -> StepShape:
-        return StepShape(
-            seq_len=self.w.seq_len,
+        return self.w.memory_shape(
             micro_batch_size=micro_batch_size,
-            precision=self.w.precision,
-            flash_attention=self.w.flash_attention,
-            kernels=self.w.kernels,
             gpus_per_node=self.gpn,
             first_stage_layers=first,
             last_stage_layers=last,
@@ -116,7 +122,7 @@ class _Terms:
             first=kind == _FIRST or pp == 1,
             last=kind == _LAST or pp == 1,
         )
-        return held.dense, held.expert, held.largest_unit
+        return held.dense, held.expert, held.largest_unit, held.gemm
 
     def layer_kinds(self, pp: int, first: int, last: int, kind: int) -> tuple[float, ...]:
         """Dense layers, MoE layers, and whether the first layer is MoE, on the stage."""
@@ -126,7 +132,7 @@ class _Terms:
         return float(len(layers) - moe), float(moe), float(first_moe)
 
     def states(self, sharding: int, ranks: int) -> tuple[float, ...]:
-        state = state_bytes_per_param(SHARDINGS[sharding], ranks, self.w.precision)
+        state = held_state_bytes_per_param(SHARDINGS[sharding], ranks, self.shape())
         return state.weights, state.gradients, state.optimizer
 
     def activations(self, tp: int, cp: int, sp: bool, recompute: int) -> tuple[float, ...]:
@@ -171,6 +177,9 @@ class _Terms:
         layout = _sharded(SHARDINGS[sharding])
         return 2 * weight_bytes_per_param(self.w.precision) + gradient_reduce_bytes(layout, self.w.precision)
 
+    def fp8_copy_bytes_per_param(self, sharding: int) -> float:
+        return fp8_weight_copy_bytes_per_param(SHARDINGS[sharding], self.shape())
+
     def dense_ranks(self, sharding: int, tp: int, dp: int, cp: int) -> float:
         return float(fsdp_shard_ranks(_sharded(SHARDINGS[sharding], tp=tp, dp=dp, cp=cp), self.gpn))
 
@@ -188,7 +197,7 @@ def stage_params_grid(
 ) -> StageParamsGrid:
     terms = _Terms(workload, gpus_per_node, default_overheads())
     values = per_unique(terms.params, grid.tp, grid.ep, grid.pp, grid.first_layers, grid.last_layers, kind)
-    return StageParamsGrid(values[:, 0], values[:, 1], values[:, 2])
+    return StageParamsGrid(values[:, 0], values[:, 1], values[:, 2], values[:, 3])
 
 
 def stage_layer_kinds(workload: Workload, grid: LayoutGrid, kind: int) -> tuple[Floats, Floats]:
@@ -196,6 +205,19 @@ def stage_layer_kinds(workload: Workload, grid: LayoutGrid, kind: int) -> tuple[
     terms = _Terms(workload, 8, default_overheads())
     values = per_unique(terms.layer_kinds, grid.pp, grid.first_layers, grid.last_layers, kind)
     return values[:, 0], values[:, 1]
+
+
+def stored_activation_bytes(
+    workload: Workload, grid: LayoutGrid, kind: int, gpus_per_node: int = 8
+) -> Floats:
+    """Bytes the layers of the first (``kind`` 0) or last (1) stage store for one micro-batch on one GPU,
+    before any activation offload (what an offload moves to the host and back per micro-batch)."""
+    terms = _Terms(workload, gpus_per_node, default_overheads())
+    acts = per_unique(terms.activations, grid.tp, grid.cp, grid.sp, grid.recompute)
+    dense_layers, moe_layers, _ = per_unique(
+        terms.layer_kinds, grid.pp, grid.first_layers, grid.last_layers, kind
+    ).T
+    return np.asarray(grid.mbs * (dense_layers * acts[:, 0] + moe_layers * acts[:, 1]), dtype=np.float64)
 
 
 def grid_memory(
@@ -221,9 +243,11 @@ def grid_memory(
     nccl = per_unique(terms.communicators, g.tp, g.pp, g.dp, g.cp, g.ep) * float(
         allowances.nccl_buffer_per_communicator.value
     )
-    fragmentation = float(allowances.allocator_fragmentation.value)
+    fp8_copy_factor = per_unique(terms.fp8_copy_bytes_per_param, g.sharding)
+    fragmentation = fragmentation_frac(terms.shape(), allowances)
     context = float(allowances.cuda_context.value)
     totals: list[Floats] = []
+    required: list[Floats] = []
     held: list[StageParamsGrid] = []
     for kind in (_FIRST, _LAST):
         params = stage_params_grid(workload, g, kind, gpus_per_node)
@@ -234,7 +258,9 @@ def grid_memory(
         dense_layers, moe_layers, first_moe = per_unique(
             terms.layer_kinds, g.pp, g.first_layers, g.last_layers, kind
         ).T
-        stored = mbs * (dense_layers * acts[:, 0] + moe_layers * acts[:, 1])
+        stored = (
+            (1.0 - workload.offload_activations) * mbs * (dense_layers * acts[:, 0] + moe_layers * acts[:, 1])
+        )
         has_layers = (dense_layers + moe_layers) > 0
         working = np.where(
             (g.recompute == RECOMPUTES.index("full")) & has_layers,
@@ -250,7 +276,9 @@ def grid_memory(
             + np.where(is_last, acts[:, 5] * mbs, 0.0)
             + params.largest_unit * gather_factor
             + comm
+            + params.gemm * fp8_copy_factor
         )
         totals.append(allocated * (1 + fragmentation) + nccl + context)
+        required.append(allocated + nccl + context)
         held.append(params)
-    return GridMemory(totals[0], totals[1], held[0], held[1])
+    return GridMemory(totals[0], totals[1], held[0], held[1], required[0], required[1])

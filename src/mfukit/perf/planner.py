@@ -35,7 +35,7 @@ from mfukit.perf.layouts import (
     rounded_batch,
 )
 from mfukit.perf.memory import Sharding
-from mfukit.perf.memory_grid import grid_memory
+from mfukit.perf.memory_grid import GridMemory, grid_memory
 from mfukit.perf.step_time import Machine, StepEstimate, evaluate, machine_for, prepare
 from mfukit.perf.uncertainty import (
     Interval,
@@ -48,7 +48,7 @@ from mfukit.perf.uncertainty import (
 )
 
 Objective = Literal["mfu", "time"]
-REASONS = ("divisibility", "batch", "schedule", "compatibility", "memory")
+REASONS = ("divisibility", "batch", "schedule", "compatibility", "memory", "headroom")
 MAX_TP = 8  # TP stays within 8 GPUs even in larger NVLink domains, as published runs do
 MAX_VPP = 8
 MAX_MICRO_BATCH = 16
@@ -352,8 +352,16 @@ def evaluate_grid(
     workload: Workload, grid: LayoutGrid, machine: Machine
 ) -> tuple[StepEstimate, Floats, dict[str, np.ndarray]]:
     """Step estimates, peak memory and the tiers each dimension crosses, for every layout of ``grid``."""
+    estimate, memory, crosses = evaluate_grid_memory(workload, grid, machine)
+    return estimate, memory.peak_bytes, crosses
+
+
+def evaluate_grid_memory(
+    workload: Workload, grid: LayoutGrid, machine: Machine
+) -> tuple[StepEstimate, GridMemory, dict[str, np.ndarray]]:
+    """:func:`evaluate_grid` with the whole memory result (peak and required bytes)."""
     prepared = prepare(workload, grid, machine)
-    memory = grid_memory(workload, grid, gpus_per_node=machine.gpus_per_node).peak_bytes
+    memory = grid_memory(workload, grid, gpus_per_node=machine.gpus_per_node)
     return evaluate(prepared), memory, prepared.comm.crosses_network
 
 
@@ -368,8 +376,12 @@ def search(
     tokens: float | None = None,
     top_k: int = 5,
     progress: ProgressCallback | None = None,
+    headroom_bytes: float = 0.0,
 ) -> SearchResult:
-    """The best layouts of ``workload`` on each of ``gpu_counts`` GPUs, and the overall top ``top_k``."""
+    """The best layouts of ``workload`` on each of ``gpu_counts`` GPUs, and the overall top ``top_k``.
+
+    A layout whose peak fits in HBM but leaves less than ``headroom_bytes`` free is rejected as "headroom"
+    (``cluster.hbm_headroom``), one that does not fit as "memory"."""
     started = time.perf_counter()
     space = space or SearchSpace()
     supported = efficiency_for(accelerator, workload.framework).shardings
@@ -391,10 +403,14 @@ def search(
         machines[count] = machine
         best[count] = None
         if len(grid):
-            estimate, memory, crosses = evaluate_grid(workload, grid, machine)
+            estimate, held, crosses = evaluate_grid_memory(workload, grid, machine)
+            memory = held.peak_bytes
             evaluated += len(grid)
-            fits = memory <= hbm
-            rejected["memory"] += int((~fits).sum())
+            # runs at all (MemoryEstimate.fits); a plan also keeps the headroom free with its allocator cache
+            in_hbm = held.required_bytes <= hbm
+            fits = in_hbm & (memory <= hbm - headroom_bytes)
+            rejected["memory"] += int((~in_hbm).sum())
+            rejected["headroom"] += int((in_hbm & ~fits).sum())
             intervals = layout_intervals(workload, grid, machine)
             # ranked conservatively: on the lower bound of each layout's 80 % interval, so a regime the model
             # has been wrong about (or never measured) must beat the others by its uncertainty

@@ -68,6 +68,7 @@ from mfukit.perf.gemm import GemmCurve
 from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, Ints, LayoutGrid, Workload, sharding_fields
 from mfukit.perf.memory import gradient_reduce_bytes
 from mfukit.perf.memory_grid import stage_params_grid
+from mfukit.perf.offload import offload_time
 from mfukit.perf.step_comm import CommInputs, CommTimes, DataParallelTimes, communication_times
 from mfukit.perf.step_shapes import FLASH_BACKWARD_TO_FORWARD, LayerShapes, layer_shapes
 
@@ -94,6 +95,7 @@ BREAKDOWN = (
     "pipeline_bubble",
     "dp_comm",
     "optimizer",
+    "offload",
     "other",
     "stragglers",
 )
@@ -571,12 +573,14 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
     p2p = 2 * (p.comm.pp_p2p_s + np.where(g.pp > 1, eff.p2p_overhead_s, 0.0))
     breakdown["pp_comm"] = np.where(interleaved, p2p * (g.pp - 1), p2p * (m + g.pp - 1))
     windows = []
+    passes: list[tuple[Floats, Floats]] = []  # one micro-batch's forward and backward, first and last stage
     for stage_dp, counts, extra in (
         (p.comm.dp_first, s.first_counts, 0.0),
         (p.comm.dp_last, s.last_counts, head),
     ):
         forward = counts[0] * dense.forward + counts[1] * moe.forward + extra
         backward = counts[0] * dense.backward + counts[1] * moe.backward + 2 * extra
+        passes.append((forward, backward))
         # what the framework overlaps (its facts): all but the last bucket of the gradient reduction can run
         # under the last micro-batch's backward, the weight all-gather under the next forward
         grad_hidden = np.minimum(
@@ -599,6 +603,11 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
             for states, grads in zip(p.optimizer_params, p.gradient_params, strict=True)
         )
     )
+    # host-memory offload (mfukit.perf.offload): copies over the host link and the CPU optimizer step
+    machine = p.machine
+    breakdown["offload"] = offload_time(
+        p.workload, g, machine.system, machine.accelerator, p.optimizer_params, passes
+    ).exposed_s
     breakdown["stragglers"] = np.zeros_like(head)
     ordered = {name: breakdown[name] for name in BREAKDOWN}
     step = np.sum(np.stack(list(ordered.values())), axis=0)

@@ -1,0 +1,128 @@
+"""Seconds per step that offloading to host memory costs: bytes over the host link, the CPU's optimizer
+step, and the part the GPU's compute does not hide.
+
+* **Optimizer** (ZeRO-Offload, Ren et al., USENIX ATC'21, §4.1 and Fig. 5; Megatron
+  ``--optimizer-cpu-offload``): the offloaded share of the reduced gradients streams to the host during the
+  last micro-batch's backward (hidden up to that backward's length), the CPU runs Adam, and the updated 16-bit
+  parameters come back before the next forward. Without the one-step delayed parameter update (§4.3, off by
+  default) the CPU step and the copy back are on the critical path. The CPU's Adam streams memory: per
+  parameter it reads and writes the fp32 master, m and v (24 B), reads the gradient and writes the 16-bit
+  copy (:data:`CPU_ADAM_BYTES_PER_PARAM`), at the node's host memory bandwidth shared by its GPUs.
+* **Parameters** (ZeRO-Infinity, Rajbhandari et al., SC'21, §5-6; FSDP2 ``CPUOffloadPolicy``): the
+  offloaded share of a GPU's parameter shard comes over the link for every forward and backward pass (and
+  the recompute's forward) of every micro-batch, prefetched a layer ahead: hidden up to the compute time.
+* **Activations** (Megatron/NeMo ``--cpu-offloading-num-layers``, TE ``get_cpu_offload_context``): a layer's
+  stored activations go to the host during its forward and come back before its backward, one layer ahead:
+  the copy out hides under the forward passes, the copy in under the backward passes.
+
+The host link (PCIe, or NVLink-C2C on Grace superchips; the accelerator's ``host_link_bandwidth``) is full
+duplex: each direction runs at its per-direction rate; the three kinds share it, so their times add.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from mfukit.core.hardware import Accelerator, System
+from mfukit.core.parallelism import Parallelism
+from mfukit.errors import InputError
+from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, LayoutGrid, Workload, sharding_fields
+from mfukit.perf.memory import PARAMETER_SHARDINGS, gradient_reduce_bytes, weight_bytes_per_param
+from mfukit.perf.memory_grid import stored_activation_bytes
+
+FP32_BYTES = 4.0
+# CPU Adam per parameter: fp32 master, m, v read and written (6 x 4 B), the fp32 gradient read (4 B), the
+# 16-bit parameter written (2 B); Ren et al. 2021 §4.2 make the CPU step bandwidth-bound (SIMD, tiling)
+CPU_ADAM_BYTES_PER_PARAM = 6 * FP32_BYTES + FP32_BYTES + 2.0
+_PARAM_SHARDED = np.asarray([name in PARAMETER_SHARDINGS for name in SHARDINGS])
+
+
+@dataclass(frozen=True)
+class OffloadTime:
+    """Per layout, seconds per step: copies over the host link, the CPU optimizer step, and what is exposed."""
+
+    transfer_s: Floats
+    cpu_optimizer_s: Floats
+    exposed_s: Floats
+
+
+def offloads(workload: Workload) -> bool:
+    return max(workload.offload_optimizer, workload.offload_params, workload.offload_activations) > 0
+
+
+def host_rates(workload: Workload, system: System, accelerator: Accelerator) -> tuple[float, float]:
+    """The host link's bytes/s per direction and the host memory's bytes/s per GPU; a clear error when the
+    catalog lacks what the workload's offload needs."""
+    link = accelerator.host_link_bytes_per_s
+    if link is None:
+        raise InputError(
+            f"offloading to host memory needs the host link bandwidth of {accelerator.name}",
+            field="training.offload_optimizer",
+            hint=f"add host_link_bandwidth (PCIe or C2C, per direction) to the {accelerator.name} catalog entry, "
+            "or set the offload shares to 0",
+        )
+    memory = system.host_memory_bytes_per_s
+    if workload.offload_optimizer > 0 and memory is None:
+        raise InputError(
+            f"an offloaded optimizer step runs on the CPU and needs the host memory bandwidth of {system.name}",
+            field="training.offload_optimizer",
+            hint=f"add host_memory_bandwidth to the {system.name} catalog entry, or set offload_optimizer = 0",
+        )
+    return link, (memory or 0.0) / system.gpus_per_node
+
+
+def offload_time(
+    workload: Workload,
+    grid: LayoutGrid,
+    system: System,
+    accelerator: Accelerator,
+    local_params: Sequence[Floats],
+    passes_s: Sequence[tuple[Floats, Floats]],
+) -> OffloadTime:
+    """Offload seconds per step of every layout of ``grid``: ``local_params`` are the parameters whose optimizer
+    states one GPU holds on its first and last stage, ``passes_s`` the forward and backward seconds of one
+    micro-batch on those stages; the slower stage sets the step."""
+    zero = np.zeros(len(grid))
+    if not offloads(workload):
+        return OffloadTime(zero, zero, zero)
+    link, memory_per_gpu = host_rates(workload, system, accelerator)
+    w = weight_bytes_per_param(workload.precision)
+    grad_bytes = np.asarray(
+        [
+            gradient_reduce_bytes(Parallelism.model_validate(sharding_fields(n)), workload.precision)
+            for n in SHARDINGS
+        ]
+    )[grid.sharding]
+    m = grid.num_microbatches.astype(np.float64)
+    recompute_passes = np.where(grid.recompute == RECOMPUTES.index("full"), 3.0, 2.0)
+    results: list[tuple[Floats, Floats, Floats]] = []
+    for kind, (params, (forward, backward)) in enumerate(zip(local_params, passes_s, strict=True)):
+        o = workload.offload_optimizer * params
+        grads_out = o * grad_bytes / link
+        params_back = o * w / link
+        cpu = o * CPU_ADAM_BYTES_PER_PARAM / memory_per_gpu if workload.offload_optimizer > 0 else zero
+        fetched = np.where(_PARAM_SHARDED[grid.sharding], workload.offload_params * params * w, 0.0)
+        fetch = fetched * recompute_passes * m / link
+        acts = (
+            workload.offload_activations
+            * stored_activation_bytes(workload, grid, kind, system.gpus_per_node)
+            / link
+            if workload.offload_activations > 0
+            else zero
+        )
+        transfer = grads_out + params_back + fetch + 2 * m * acts
+        exposed = (
+            np.maximum(grads_out - backward, 0.0)
+            + cpu
+            + params_back
+            + np.maximum(fetch - m * (forward + backward), 0.0)
+            + np.maximum(m * acts - m * forward, 0.0)
+            + np.maximum(m * acts - m * backward, 0.0)
+        )
+        results.append((transfer, cpu, exposed))
+    slower = np.argmax(np.stack([exposed for _, _, exposed in results]), axis=0)
+    pick = np.arange(len(grid))
+    return OffloadTime(*(np.stack([result[i] for result in results])[slower, pick] for i in range(3)))

@@ -1,0 +1,151 @@
+"""Offload to host memory: what leaves the GPU (memory model, both paths) and what the step pays for it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mfukit import catalog
+from mfukit.core.parallelism import Parallelism
+from mfukit.core.scenario import TrainingSection, load_scenario
+from mfukit.errors import InputError
+from mfukit.perf.inputs import perf_inputs, training_workload
+from mfukit.perf.layouts import Workload, grid_of, step_shape
+from mfukit.perf.memory import estimate_memory
+from mfukit.perf.memory_grid import grid_memory
+from mfukit.perf.offload import CPU_ADAM_BYTES_PER_PARAM, offload_time
+from mfukit.perf.step_time import estimate_steps, machine_for
+
+MODEL = catalog.model("llama3.1-8b")
+DGX = catalog.system("dgx-h100")
+H100 = catalog.accelerator("h100-sxm")
+
+
+def _workload(**offload: float) -> Workload:
+    return Workload(model=MODEL, seq_len=4096, global_batch_sequences=64, **offload)  # type: ignore[arg-type]
+
+
+def _stage(workload: Workload, layout: Parallelism, micro_batches: int = 8):  # type: ignore[no-untyped-def]
+    """The first pipeline stage (the whole model without a pipeline)."""
+    shape = step_shape(workload, layout, micro_batch_size=1, num_microbatches=micro_batches, gpus_per_node=8)
+    return estimate_memory(MODEL, layout, shape).first
+
+
+@pytest.mark.parametrize(
+    ("layout", "gradients_left"),
+    [
+        (Parallelism(dp=8, zero=1), 1.0),  # Megatron keeps its gradient buffer on the GPU
+        (Parallelism(dp=8, zero=2), 0.0),  # ZeRO-Offload streams the reduced gradients to the host
+        (Parallelism(dp=8, zero=3), 0.0),
+    ],
+)
+def test_optimizer_offload_moves_the_optimizer_states(layout: Parallelism, gradients_left: float) -> None:
+    kept, moved = _stage(_workload(), layout), _stage(_workload(offload_optimizer=1.0), layout)
+    assert moved.optimizer_states_bytes == 0 and kept.optimizer_states_bytes > 0
+    assert moved.weights_bytes == pytest.approx(kept.weights_bytes)
+    assert moved.gradients_bytes == pytest.approx(gradients_left * kept.gradients_bytes)
+    half = _stage(_workload(offload_optimizer=0.5), layout)
+    assert half.optimizer_states_bytes == pytest.approx(kept.optimizer_states_bytes / 2)
+
+
+def test_parameter_offload_needs_sharded_parameters() -> None:
+    sharded, whole = Parallelism(dp=8, fsdp="full"), Parallelism(dp=8, zero=1)
+    assert _stage(_workload(offload_params=1.0), sharded).weights_bytes == 0
+    assert _stage(_workload(offload_params=1.0), whole).weights_bytes == pytest.approx(
+        _stage(_workload(), whole).weights_bytes
+    )
+
+
+def test_activation_offload_moves_that_share_of_the_stored_activations() -> None:
+    layout = Parallelism(tp=2, pp=2, dp=2, sequence_parallel=True, zero=1)
+    full, quarter = _stage(_workload(), layout), _stage(_workload(offload_activations=0.75), layout)
+    assert quarter.activations_bytes == pytest.approx(full.activations_bytes / 4)
+
+
+@pytest.mark.parametrize(
+    "offload", [{"offload_optimizer": 1.0}, {"offload_params": 0.5}, {"offload_activations": 0.5}]
+)
+def test_the_grid_agrees_with_the_scalar_model_under_offload(offload: dict[str, float]) -> None:
+    workload = _workload(**offload)
+    layouts = [
+        Parallelism(dp=8, zero=2),
+        Parallelism(dp=8, fsdp="full"),
+        Parallelism(tp=2, pp=2, dp=2, zero=1),
+    ]
+    grid = grid_of(layouts, model=MODEL, micro_batch_size=[1, 1, 1], num_microbatches=[8, 8, 16])
+    peaks = grid_memory(workload, grid, gpus_per_node=8).peak_bytes
+    scalar = [
+        estimate_memory(
+            MODEL,
+            layout,
+            step_shape(workload, layout, micro_batch_size=1, num_microbatches=m, gpus_per_node=8),
+        ).peak_bytes
+        for layout, m in zip(layouts, [8, 8, 16], strict=True)
+    ]
+    np.testing.assert_allclose(peaks, scalar, rtol=1e-9)
+
+
+def test_optimizer_offload_exposes_the_cpu_step_and_the_copy_back() -> None:
+    """ZeRO-Offload without delayed updates: the gradient copy hides under the backward it overlaps, the CPU
+    Adam step (host memory bound) and the 16-bit parameters coming back do not."""
+    workload = _workload(offload_optimizer=1.0)
+    grid = grid_of([Parallelism(dp=8, zero=1)], model=MODEL, micro_batch_size=[1], num_microbatches=[8])
+    params = np.asarray([1e9])
+    backward = np.asarray([1.0])  # long enough to hide the gradients (4 GB at 64 GB/s = 62.5 ms)
+    time = offload_time(workload, grid, DGX, H100, [params, params], [(backward / 2, backward)] * 2)
+    link, per_gpu_memory = 64e9, 614.4e9 / 8
+    cpu = 1e9 * CPU_ADAM_BYTES_PER_PARAM / per_gpu_memory
+    assert time.cpu_optimizer_s[0] == pytest.approx(cpu)
+    assert time.exposed_s[0] == pytest.approx(cpu + 1e9 * 2 / link)
+    assert time.transfer_s[0] == pytest.approx(1e9 * (4 + 2) / link)
+    short = offload_time(
+        workload, grid, DGX, H100, [params, params], [(backward / 2000, backward / 1000)] * 2
+    )
+    assert short.exposed_s[0] == pytest.approx(cpu + 1e9 * 2 / link + 1e9 * 4 / link - 1e-3)
+
+
+def test_the_step_pays_for_offload_and_memory_drops() -> None:
+    layout = Parallelism(dp=8, zero=1)
+    grid = grid_of([layout], model=MODEL, micro_batch_size=[1], num_microbatches=[8])
+    machine = machine_for(DGX, H100, 8)
+    plain = estimate_steps(_workload(), grid, machine)
+    moved = estimate_steps(_workload(offload_optimizer=1.0, offload_activations=0.5), grid, machine)
+    assert plain.breakdown_s["offload"][0] == 0
+    assert moved.breakdown_s["offload"][0] > 0
+    # the offload adds its exposed part (and the stragglers' share of a longer step grows with it)
+    def before_stragglers(estimate):  # type: ignore[no-untyped-def]
+        return estimate.step_time_s[0] - estimate.breakdown_s["stragglers"][0]
+
+    assert before_stragglers(moved) == pytest.approx(before_stragglers(plain) + moved.breakdown_s["offload"][0])
+    assert (
+        _stage(_workload(offload_optimizer=1.0, offload_activations=0.5), layout).total_bytes
+        < _stage(_workload(), layout).total_bytes
+    )
+
+
+def test_offload_needs_the_host_link_in_the_catalog() -> None:
+    scenario = load_scenario(
+        None,
+        {
+            "model.preset": "llama3.1-8b",
+            "cluster.gpu": "mi300x",
+            "cluster.num_gpus": "8",
+            "training.global_batch_size": "64",
+            "training.offload_optimizer": "100%",
+        },
+    )
+    with pytest.raises(InputError) as caught:
+        perf_inputs(scenario, None)
+    assert caught.value.field == "training.offload_optimizer" and "host_link_bandwidth" in (
+        caught.value.hint or ""
+    )
+
+
+def test_offload_shares_come_from_the_scenario() -> None:
+    training = TrainingSection(offload_optimizer="50%", offload_activations=0.25)  # type: ignore[arg-type]
+    workload = training_workload(MODEL, training, 64)
+    assert (workload.offload_optimizer, workload.offload_params, workload.offload_activations) == (
+        0.5,
+        0.0,
+        0.25,
+    )
