@@ -129,8 +129,8 @@ SCENARIO_FLAGS: dict[str, Flag] = {
         Flag(
             "--framework",
             "training.framework",
-            "Training framework whose fitted overheads the step-time model uses: megatron (default), "
-            "fsdp, nanotron, torchtitan.",
+            "The software stack that trains (its costs, overlaps, sharding and kernels): megatron-core "
+            "(default; megatron is an alias), nemo, megatron-deepspeed, deepspeed, torchtitan, fsdp, nanotron.",
         ),
         Flag(
             "--compile",
