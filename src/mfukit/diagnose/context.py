@@ -31,7 +31,8 @@ class Context:
     parallelism: Parallelism | None = None
     cluster: Cluster | None = None
     ft: FtSection | None = None
-    unrecognised: list[str] = field(default_factory=list)
+    unrecognised: list[tuple[str, str]] = field(default_factory=list)
+    """(file, why no source read it)"""
     findings: list[Finding] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 

@@ -151,6 +151,28 @@ class LogEvent:
     values: tuple[tuple[str, float], ...] = ()
 
 
+SettingValue = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One launch setting as the job printed it: the value, and the line it was read from."""
+
+    value: SettingValue
+    line: int
+    text: str
+
+
+@dataclass
+class JobConfig:
+    """The launch configuration one file printed (Megatron/NeMo arguments, DeepSpeed config, torchtitan
+    job config), under canonical keys (``tp``, ``seq_len``, ``precision``...)."""
+
+    file: str
+    framework: str
+    settings: dict[str, Setting]
+
+
 @dataclass
 class TrainingLog:
     file: str
@@ -159,6 +181,8 @@ class TrainingLog:
     events: list[LogEvent]
     global_batch_size: int | None = None
     problems: list[str] = field(default_factory=list)
+    timers_ms: dict[str, list[float]] = field(default_factory=dict)
+    """Megatron's timers block: the max across ranks of each timer (ms per iteration), one per report."""
 
 
 @dataclass(frozen=True)

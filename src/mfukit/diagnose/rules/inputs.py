@@ -50,7 +50,7 @@ def analyze(ctx: Context) -> list[Finding]:
             degraded(
                 "Some files were skipped",
                 f"{len(ctx.unrecognised)} file(s) matched no artifact kind or could not be parsed",
-                [Evidence(path, "skipped") for path in ctx.unrecognised],
+                [Evidence(path, f"skipped: {why}") for path, why in ctx.unrecognised],
                 "check `mfukit diagnose --help` for the kinds read; rename or convert the file",
             )
         )

@@ -45,6 +45,7 @@ SOURCE_MODULES: tuple[str, ...] = (
     "kernel_log",
     "train_ledger",
     "training_log",
+    "launch_config",
     "nccl_log",
 )
 

@@ -32,6 +32,7 @@ MEGATRON_FIELDS = {
     "lm loss": "loss",
 }
 MEGATRON_TIMER = re.compile(r"^\s*([\w-]+) \.{3,}\s*:\s*\(\s*(" + NUMBER + r")\s*,\s*(" + NUMBER + r")\s*\)")
+MEGATRON_TIMER_MAX = re.compile(r"^\s{0,8}([\w-]{1,80}) \.{3,80}\s{0,4}: ?(" + NUMBER + r")\s{0,4}$")
 MEGATRON_SAVE = re.compile(r"saving checkpoint at iteration\s+(\d+)")
 MEGATRON_SAVED = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(\d+)")
 STRAGGLER_FIELD = re.compile(r"(Mn|Mx)(\w+)/Rnk:\s*(" + NUMBER + r")\s*([A-Za-z%]*)/(\d+)")
@@ -114,6 +115,7 @@ class _Parser:
         self.attempt: object = None
         self.bad_lines = 0
         self.summary = False
+        self.timers_ms: dict[str, list[float]] = {}
         self.handle: Callable[[int, str], None] = getattr(self, "_" + framework.replace("-", "_"))
 
     def _mfukit_jsonl(self, number: int, line: str) -> None:
@@ -179,8 +181,14 @@ class _Parser:
             )
             return
         timer = MEGATRON_TIMER.match(line)
-        if timer:
-            name, _, slowest = timer.group(1), timer.group(2), _number(timer.group(3))
+        only_max = None if timer else MEGATRON_TIMER_MAX.match(line)
+        if timer or only_max:
+            if timer:
+                name, slowest = timer.group(1), _number(timer.group(3))
+            else:
+                assert only_max is not None  # one of the two matched
+                name, slowest = only_max.group(1), _number(only_max.group(2))
+            self.timers_ms.setdefault(name, []).append(slowest)
             if name == "save-checkpoint":
                 self.events.append(
                     LogEvent("checkpoint", number, line.strip(), self.last_step, slowest / 1e3)
@@ -362,7 +370,24 @@ def parse(path: Path) -> list[TrainingLog]:
         problems.append("step times come from the progress bar's smoothed rate: single slow steps are damped")
     if not parser.steps:
         problems.append("no training steps found in the log")
-    return [TrainingLog(str(path), framework, parser.steps, parser.events, parser.global_batch, problems)]
+    return [
+        TrainingLog(
+            str(path), framework, parser.steps, parser.events, parser.global_batch, problems, parser.timers_ms
+        )
+    ]
+
+
+def read_line(framework: str, line: str) -> StepRecord | LogEvent | None:
+    """One line of a ``framework`` log (a :func:`framework_of` name) as the record it holds, or None: the
+    per-line parser of :func:`parse` without its memory of earlier lines (so a step's ``interval_steps``
+    is 1). For tools that follow a log as it grows (``mfukit watch``)."""
+    parser = _Parser(framework)
+    text = ANSI.sub("", line).rstrip("\n")
+    if text:
+        parser.handle(0, text)
+    if parser.steps:
+        return parser.steps[0]
+    return parser.events[0] if parser.events else None
 
 
 SOURCE = Source(
