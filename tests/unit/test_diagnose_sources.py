@@ -33,10 +33,20 @@ def test_nvidia_smi_csv_units_reasons_and_na(tmp_path: Path) -> None:
     assert [source.kind for source in detect(path)] == ["nvidia_smi"]
     (series,) = nvidia_smi.parse(path)
     sample = series.samples[0]
-    assert series.host == "node03" and series.gpu == "0"
+    assert series.host == "" and series.gpu == "0"  # the file's name is no host
     assert sample.sm_clock_hz == 1155e6 and sample.max_sm_clock_hz == 1980e6
     assert sample.throttle_reasons == 0x48 and sample.utilization == 1.0
     assert sample.ecc_uncorrected is None and sample.time_s is not None
+
+
+def test_nvidia_smi_csv_hosts_come_from_pdsh_prefixes(tmp_path: Path) -> None:
+    """`pdsh -w gpu[01-02] nvidia-smi --query-gpu=... --format=csv` prefixes each line with its node."""
+    header = "timestamp, index, name, clocks.sm [MHz]"
+    rows = [f"{host}: {line}" for host in ("gpu01", "gpu02") for line in
+            (header, f"2025/09/28 21:48:26.006, 0, NVIDIA H100 80GB HBM3, {1980 if host == 'gpu01' else 1155} MHz")]  # fmt: skip
+    path = write(tmp_path, "nvidia-smi_node007.csv", "\n".join(rows) + "\n")
+    found = {(s.host, s.gpu): s.samples[0].sm_clock_hz for s in nvidia_smi.parse(path)}
+    assert found == {("gpu01", "0"): 1980e6, ("gpu02", "0"): 1155e6}
 
 
 def test_nvidia_smi_q_reasons_ecc_and_remap(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from mfukit.diagnose.network import expected_busbw, measured_busbw
 from mfukit.diagnose.records import (
     FAILED_STATES,
     BenchCheckpoint,
+    NcclLog,
     RankTrace,
     SlurmJob,
     TrainingLog,
@@ -70,9 +71,33 @@ def _mfu(ctx: Context) -> Gate:
                 f"{ctx.mfu.method} ({Path(ctx.mfu.source).name})")  # fmt: skip
 
 
+def _socket_fallback(ctx: Context, name: str) -> Gate | None:
+    """A job that spans nodes over NCCL's socket transport fails the gate, whatever else is known: its
+    inter-node collectives run at TCP speed (the finding's evidence, and its cost when priced)."""
+    found = ctx.find("nccl_socket_fallback")
+    if found is None:
+        return None
+    nodes = ctx.cluster.num_nodes if ctx.cluster is not None else None
+    multi = [log for log in ctx.of(NcclLog) if log.report.multi_node]
+    if not multi and not (nodes and nodes > 1):
+        return None
+    seen = "; ".join(e.what for e in found.evidence[:3])
+    cost = (
+        f"; it costs {units.format_percent(found.impact.step_fraction)} of each step ({found.impact.basis})"
+        if found.impact.step_fraction is not None
+        else ""
+    )
+    span = f"{nodes} nodes" if nodes and nodes > 1 else "several nodes (the NCCL log says so)"
+    return Gate("network", name, "fail", found.impact.step_fraction, "NET/Socket", "RDMA (NET/IB) between nodes",
+                f"the job spans {span} over TCP sockets: {seen}{cost}")  # fmt: skip
+
+
 def _network(ctx: Context) -> Gate:
     spec = targets()["network"]
     name = "Network (gradient traffic vs compute)"
+    socket = _socket_fallback(ctx, name)
+    if socket is not None:
+        return socket
     limit = float(spec["max_transfer_to_window"])
     target = f"<= {limit:.1f}x"
     load, cluster = ctx.gradient, ctx.cluster

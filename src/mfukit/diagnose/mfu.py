@@ -63,6 +63,21 @@ class Expected:
     """why the performance model could not say (the typical MFU stands in)"""
     layout_problem: str | None = None
     """why the job's own layout was not the basis (it does not fit in memory)"""
+    breakdown_s: dict[str, float] | None = None
+    """the performance model's step, part by part (``Plan.breakdown_s``), to price a cause against"""
+    interval: tuple[float, float] | None = None
+    """the performance model's MFU interval, when the estimate carries one (``mfu_interval``)"""
+
+
+def _interval(plan: Plan) -> tuple[float, float] | None:
+    """The estimate's MFU interval (low, high) when the performance model gives one."""
+    found = getattr(plan, "mfu_interval", None)
+    if found is None:
+        return None
+    if isinstance(found, tuple | list) and len(found) == 2:
+        return float(found[0]), float(found[1])
+    low, high = getattr(found, "low", None), getattr(found, "high", None)
+    return (float(low), float(high)) if low is not None and high is not None else None
 
 
 def expected_mfu(
@@ -108,7 +123,14 @@ def _predicted(
         return None, how
     hbm_bytes = cluster.accelerator.hbm_bytes
     if plan.memory_bytes <= hbm_bytes:
-        return Expected(plan.mfu, _describe(plan, cluster), "performance_model", plan.step_time_s), ""
+        return Expected(
+            plan.mfu,
+            _describe(plan, cluster),
+            "performance_model",
+            plan.step_time_s,
+            breakdown_s=dict(plan.breakdown_s),
+            interval=_interval(plan),
+        ), ""
     problem = (
         f"the job's layout as described ({_layout_text(plan)}) needs "
         f"{units.format_bytes(plan.memory_bytes)} per GPU, more than the {units.format_bytes(hbm_bytes)} of "
@@ -126,6 +148,8 @@ def _predicted(
         f"best layout that fits: {_describe(best, cluster)}",
         "best_fitting_layout",
         best.step_time_s,
+        breakdown_s=dict(best.breakdown_s),
+        interval=_interval(best),
         layout_problem=f"{problem}; expected MFU {units.format_percent(best.mfu)} from the best layout that "
         f"fits ({_layout_text(best)}), not {units.format_percent(plan.mfu)} from the one that does not",
     ), ""

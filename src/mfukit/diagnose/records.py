@@ -213,9 +213,11 @@ class GpuSeries:
 
     file: str
     host: str
+    """the host the artifact names ('' when it names none)"""
     gpu: str
     name: str | None
     samples: list[GpuSample]
+    uuid: str | None = None
 
 
 @dataclass(frozen=True)
