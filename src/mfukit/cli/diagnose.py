@@ -34,6 +34,8 @@ class Job(NamedTuple):
     parallelism: Parallelism | None
     cluster: Cluster | None
     ft: FtSection | None
+    cluster_flags: ClusterSection | None = None
+    """the node or GPU given without a size: the job's own world size completes it"""
 
 
 def job(scenario_path: Path | None, overrides: dict[str, Any]) -> Job:
@@ -47,7 +49,7 @@ def job(scenario_path: Path | None, overrides: dict[str, Any]) -> Job:
         cluster = None
         if (section.system or section.gpu) and (section.num_gpus or section.num_nodes):
             cluster = resolve.cluster(section, source=source)
-        return Job(model, scenario.training, scenario.parallelism, cluster, scenario.ft)
+        return Job(model, scenario.training, scenario.parallelism, cluster, scenario.ft, section)
     training = validate_as(
         TrainingSection, _section(overrides, "training"), source="command line", prefix="training"
     )
@@ -63,7 +65,7 @@ def job(scenario_path: Path | None, overrides: dict[str, Any]) -> Job:
     cluster = None
     if (section.system or section.gpu) and (section.num_gpus or section.num_nodes):
         cluster = resolve.cluster(section, source="command line")
-    return Job(None, training, layout, cluster, None)
+    return Job(None, training, layout, cluster, None, section)
 
 
 KINDS_HELP = "; ".join(source.description for source in sources())

@@ -16,7 +16,7 @@ from mfukit.core.findings import SEVERITY_RANK
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.results import ProgressCallback
-from mfukit.core.scenario import FtSection, TrainingSection
+from mfukit.core.scenario import ClusterSection, FtSection, TrainingSection
 from mfukit.diagnose import mfu as mfu_module
 from mfukit.diagnose.breakdown import RankSummary, time_breakdown
 from mfukit.diagnose.context import Context
@@ -92,6 +92,7 @@ def diagnose(
     parallelism: Parallelism | None = None,
     cluster: Cluster | None = None,
     ft: FtSection | None = None,
+    cluster_flags: ClusterSection | None = None,
     progress: ProgressCallback | None = None,
 ) -> Diagnosis:
     paths = list(paths)
@@ -115,7 +116,14 @@ def diagnose(
             hint="point mfukit diagnose at the job's training log, profiler traces, NCCL_DEBUG=INFO log, "
             "nvidia-smi/DCGM telemetry or sacct output",
         )
-    job = resolve_job(records, model=model, training=training, parallelism=parallelism, cluster=cluster)
+    job = resolve_job(
+        records,
+        model=model,
+        training=training,
+        parallelism=parallelism,
+        cluster=cluster,
+        cluster_flags=cluster_flags,
+    )
     model, training, parallelism, cluster = job.model, job.training, job.parallelism, job.cluster
     logs = [r for r in records if isinstance(r, TrainingLog)]
     estimate = mfu_module.measure(logs, model, training, cluster)

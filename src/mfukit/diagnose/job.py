@@ -120,7 +120,10 @@ def accelerator_named(device: str) -> str | None:
     return best[1] if best else None
 
 
-def _device(records: list[object]) -> tuple[str, str] | None:
+def _device(records: list[object], settings: _Settings) -> tuple[str, str] | None:
+    printed = settings.get("device_name")
+    if printed is not None:
+        return str(printed[0]), printed[1]
     for record in records:
         if isinstance(record, GpuSeries) and record.name:
             return record.name, f"{record.file}: GPU name"
@@ -190,8 +193,10 @@ def resolve_job(
     training: TrainingSection | None,
     parallelism: Parallelism | None,
     cluster: Cluster | None,
+    cluster_flags: ClusterSection | None = None,
 ) -> ResolvedJob:
-    """Flags over the job's own printed configuration over defaults (see the module docstring)."""
+    """Flags over the job's own printed configuration over defaults (see the module docstring).
+    ``cluster_flags``: a node or GPU given without a size (the size then comes from the job's world size)."""
     configs = [r for r in records if isinstance(r, JobConfig)]
     logs = [r for r in records if isinstance(r, TrainingLog)]
     settings = _Settings(configs)
@@ -283,25 +288,51 @@ def resolve_job(
         provenance.append(Provenance("num_gpus", cluster.num_gpus, "flag", "command line or scenario"))
         provenance.append(Provenance("gpu", cluster.accelerator.name, "flag", "command line or scenario"))
     else:
-        device = _device(records)
+        flagged = cluster_flags is not None and bool(cluster_flags.gpu or cluster_flags.system)
+        device = None if flagged else _device(records, settings)
         name = accelerator_named(device[0]) if device else None
-        if device is not None and name is not None and world is not None and isinstance(world[0], int):
+        if (flagged or name is not None) and world is not None and isinstance(world[0], int):
+            section = (
+                cluster_flags.model_copy(update={"num_gpus": world[0], "num_nodes": None})
+                if cluster_flags is not None and flagged
+                else ClusterSection(gpu=name, num_gpus=world[0])
+            )
             try:
-                cluster = resolve.cluster(ClusterSection(gpu=name, num_gpus=world[0]), source=device[1])
+                cluster = resolve.cluster(section, source=device[1] if device else "command line")
             except MfukitError:
                 cluster = None
             if cluster is not None:
                 provenance.append(Provenance("num_gpus", world[0], "log", world[1]))
-                provenance.append(Provenance("gpu", name, "log", f"{device[1]} '{device[0]}'"))
-                provenance.append(
-                    Provenance(
-                        "system", cluster.system.name, "derived", f"{name}'s default node in the catalog"
+                if device is not None:
+                    provenance.append(Provenance("gpu", name, "log", f"{device[1]} '{device[0]}'"))
+                    provenance.append(
+                        Provenance(
+                            "system", cluster.system.name, "derived", f"{name}'s default node in the catalog"
+                        )
                     )
-                )
+                else:
+                    provenance.append(
+                        Provenance("gpu", cluster.accelerator.name, "flag", "command line or scenario")
+                    )
 
     # --- layout
     layout_fields: dict[str, object] = {}
+    logged_dp, size = settings.get("dp"), world[0] if world is not None else None
     for name, default in (("tp", 1), ("pp", 1), ("cp", 1)):
+        if (
+            name == "pp"
+            and not _given(parallelism, "pp")
+            and settings.get("pp") is None
+            and logged_dp is not None
+            and isinstance(size, int)
+            and isinstance(logged_dp[0], int)
+            and size % (int(layout_fields["tp"]) * logged_dp[0]) == 0  # type: ignore[call-overload]
+        ):  # the job printed its world, TP and DP sizes: what is left is the pipeline
+            layout_fields["pp"] = size // (int(layout_fields["tp"]) * logged_dp[0])  # type: ignore[call-overload]
+            provenance.append(
+                Provenance("pp", layout_fields["pp"], "derived", f"world size {size} / (tp x dp)")
+            )
+            continue
         layout_fields[name] = pick(name, parallelism, None, default)
     if parallelism is not None and _given(parallelism, "dp"):
         layout_fields["dp"] = pick("dp", parallelism, None, None)

@@ -229,13 +229,17 @@ def _from_throughput(
         return None
     flops_per_token = model_flops_per_token(model, training.seq_len, training.attention_flops)
     peak = cluster.accelerator.peak_flops(training.precision)
-    per_gpu = [s.tokens_per_s_per_gpu for s in steps if s.tokens_per_s_per_gpu is not None]
+    rated = [s for s in steps if s.tokens_per_s_per_gpu]
+    per_gpu = [s.tokens_per_s_per_gpu for s in rated if s.tokens_per_s_per_gpu is not None]
     if per_gpu:
-        mean = sum(per_gpu) / len(per_gpu)
+        # each step holds the same tokens: the rate over the window is the steps' harmonic mean weighted
+        # by the steps each line covers (a line after a checkpoint save covers the save's wall time too)
+        covered = sum(max(1, s.interval_steps) for s in rated)
+        mean = covered / sum(max(1, s.interval_steps) / (s.tokens_per_s_per_gpu or 1.0) for s in rated)
         return MfuEstimate(
             utilization(flops_per_token, mean, peak),
             utilization(flops_per_token, median(per_gpu), peak),
-            "tokens/s per GPU from the log x model FLOPs per token / peak",
+            "tokens/s per GPU from the log (over the logged window) x model FLOPs per token / peak",
             log.file,
             tokens_per_s_per_gpu=mean,
         )
@@ -253,13 +257,15 @@ def _from_throughput(
     if samples:
         mean = sum(samples) / len(samples) * training.seq_len / cluster.num_gpus
         value = utilization(flops_per_token, mean, peak)
+        sequences = log.global_batch_size or training.global_batch_sequences
         return MfuEstimate(
             value,
-            value,
-            f"job samples/s from the log's run summary x seq len {training.seq_len:,} (each sample a full "
+            utilization(flops_per_token, median(samples) * training.seq_len / cluster.num_gpus, peak),
+            f"job samples/s from the log x seq len {training.seq_len:,} (each sample a full "
             "sequence) / GPUs x model FLOPs per token / peak",
             log.file,
             tokens_per_s_per_gpu=mean,
+            step_time_s=sequences / median(samples) if sequences else None,
         )
     tokens = _tokens_per_step(log, training)
     timed = [s for s in steps if s.step_time_s is not None]

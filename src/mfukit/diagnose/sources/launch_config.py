@@ -10,7 +10,7 @@
   29; ``runtime/config.py``), the flops profiler summary (``world size:``, ``batch size per GPU:``, ``FLOPS
   per GPU = ...:``), and the launcher's ``cmd = ...`` line for a sequence length flag.
 - torchtitan: ``Running with configs: {json}`` (``debug.print_config``), ``Building N-D device mesh with
-  [names], [sizes]``, ``Trainer is initialized with ... tokens per train step, ... maximum context length
+  [names], [sizes]``, ``CUDA capacity: <GPU> with N GiB memory``, ``Trainer is initialized with ... tokens per train step, ... maximum context length
   N`` and the ``memory: G GiB(p%)`` of its step lines.
 
 Each value becomes a :class:`~mfukit.diagnose.records.Setting` under a canonical key (``tp``, ``seq_len``,
@@ -44,6 +44,7 @@ _TITAN_TRAINER = re.compile(
     r"tokens per DP rank, ([\d,]{1,20}) tokens per train step, gradient accumulation steps ([\d,]{1,9}), "
     r"maximum context length ([\d,]{1,9})"
 )
+_TITAN_DEVICE = re.compile(r"(?:CUDA|GPU|ROCm) capacity: (.{1,80}) with [\d.]{1,10} ?GiB memory")
 _PROFILER = re.compile(r"^([A-Za-z][\w /=*+().-]{0,100}):  {0,80}(\S.{0,60})$")
 _LAUNCH_SEQ = re.compile(
     r"--(?:seq[-_]length|max[-_]seq[-_]len|seq[-_]len|max[-_]seq[-_]length)[ =](\d{1,7})"
@@ -197,6 +198,8 @@ class ConfigReader:
             return
         if self.block in ("megatron", "deepspeed"):
             arg = _ARG.match(text)
+            if arg is None and self.block == "deepspeed" and not line.startswith("["):
+                return  # a nested config's repr or JSON, continued on lines of its own
             if arg is None or arg.group(1) == "json":
                 self.block = None
             else:
@@ -253,6 +256,10 @@ class ConfigReader:
                         self._put(dim, degree, number, line)
                 self._put("world_size", ranks, number, line)
             return
+        device = _TITAN_DEVICE.search(text)
+        if device is not None:
+            self._put("device_name", device.group(1).strip(), number, line)
+            return
         trainer = _TITAN_TRAINER.search(text)
         if trainer is not None:
             tokens, _, context = (int(g.replace(",", "")) for g in trainer.groups())
@@ -265,10 +272,10 @@ class ConfigReader:
             if titan is not None:
                 self._peak("memory_max_reserved_bytes", float(titan.group(1)) * 2**30, number, line)
             return
-        if " cmd = " in text or "spawned with command" in text:
+        if "cmd = " in text or "spawned with command" in text:
             seq = _LAUNCH_SEQ.search(text)
             if seq is not None:
-                self._put("seq_len", int(seq.group(1)), number, line)
+                self._put("seq_len", int(seq.group(1)), number, f"launch command: ... {seq.group(0)} ...")
             return
         if self.nemo:
             yaml = _YAML.match(text)
@@ -346,12 +353,13 @@ def read_line(reader: ConfigReader, number: int, line: str) -> dict[str, Setting
 
 
 MARKERS = (ARG_HEADER, DS_HEADER, TITAN_HEADER, PROFILER_HEADER, "using world size:", "memory (MB) |",
-           "Building 1-D device mesh", "Trainer is initialized with")  # fmt: skip
+           "Building 1-D device mesh", "Trainer is initialized with", " capacity: ")  # fmt: skip
 
 
 def detect(path: Path, head: str) -> bool:
-    if head.lstrip()[:1] in ("{", "["):
-        return False
+    start = head.lstrip()
+    if start[:1] == "{" or (start[:1] == "[" and start[1:].lstrip()[:1] in ("{", "]", "")):
+        return False  # a JSON document (a trace, a report): its strings are not log lines
     return any(marker in head for marker in MARKERS) or (
         "[NeMo " in head and "tensor_model_parallel_size:" in head
     )
