@@ -105,6 +105,19 @@ class StagePhase:
     step_s: float
 
 
+@dataclass(frozen=True)
+class TimelineOps:
+    """The per-op spans of a pipeline timeline: one entry per traced op."""
+
+    step: tuple[int, ...]
+    dp: tuple[int, ...]
+    stage: tuple[int, ...]
+    optype: tuple[str, ...]
+    seq: tuple[int, ...]
+    start_s: tuple[float, ...]
+    duration_s: tuple[float, ...]
+
+
 @dataclass
 class PipelineTimeline:
     """A pipeline-parallel job's per-stage timeline (Megatron timers / StragglerAnalysis traces)."""
@@ -116,6 +129,8 @@ class PipelineTimeline:
     phases: list[StagePhase]
     gc_s_per_step: float
     problems: list[str] = field(default_factory=list)
+    ops: TimelineOps | None = None
+    """every traced op (for the what-if replay)"""
 
 
 @dataclass(frozen=True)
