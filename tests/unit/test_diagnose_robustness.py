@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from diagnose_support import load_cases
 
 from mfukit.diagnose.engine import diagnose
@@ -92,7 +91,9 @@ def test_unrecognised_files_beside_artifacts_are_named(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello\n")
     shutil.copy(DATA / "logs" / "hf_trainer_printer_callback.log", tmp_path / "train.log")
     result = diagnose([tmp_path])
-    assert result.skipped == [{"file": str(tmp_path / "notes.txt"), "reason": "not a recognised artifact kind"}]
+    assert result.skipped == [
+        {"file": str(tmp_path / "notes.txt"), "reason": "not a recognised artifact kind"}
+    ]
     skipped = next(f for f in result.findings if f.title == "Some files were skipped")
     assert [(e.file, e.what) for e in skipped.evidence] == [
         (str(tmp_path / "notes.txt"), "skipped: not a recognised artifact kind")
