@@ -8,11 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from diagnose_support import load_cases
 
+from mfukit.cli.diagnose import job
 from mfukit.diagnose.engine import diagnose
-from mfukit.diagnose.records import TimelineOps
-from mfukit.diagnose.sources import pipeline_timeline
-from mfukit.diagnose.whatif import analyse
+from mfukit.diagnose.records import StepChain, TimelineOps
+from mfukit.diagnose.sources import kineto, pipeline_timeline
+from mfukit.diagnose.whatif import analyse, chain_analyse
+
+CASES = GEN = load_cases()
 
 ST = Path(__file__).parents[1] / "data" / "diagnose" / "straggler" / "timeline-ST.json.gz"
 
@@ -122,3 +126,47 @@ def test_the_st_job_names_its_last_stage_quickly() -> None:
     finding = next(f for f in result.findings if f.id == "stage_imbalance")
     assert finding.details["method"] == "what-if replay" and finding.details["slowest_stage"] == 3
     assert finding.impact.step_fraction == pytest.approx(1 - 1 / found.slowdown, rel=1e-6)
+
+
+def kineto_job(directory: Path, slow: callable[[int, int], float]) -> dict[int, list[StepChain]]:  # type: ignore[valid-type]
+    """16 data-parallel ranks, 4 profiled steps; ``slow(rank, step)`` is the extra compute a rank does in a
+    step, and every other rank waits that long in its last all-reduce (as NCCL makes them)."""
+    ranks, steps = 16, 4
+    for rank in range(ranks):
+        plans = []
+        for step in range(steps):
+            extra = slow(rank, step)  # type: ignore[misc]
+            longest = max(slow(r, step) for r in range(ranks))  # type: ignore[misc]
+            plans.append(
+                GEN.RankPlan(0.005, 0.9 + extra, 0.2, comm_wait_s=longest - extra, extra={"t0_s": 1.0})
+            )
+        GEN.write_rank_trace(directory / f"rank{rank}.json.gz", rank, ranks, plans, 4.0)
+    traces = [t for path in sorted(directory.glob("*.json.gz")) for t in kineto.parse(path)]
+    return {t.rank: t.chains for t in traces if t.rank is not None}
+
+
+def test_kineto_ranks_one_straggler(tmp_path: Path) -> None:
+    """Rank 5 computes 0.9 s more every step: the job runs at about half its ideal speed, and rank 5 is named."""
+    found = chain_analyse(kineto_job(tmp_path, lambda rank, step: 0.9 if rank == 5 else 0.0))
+    assert found is not None and found.straggler == 5 and found.cause == "slow worker"
+    assert found.slowdown == pytest.approx(1.7, abs=0.15) and found.persistence == 1.0
+
+
+def test_kineto_ranks_take_turns(tmp_path: Path) -> None:
+    """A different rank draws the long sequences each step: uneven load, no single straggler."""
+    found = chain_analyse(
+        kineto_job(tmp_path, lambda rank, step: 0.6 if rank == (3 * step + 1) % 16 else 0.0)
+    )
+    assert found is not None and found.cause == "sequence-length imbalance" and found.persistence < 0.5
+    assert found.slowdown > 1.3
+
+
+@pytest.mark.slow
+def test_the_synthetic_straggler_case_is_replayed(tmp_path: Path) -> None:
+    """The generated 128-rank straggler case: the what-if replay backs the straggler finding with its slowdown."""
+    directory = CASES.write_case(tmp_path, "straggler")
+    result = diagnose([directory], **job(tmp_path / "straggler.toml", {})._asdict())
+    straggler = next(f for f in result.findings if f.id == "straggler_rank")
+    what_if = straggler.details["what_if"]
+    assert isinstance(what_if, dict) and what_if["straggler"] == CASES.STRAGGLER_RANK
+    assert what_if["slowdown"] == pytest.approx(CASES.HEALTHY_MFU / CASES.TARGET_MFU, rel=0.1)

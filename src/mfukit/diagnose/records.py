@@ -59,6 +59,18 @@ class CollectiveSample:
     group_size: int
 
 
+@dataclass(frozen=True)
+class StepChain:
+    """One step of one rank as the what-if replay of a data-parallel job sees it: when (from the step's
+    start) each communication kernel started and how long it ran, in order, and when the step's last GPU
+    work ended."""
+
+    step: int | None
+    starts_s: tuple[float, ...]
+    durations_s: tuple[float, ...]
+    end_s: float
+
+
 @dataclass
 class RankTrace:
     """One rank's profiler trace, reduced to its per-step breakdown and kernel statistics."""
@@ -84,6 +96,8 @@ class RankTrace:
     clock_origin_s: float
     problems: list[str] = field(default_factory=list)
     events: int = 0
+    chains: list[StepChain] = field(default_factory=list)
+    """per step: the communication kernels in order (for the what-if replay across ranks)"""
 
     def median(self, attribute: str) -> float:
         """Median over steps of one StepBreakdown field."""

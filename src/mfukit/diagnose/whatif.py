@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from mfukit.diagnose.records import TimelineOps
+from mfukit.diagnose.records import StepChain, TimelineOps
 
 COMPUTE_TYPES = frozenset({"forward-compute", "backward-compute", "gc", "optimizer"})
 TAIL = ("layernorm-grads-all-reduce", "embedding-grads-all-reduce", "grads-reduce-scatter",
@@ -376,3 +376,87 @@ def _cause(
     if comm and max(comm.values()) > max(compute.values(), default=1.0):
         return "communication"
     return "sequence-length imbalance" if len(by_dp) > 1 else "slow worker"
+
+
+@dataclass
+class ChainWhatIf:
+    """The what-if replay of ranks that run the same collectives in the same order (data parallelism, FSDP)."""
+
+    slowdown: float
+    by_rank: dict[int, float]
+    straggler: int
+    persistence: float
+    """share of steps in which the straggler is the rank that slows the step most"""
+    cause: str
+    steps: int
+    collectives_per_step: int
+    replay_error: float
+
+
+def _chain_step(gaps: Array, transfers: Array, tails: Array) -> float:
+    """One step: every rank works ``gaps[r, j]`` after collective j-1 ends, then joins collective j, which
+    ends when the last rank has joined plus its transfer; the step ends with the slowest tail."""
+    done = 0.0
+    for j in range(transfers.size):
+        done = float((done + gaps[:, j]).max()) + float(transfers[j])
+    return done + float(tails.max())
+
+
+def chain_analyse(chains: dict[int, list[StepChain]]) -> ChainWhatIf | None:
+    """What-if replay of a data-parallel job from each rank's per-step collective chain (Kineto traces).
+
+    Per step, rank r's gap before collective j is the time from the end of its collective j-1 (the step's
+    start for j = 0) to the start of its collective j; the transfer of collective j is its shortest
+    duration over the ranks (the last rank to arrive waits for no one); the ideal gives every rank the
+    mean gap. A rank restored alone to its traced gaps gives its share (Lin et al., OSDI '25, Eq. 2). None
+    when the ranks' steps do not line up (different collectives: TP/PP groups the chain cannot pair)."""
+    ranks = sorted(chains)
+    if len(ranks) < 2:
+        return None
+    count = min(len(chains[r]) for r in ranks)
+    per_step: list[tuple[Array, Array, Array, float]] = []
+    for k in range(count):
+        steps = [chains[r][k] for r in ranks]
+        sizes = {len(c.starts_s) for c in steps}
+        if len(sizes) != 1 or 0 in sizes:
+            continue
+        starts = np.array([c.starts_s for c in steps])
+        durations = np.array([c.durations_s for c in steps])
+        ends = starts + durations
+        gaps = np.maximum(0.0, starts - np.concatenate([np.zeros((len(ranks), 1)), ends[:, :-1]], axis=1))
+        tails = np.maximum(0.0, np.array([c.end_s for c in steps]) - ends[:, -1])
+        per_step.append((gaps, durations.min(axis=0), tails, float(np.median([c.end_s for c in steps]))))
+    if not per_step:
+        return None
+
+    def replay(restore: int | None) -> tuple[Array, Array]:
+        actual, ideal = [], []
+        for gaps, transfers, tails, _ in per_step:
+            mean_gaps = np.broadcast_to(gaps.mean(axis=0), gaps.shape).copy()
+            mean_tails = np.full_like(tails, tails.mean())
+            if restore is not None:
+                mean_gaps[restore] = gaps[restore]
+                mean_tails[restore] = tails[restore]
+            actual.append(_chain_step(gaps, transfers, tails))
+            ideal.append(_chain_step(mean_gaps, transfers, mean_tails))
+        return np.array(actual), np.array(ideal)
+
+    actual, ideal = replay(None)
+    base = float(ideal.mean())
+    restored = {rank: replay(index)[1] for index, rank in enumerate(ranks)}
+    by_rank = {rank: float(times.mean()) / base for rank, times in restored.items()}
+    straggler = max(by_rank, key=lambda r: by_rank[r])
+    worst = [max(restored, key=lambda r: restored[r][i]) for i in range(len(per_step))]
+    persistence = float(np.mean([w == straggler for w in worst]))
+    slowdown = float(actual.mean()) / base
+    traced = float(np.mean([s[3] for s in per_step]))
+    if slowdown < DECOMPOSE_THRESHOLD:
+        cause = "none"
+    elif persistence >= PERSISTENT and (by_rank[straggler] - 1.0) >= 0.5 * (slowdown - 1.0):
+        cause = "slow worker"
+    else:
+        cause = "sequence-length imbalance"
+    return ChainWhatIf(
+        slowdown, by_rank, straggler, persistence, cause, len(per_step), per_step[0][1].size,
+        abs(float(actual.mean()) - traced) / traced if traced > 0 else 0.0,
+    )  # fmt: skip

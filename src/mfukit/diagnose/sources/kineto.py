@@ -39,6 +39,7 @@ from mfukit.diagnose.records import (
     KernelTotal,
     RankTrace,
     StepBreakdown,
+    StepChain,
     TimelineCategory,
 )
 from mfukit.diagnose.sources.jsonstream import TraceEventStream
@@ -315,6 +316,7 @@ def _analyse(path: Path, stream: TraceEventStream[TraceEvent], c: _Collector) ->
     totals = _kernel_totals(c, durations, codes)
     num_comm = int(np.sum(codes == CATEGORY_CODES["comm"]))
     timeline = _timeline(start, end, codes, breakdown)
+    chains = _chains(start, end, codes, breakdown)
     return RankTrace(
         file=str(path),
         rank=rank,
@@ -337,7 +339,25 @@ def _analyse(path: Path, stream: TraceEventStream[TraceEvent], c: _Collector) ->
         clock_origin_s=origin_us * US,
         problems=problems,
         events=stream.events_read,
+        chains=chains,
     )
+
+
+def _chains(start: iv.Array, end: iv.Array, cat: Any, steps: list[StepBreakdown]) -> list[StepChain]:
+    """Each step's communication kernels (start from the step's start, duration), in start order, and the
+    end of its last GPU work: what the what-if replay of the ranks' collectives needs."""
+    chains = []
+    comm = cat == CATEGORY_CODES["comm"]
+    for step in steps:
+        lo, hi = step.start_s, step.start_s + step.duration_s
+        inside = (start >= lo) & (start < hi)
+        mask = inside & comm
+        order = np.argsort(start[mask], kind="stable")
+        starts = start[mask][order] - lo
+        durations = end[mask][order] - start[mask][order]
+        last = float(end[inside].max() - lo) if inside.any() else step.duration_s
+        chains.append(StepChain(step.step, tuple(starts.tolist()), tuple(durations.tolist()), last))
+    return chains
 
 
 def _kernel_totals(c: _Collector, durations: iv.Array, codes: Any) -> list[KernelTotal]:
