@@ -36,6 +36,7 @@ class Source:
 SOURCE_MODULES: tuple[str, ...] = (
     "pipeline_timeline",
     "kineto_source",
+    "nsys",
     "mfukit_bench",
     "nccl_tests",
     "nvidia_smi",
