@@ -78,6 +78,9 @@ def test_findings_are_costed_ranked_and_capped(from_dump: Diagnosis, from_flags:
         # Megatron's all-grads-sync timer is the socket fallback's symptom, not a second cost
         sync = next(f for f in result.findings if f.id == "exposed_gradient_sync")
         assert sync.explained_by == "nccl_socket_fallback" and sync.mfu_after_fix is None
+        # the measured sync stands for the model's DP traffic over sockets; the model's own figure is said
+        assert "timer measured" in socket.impact.basis and "the model alone" in socket.impact.basis
+        assert socket.impact.step_fraction >= sync.impact.step_fraction  # type: ignore[operator]
         assert 0.1 < socket.impact.step_fraction < 0.6  # type: ignore[operator]
         assert socket.impact.gpu_hours_per_day == pytest.approx(socket.impact.step_fraction * 128 * 24)
         # one GPU at ~80 % clock stretches the model's compute, not the whole step

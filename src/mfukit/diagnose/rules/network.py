@@ -145,7 +145,28 @@ def _price_socket(ctx: Context, root: Finding) -> bool:
     )  # fmt: skip
     if price is None:
         return False
-    recoverable = min(0.99, price.added_s / step)
+    added, basis = (
+        price.added_s,
+        (
+            f"the performance model's step on sockets minus on the node's fabric ({price.added_s:.2f} s) over "
+            f"today's step ({step:.2f} s)"
+        ),
+    )
+    timed = next(
+        (v for k, v in root.details.items() if k.startswith("timer_") and isinstance(v, float)), None
+    )
+    if timed is not None:  # the log measured the gradient sync: it stands for the model's DP part
+        fabric_dp = (ctx.expected.breakdown_s or {}).get("dp_comm", 0.0)
+        others = sum(v for k, v in price.parts_s.items() if k != "dp_comm")
+        added = max(0.0, timed - fabric_dp) + others
+        basis = (
+            f"the gradient sync the log's timer measured ({timed:.2f} s) less the {fabric_dp:.2f} s the model "
+            f"leaves exposed on the node's fabric, plus the model's growth of the other traffic over sockets "
+            f"({others:.2f} s), over today's step ({step:.2f} s); the model alone, at "
+            f"{units.format_rate(price.socket_bytes_per_s_per_node)} per node over sockets, predicts "
+            f"{price.added_s:.2f} s: the measured sync follows the measured data"
+        )
+    recoverable = min(0.99, added / step)
     parts = ", ".join(
         f"{name} +{seconds:.2f} s" for name, seconds in sorted(price.parts_s.items(), key=lambda p: -p[1])
     )
@@ -154,11 +175,7 @@ def _price_socket(ctx: Context, root: Finding) -> bool:
         fabric_step_s=price.fabric_step_s, socket_step_s=price.socket_step_s,
         socket_bytes_per_s_per_node=price.socket_bytes_per_s_per_node, added_s_by_part=price.parts_s,
     )  # fmt: skip
-    root.impact = ctx.impact(
-        recoverable,
-        f"the performance model's step on sockets minus on the node's fabric ({price.added_s:.2f} s) over "
-        f"today's step ({step:.2f} s)",
-    )
+    root.impact = ctx.impact(recoverable, basis)
     root.recoverable_fraction = recoverable
     root.mfu_after_fix = ctx.mfu_after(recoverable)
     root.severity = worse(root.severity, severity_for(recoverable))
