@@ -10,6 +10,7 @@ import pytest
 
 from mfukit.catalog import resolve
 from mfukit.core.scenario import ClusterSection, TrainingSection
+from mfukit.diagnose.engine import diagnose
 from mfukit.diagnose.mfu import measure
 from mfukit.diagnose.sources import dcgm, dcgmi_diag, detect, kernel_log, nvidia_smi, sacct, training_log
 from mfukit.diagnose.sources.jsonstream import TraceEventStream
@@ -128,7 +129,19 @@ def test_xid_lines_all_formats(tmp_path: Path) -> None:
     events = kernel_log.parse(write(tmp_path, "dmesg.txt", text))
     assert [e.xid for e in events] == [79, 63, 14, 12028]
     assert events[1].host == "gpu-17" and events[0].pci == "0000:3b:00"
+    assert events[0].host is None  # dmesg names no host, and the file's name is none
     assert events[3].nvswitch
+
+
+def test_a_fatal_xid_fails_the_failure_gate(tmp_path: Path) -> None:
+    """XID 79 (fallen off the bus) in the journal of gpu-17, and no checkpoint save anywhere."""
+    write(tmp_path, "journal.txt", "Sep 10 10:47:46 gpu-17 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1896, "
+          "GPU has fallen off the bus.\n")  # fmt: skip
+    result = diagnose([tmp_path])
+    gate = next(g for g in result.gates if g.id == "failure_rate")
+    assert gate.status == "fail" and "XID 79" in gate.why and "gpu-17" in gate.why
+    xid = next(f for f in result.findings if f.id == "xid_error")
+    assert "nodename=gpu-17" in xid.fix[0]
 
 
 def test_sacct_parsable(tmp_path: Path) -> None:

@@ -223,6 +223,17 @@ def _failure_rate(ctx: Context) -> Gate:
     mtbf, basis = _mtbf_s(ctx)
     interval, blocking = _checkpoint(ctx)
     band = f"{spec['min_interval_to_optimum']}x-{spec['max_interval_to_optimum']}x of sqrt(2 x save x MTBF)"
+    fatal = [e for e in ctx.of(XidEvent) if catalog().get(e.xid) is not None and catalog()[e.xid].fatal]
+    seen = (
+        f"{len(fatal)} fatal XID(s) ({', '.join(sorted({f'XID {e.xid}' for e in fatal}))}) on "
+        f"{', '.join(sorted({e.host or 'a node the log does not name' for e in fatal}))}"
+        if fatal
+        else ""
+    )
+    if fatal and interval is None:  # a node failed under the job and nothing shows it checkpoints
+        return Gate("failure_rate", name, "fail", None, f"{len(fatal)} fatal XID", band,
+                    f"{seen}: a GPU failed during the job, and no checkpoint save is in the artifacts, so the "
+                    "work since the job's start is at risk on every such failure")  # fmt: skip
     if mtbf is None or interval is None or blocking is None:
         missing = [
             what
@@ -236,7 +247,8 @@ def _failure_rate(ctx: Context) -> Gate:
     ok = float(spec["min_interval_to_optimum"]) <= ratio <= float(spec["max_interval_to_optimum"])
     return Gate("failure_rate", name, "pass" if ok else "fail", ratio, f"{ratio:.2f}x optimum", band,
                 f"MTBF {units.format_duration(mtbf)} ({basis}); save {units.format_duration(blocking)} every "
-                f"{units.format_duration(interval)}; Young optimum {units.format_duration(optimum)}")  # fmt: skip
+                f"{units.format_duration(interval)}; Young optimum {units.format_duration(optimum)}"
+                + (f"; {seen}" if seen else ""))  # fmt: skip
 
 
 def _scheduling(ctx: Context) -> Gate:
