@@ -203,3 +203,42 @@ def test_torchtitan_checkpoint_stalls_are_the_cost(torchtitan: Diagnosis) -> Non
     assert top.mfu_after_fix is not None and measured < top.mfu_after_fix <= expected
     storage = next(g for g in torchtitan.gates if g.id == "storage")
     assert storage.status == "fail"
+
+
+NEMO = """[NeMo I 2026-11-20 01:02:03 exp_manager:396] Experiments will be logged at /results/llama
+[NeMo I 2026-11-20 01:02:04 megatron_gpt_pretraining:38]
+    name: megatron_llama
+    trainer:
+      devices: 8
+      num_nodes: 4
+      precision: bf16-mixed
+    model:
+      micro_batch_size: 1
+      global_batch_size: 256
+      tensor_model_parallel_size: 2
+      pipeline_model_parallel_size: 2
+      sequence_parallel: true
+      encoder_seq_length: 4096
+      activations_checkpoint_granularity: selective
+      optim:
+        name: distributed_fused_adam
+"""
+
+
+def test_nemo_config_is_read(tmp_path: Path) -> None:
+    """NeMo logs its Hydra config as YAML under its ``[NeMo I`` prefix."""
+    path = tmp_path / "nemo.log"
+    path.write_text(NEMO)
+    (config,) = launch_config.parse(path)
+    values = {key: setting.value for key, setting in config.settings.items()}
+    assert config.framework == "nemo"
+    assert values == {"precision": "bf16-mixed", "micro_batch_size": 1, "global_batch_size": 256, "tp": 2,
+                      "pp": 2, "sequence_parallel": True, "seq_len": 4096, "recompute": "selective",
+                      "distributed_optimizer": True}  # fmt: skip
+    assert config.settings["seq_len"].line == 14
+
+
+def test_the_memory_report_is_shown(from_dump: Diagnosis) -> None:
+    """Megatron's `[Rank r] (after k iterations) memory (MB) | ... | max reserved: M`: the largest."""
+    value, kind, where = origin(from_dump, "max_reserved_memory_bytes")
+    assert value == pytest.approx(45116.0 * 2**20) and kind == "log" and "max reserved" in where

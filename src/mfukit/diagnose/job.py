@@ -388,4 +388,7 @@ def resolve_job(
             warnings.append(f"the layout read from the job is not valid ({error}); it is left out")
     if layout is None and parallelism is not None:
         layout = parallelism
+    memory = settings.get("memory_max_reserved_bytes")
+    if memory is not None and isinstance(memory[0], float):  # shown beside the model's estimate
+        provenance.append(Provenance("max_reserved_memory_bytes", memory[0], "log", memory[1]))
     return ResolvedJob(model, new_training, layout, cluster, provenance, warnings, framework)

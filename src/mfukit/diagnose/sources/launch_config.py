@@ -94,8 +94,6 @@ MEGATRON_KEYS: dict[str, str] = {
     "decoder_first_pipeline_num_layers": "first_stage_layers",
     "decoder_last_pipeline_num_layers": "last_stage_layers",
 }
-NEMO_ONLY = frozenset({"encoder_seq_length", "activations_checkpoint_granularity", "precision", "activation",
-                       "share_embeddings_and_output_weights", "name"})  # fmt: skip
 DEEPSPEED_KEYS: dict[str, str] = {
     "train_batch_size": "global_batch_size",
     "train_micro_batch_size_per_gpu": "micro_batch_size",
@@ -279,7 +277,13 @@ class ConfigReader:
             return
         if self.nemo:
             yaml = _YAML.match(text)
-            if yaml is not None and yaml.group(1) in MEGATRON_KEYS:
+            if (
+                yaml is not None
+                and yaml.group(1) == "name"
+                and yaml.group(2).strip() == "distributed_fused_adam"
+            ):
+                self._put("distributed_optimizer", True, number, line)  # NeMo's model.optim.name
+            elif yaml is not None and yaml.group(1) in MEGATRON_KEYS:
                 self.framework = self.framework or "nemo"
                 self._put(MEGATRON_KEYS[yaml.group(1)], value_of(yaml.group(2)), number, line)
 
