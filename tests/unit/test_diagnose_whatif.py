@@ -170,3 +170,22 @@ def test_the_synthetic_straggler_case_is_replayed(tmp_path: Path) -> None:
     what_if = straggler.details["what_if"]
     assert isinstance(what_if, dict) and what_if["straggler"] == CASES.STRAGGLER_RANK
     assert what_if["slowdown"] == pytest.approx(CASES.HEALTHY_MFU / CASES.TARGET_MFU, rel=0.1)
+
+
+@pytest.mark.parametrize(
+    ("trial", "cause", "named"),
+    [
+        ("SE", "sequence-length imbalance", "the DP ranks in turn"),
+        ("AR", "slow worker", "DP rank 0, stage 0"),
+    ],
+)
+def test_the_published_jobs_are_classified(trial: str, cause: str, named: str) -> None:
+    """The 128-GPU SE job is slowed by uneven sequence lengths (no stage's mean, no worker, no replica
+    explains it), the 64-GPU AR job by one worker; fast enough for a diagnosis."""
+    ops = pipeline_timeline.parse(ST.with_name(f"timeline-{trial}-6steps.json.gz"))[0].ops
+    assert ops is not None
+    start = time.perf_counter()
+    found = analyse(ops)
+    assert time.perf_counter() - start < 10.0
+    assert found.cause == cause and found.named.startswith(named)
+    assert found.replay_error < 0.03

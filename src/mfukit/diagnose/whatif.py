@@ -15,9 +15,12 @@ github.com/ByteDance-Seed/StragglerAnalysis), implemented here from the paper's 
    and steps; communication: the median) it gives ``T_ideal``. The straggler slowdown is
    ``S = mean(T) / mean(T_ideal)`` (the paper's Eq. 1).
 3. Attribution (Eq. 2): the ideal replay with only one group's ops at their traced durations (one DP rank,
-   one stage, one op type), over ``T_ideal``. Cause metrics: ``M_s`` (stage partitioning) is the share of
-   ``T - T_ideal`` removed by giving the last stage's ops their ideal durations; ``M_w`` (a slow worker) the
-   share removed by doing so for the single worst (DP rank, stage).
+   one stage, one op type), over ``T_ideal``. Cause metrics: ``M_s`` is the share of ``T - T_ideal``
+   removed by giving the last stage's ops their ideal durations; ``M_w`` (a slow worker) the share removed
+   by doing so for the single worst (DP rank, stage). ``M_s`` also counts variation inside the last stage
+   (long sequences cost the last stage most), so stage *partitioning* is judged by the share the stages'
+   means explain: every op at its own stage's typical duration. What neither a stage's mean, one worker
+   nor one DP replica in every step explains is load that moves between DP ranks: uneven sequence lengths.
 
 Replays are vectorised over steps (every step has the same graph): one numpy max and add per node.
 """
@@ -25,7 +28,6 @@ Replays are vectorised over steps (every step has the same graph): one numpy max
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +45,7 @@ PP_COMM = {"forward-recv": "forward-pp-comm", "forward-send": "forward-pp-comm",
 DECOMPOSE_THRESHOLD = 1.03
 # the same DP rank slowest in this share of steps: a slow replica, not load that moves between ranks
 PERSISTENT = 0.8
+VARIANT_CELLS = 4_000_000  # durations replayed side by side in one pass (32 MB of float64)
 
 Array = npt.NDArray[np.float64]
 Key = tuple[int, int, str, int]
@@ -68,6 +71,8 @@ class WhatIf:
     replay_error: float
     """|replayed - traced| / traced mean step time: how well the graph explains the trace"""
     traced_step_s: Array
+    partition_metric: float = 0.0
+    """share of the slowdown the stages' mean durations explain (each stage at its own typical durations)"""
     dp_persistence: float = 1.0
     """share of steps in which the same DP rank is the one that slows the step most"""
     problems: list[str] = field(default_factory=list)
@@ -83,7 +88,10 @@ class WhatIf:
             return f"DP rank {max(self.by_dp_rank, key=lambda k: self.by_dp_rank[k])} (every stage of it)"
         if self.cause == "communication":
             return max(self.by_optype, key=lambda k: self.by_optype[k])
-        return f"DP rank {max(self.by_dp_rank, key=lambda k: self.by_dp_rank[k])}"
+        return (
+            f"the DP ranks in turn (rank {max(self.by_dp_rank, key=lambda k: self.by_dp_rank[k])} the slowest on "
+            f"average, and the slowest in only {self.dp_persistence:.0%} of the steps)"
+        )
 
 
 class _Graph:
@@ -250,13 +258,21 @@ class Replay:
         self.graph = _build(set(self.keys), dps, stages, order_sum)
         self.plan = self._plan()
         types = np.array([k[2] for k in self.keys])
+        stage_of = np.array([k[1] for k in self.keys])
         self.ideal = self.duration.copy()
+        self.stage_means = self.duration.copy()
         for optype in set(types.tolist()):
             rows = types == optype
-            value = (
-                np.median(self.duration[rows]) if optype not in COMPUTE_TYPES else self.duration[rows].mean()
-            )
-            self.ideal[rows] = value
+            self.ideal[rows] = self._typical(optype, self.duration[rows])
+            for stage in stages:  # each stage at its own typical durations: only the stages' means differ
+                here = rows & (stage_of == stage)
+                if here.any():
+                    self.stage_means[here] = self._typical(optype, self.duration[here])
+
+    @staticmethod
+    def _typical(optype: str, durations: Array) -> float:
+        """An op type's ideal duration: the mean for compute, the median for communication (the paper's)."""
+        return float(durations.mean() if optype in COMPUTE_TYPES else np.median(durations))
 
     def _plan(self) -> list[tuple[int, list[int], npt.NDArray[np.int64], bool]]:
         """For each node in topological order: its slot, its dependencies' slots, its members' rows, comm."""
@@ -271,9 +287,9 @@ class Replay:
 
     def run(self, duration: Array) -> Array:
         """Each step's time with ``duration`` (ops x steps): the latest end of any node."""
-        end = np.zeros((len(self.plan), len(self.steps)))
+        end = np.zeros((len(self.plan), duration.shape[1]))
         for slot, deps, rows, comm in self.plan:
-            start = end[deps].max(axis=0) if deps else np.zeros(len(self.steps))
+            start = end[deps].max(axis=0) if deps else np.zeros(duration.shape[1])
             if rows.size:
                 # a collective takes the transfer of its slowest member once all have arrived
                 start = start + (duration[rows].max(axis=0) if comm else duration[rows].sum(axis=0))
@@ -281,16 +297,28 @@ class Replay:
         steps: Array = end.max(axis=0)
         return steps
 
-    def restored(self, select: Callable[[Key], bool]) -> Array:
+    def run_many(self, variants: dict[object, Array]) -> dict[object, Array]:
+        """:meth:`run` of several duration sets at once (side by side along the step axis, in batches
+        that bound the memory), each set's step times back under its key."""
+        out: dict[object, Array] = {}
+        keys = list(variants)
+        width = len(self.steps)
+        batch = max(1, VARIANT_CELLS // max(1, self.duration.size))
+        for first in range(0, len(keys), batch):
+            chunk = keys[first : first + batch]
+            times = self.run(np.concatenate([variants[k] for k in chunk], axis=1))
+            for index, key in enumerate(chunk):
+                out[key] = times[index * width : (index + 1) * width]
+        return out
+
+    def restored(self, rows: npt.NDArray[np.bool_]) -> Array:
         """The ideal durations, with the selected ops at their traced ones."""
-        rows = np.array([select(k) for k in self.keys])
         mixed = self.ideal.copy()
         mixed[rows] = self.duration[rows]
         return mixed
 
-    def removed(self, select: Callable[[Key], bool]) -> Array:
+    def removed(self, rows: npt.NDArray[np.bool_]) -> Array:
         """The traced durations, with the selected ops at their ideal ones."""
-        rows = np.array([select(k) for k in self.keys])
         mixed = self.duration.copy()
         mixed[rows] = self.ideal[rows]
         return mixed
@@ -298,38 +326,48 @@ class Replay:
 
 def analyse(ops: TimelineOps) -> WhatIf:
     replay = Replay(ops)
-    actual = replay.run(replay.duration)
-    ideal = replay.run(replay.ideal)
+    dp_of = np.array([k[0] for k in replay.keys])
+    stage_of = np.array([k[1] for k in replay.keys])
+    kind_of = np.array([PP_COMM.get(k[2], k[2]) for k in replay.keys])
+    last = max(replay.stages)
+    names = sorted(set(kind_of.tolist()))
+    workers = [(d, s) for d in replay.dps for s in replay.stages]
+    masks: dict[object, npt.NDArray[np.bool_]] = {
+        **{("dp", d): dp_of == d for d in replay.dps},
+        **{("stage", s): stage_of == s for s in replay.stages},
+        **{("optype", n): kind_of == n for n in names},
+        **{("worker", w): (dp_of == w[0]) & (stage_of == w[1]) for w in workers},
+    }
+    variants: dict[object, Array] = {"actual": replay.duration, "ideal": replay.ideal, "stage_means": replay.stage_means,
+                "no_last": replay.removed(stage_of == last)}  # fmt: skip
+    times = replay.run_many({**variants, **{key: replay.restored(mask) for key, mask in masks.items()}})
+    actual, ideal = times["actual"], times["ideal"]
     base = float(ideal.mean())
+    gap = float(actual.mean()) - base
 
-    def ratio(durations: Array) -> float:
-        return float(replay.run(durations).mean()) / base
+    def ratio(key: object) -> float:
+        return float(times[key].mean()) / base
 
-    per_dp = {dp: replay.run(replay.restored(lambda k, d=dp: k[0] == d)) for dp in replay.dps}  # type: ignore[misc]
-    by_dp = {dp: float(times.mean()) / base for dp, times in per_dp.items()}
+    def share_removed(key: object) -> float:
+        return (float(actual.mean()) - float(times[key].mean())) / gap if gap > 0 else 0.0
+
+    by_dp = {d: ratio(("dp", d)) for d in replay.dps}
     # which DP rank, restored alone, slows each step most: the same one every step is a slow replica; a
     # different one from step to step is load that moves (uneven sequence lengths)
-    worst_per_step = np.array([max(per_dp, key=lambda d: per_dp[d][i]) for i in range(len(replay.steps))])
+    worst_per_step = np.array(
+        [max(replay.dps, key=lambda d: times[("dp", d)][i]) for i in range(len(replay.steps))]
+    )
     top_dp = max(by_dp, key=lambda d: by_dp[d])
     persistent = float(np.mean(worst_per_step == top_dp)) if len(replay.dps) > 1 else 1.0
-    by_stage = {s: ratio(replay.restored(lambda k, s=s: k[1] == s)) for s in replay.stages}  # type: ignore[misc]
-    names = sorted({PP_COMM.get(k[2], k[2]) for k in replay.keys})
-    by_optype = {n: ratio(replay.restored(lambda k, n=n: PP_COMM.get(k[2], k[2]) == n)) for n in names}  # type: ignore[misc]
-    gap = float(actual.mean()) - base
-    last = max(replay.stages)
-
-    def share_removed(select: Callable[[Key], bool]) -> float:
-        return (
-            (float(actual.mean()) - float(replay.run(replay.removed(select)).mean())) / gap
-            if gap > 0
-            else 0.0
-        )
-
-    stage_metric = share_removed(lambda k: k[1] == last)
-    workers = [(d, s) for d in replay.dps for s in replay.stages]
-    worker_slowdown = {w: ratio(replay.restored(lambda k, w=w: (k[0], k[1]) == w)) for w in workers}  # type: ignore[misc]
-    worst = max(worker_slowdown, key=lambda w: worker_slowdown[w])
-    worker_metric = share_removed(lambda k: (k[0], k[1]) == worst)
+    by_stage = {s: ratio(("stage", s)) for s in replay.stages}
+    by_optype = {n: ratio(("optype", n)) for n in names}
+    stage_metric = share_removed("no_last")
+    # the share of T - T_ideal left when every op runs at its own stage's typical duration: what the
+    # stages' different means explain (partitioning), as opposed to variation inside each stage
+    partition = (float(times["stage_means"].mean()) - base) / gap if gap > 0 else 0.0
+    worst = max(workers, key=lambda w: ratio(("worker", w)))
+    times |= replay.run_many({"no_worst": replay.removed(masks[("worker", worst)])})
+    worker_metric = share_removed("no_worst")
     traced = replay.traced_step_s
     slowdown = float(actual.mean()) / base
     return WhatIf(
@@ -343,7 +381,8 @@ def analyse(ops: TimelineOps) -> WhatIf:
         stage_metric=stage_metric,
         worker_metric=worker_metric,
         worst_worker=worst,
-        cause=_cause(slowdown, by_dp, by_optype, stage_metric, worker_metric, persistent),
+        cause=_cause(slowdown, by_dp, by_optype, partition, worker_metric, persistent),
+        partition_metric=partition,
         dp_persistence=persistent,
         replay_error=abs(float(actual.mean()) - float(traced.mean())) / float(traced.mean()),
         traced_step_s=traced,
@@ -355,7 +394,7 @@ def _cause(
     slowdown: float,
     by_dp: dict[int, float],
     by_optype: dict[str, float],
-    stage_metric: float,
+    partition: float,
     worker_metric: float,
     persistence: float,
 ) -> str:
@@ -364,7 +403,7 @@ def _cause(
     the DP ranks taking turns being slowest (uneven sequence lengths)."""
     if slowdown < DECOMPOSE_THRESHOLD:
         return "none"
-    if stage_metric >= 0.5 and stage_metric >= worker_metric:
+    if partition >= 0.5:
         return "stage partitioning"
     if worker_metric >= 0.5:
         return "slow worker"
