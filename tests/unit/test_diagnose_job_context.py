@@ -203,6 +203,9 @@ def test_torchtitan_checkpoint_stalls_are_the_cost(torchtitan: Diagnosis) -> Non
     assert top.mfu_after_fix is not None and measured < top.mfu_after_fix <= expected
     storage = next(g for g in torchtitan.gates if g.id == "storage")
     assert storage.status == "fail"
+    # a 94 s save every 100 steps of ~1.55 s on 64 GPUs: far more often than Young's optimum
+    failure = next(g for g in torchtitan.gates if g.id == "failure_rate")
+    assert failure.status == "fail" and failure.value is not None and failure.value < 0.5
 
 
 NEMO = """[NeMo I 2026-11-20 01:02:03 exp_manager:396] Experiments will be logged at /results/llama

@@ -267,7 +267,12 @@ def resolve_job(
             fields["precision"] = found_precision[0]
             provenance.append(Provenance("precision", found_precision[0], "log", found_precision[1]))
         else:
-            fields["precision"] = pick("precision", None, "no-such-key", "bf16")
+            fields["precision"] = "bf16"
+            provenance.append(Provenance("precision", "bf16", "default", "mfukit default"))
+            warnings.append(
+                "precision = bf16 is a default, not read from the job: the job's logs print no precision; give "
+                "it (--precision) if the job ran otherwise, the MFU moves with it"
+            )
     if training is not None and _given(training, "framework"):
         fields["framework"] = training.framework
     elif framework is not None:

@@ -242,6 +242,9 @@ def _from_throughput(
             "tokens/s per GPU from the log (over the logged window) x model FLOPs per token / peak",
             log.file,
             tokens_per_s_per_gpu=mean,
+            step_time_s=median(steps_s)
+            if (steps_s := [s.step_time_s for s in rated if s.step_time_s])
+            else None,
         )
     job = [s.tokens_per_s for s in steps if s.tokens_per_s is not None]
     if job:
