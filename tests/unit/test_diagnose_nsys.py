@@ -130,3 +130,10 @@ def test_diagnose_reads_a_directory_of_exports(tmp_path: Path) -> None:
     result = diagnose([tmp_path])
     assert {i["kind"] for i in result.inputs} == {"nsys"}
     assert len(result.ranks) == 2 and result.time_breakdown
+
+
+def test_a_damaged_export_is_said(tmp_path: Path) -> None:
+    path = tmp_path / "cut.sqlite"
+    path.write_bytes(training_export(tmp_path / "whole.sqlite").read_bytes()[:100])
+    (damaged,) = nsys.parse(path)
+    assert "export it again" in damaged.problem  # type: ignore[union-attr]

@@ -57,6 +57,14 @@ def _columns(db: sqlite3.Connection, table: str) -> set[str]:
 
 
 def parse(path: Path) -> list[RankTrace | DamagedInput]:
+    try:
+        return _parse(path)
+    except sqlite3.Error as error:  # not an SQLite database, or a damaged one
+        return [DamagedInput(str(path), f"cannot be read as an Nsight Systems SQLite export ({error}); "
+                             "export it again: nsys export --type sqlite -o profile.sqlite profile.nsys-rep")]  # fmt: skip
+
+
+def _parse(path: Path) -> list[RankTrace | DamagedInput]:
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     db.text_factory = lambda raw: raw.decode("utf-8", "replace")
     try:
