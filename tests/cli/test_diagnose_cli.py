@@ -130,3 +130,29 @@ def test_single_gpu_trace_has_no_network_verdict(mfukit) -> None:  # type: ignor
     assert gates["network"]["status"] == "unknown" and gates["network"]["value"] is None
     assert "not applicable" in gates["network"]["why"] and "one GPU" in gates["network"]["why"]
     assert "applicable:" in mfukit("diagnose", TRACE).stdout  # the table says why, not only what decides
+
+
+def test_a_directory_where_nothing_parses_is_bad_input(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "notes.txt").write_text("nothing a training stack prints\n")
+    (tmp_path / "nvidia-smi_node007.txt").write_text("hello\n")
+    run = mfukit("diagnose", str(tmp_path))
+    assert run.exit_code == 2 and "Traceback" not in run.stderr
+    text = " ".join(run.stderr.split())
+    assert (
+        "notes.txt" in text and "nvidia-smi_node007.txt" in text and "not a recognised artifact kind" in text
+    )
+    assert "Megatron-LM" in text and "Nsight Systems" in text  # the kinds it looked for
+
+
+def test_the_job_and_where_each_value_came_from(mfukit) -> None:  # type: ignore[no-untyped-def]
+    case = Path(__file__).parents[1] / "data" / "diagnose" / "cases" / "megatron_a100x128"
+    out = mfukit("diagnose", str(case), "--format", "json").json()
+    job = {entry["name"]: entry for entry in out["result"]["job"]}
+    assert job["seq_len"]["value"] == 4096 and job["seq_len"]["origin"] == "log"
+    assert "seq_length" in job["seq_len"]["where"]
+    mfu = out["result"]["mfu"]
+    assert mfu["expected_basis"] == "performance_model" and "expected_interval" in mfu
+    assert mfu["measured"] < mfu["after_top_fix"] <= mfu["expected"]
+    assert out["result"]["post_mortem"]["impact"]["gpu_hours_wasted_per_day"] > 0
+    table = mfukit("diagnose", str(case), "--format", "table").stdout
+    assert "where each value came from" in table and "Root cause" in table and "Prevention" in table

@@ -10,12 +10,11 @@ from pathlib import Path
 import pytest
 
 from mfukit.cli.diagnose import job
-from mfukit.diagnose.breakdown import median
 from mfukit.diagnose.engine import Diagnosis, diagnose
 from mfukit.diagnose.records import RankTrace
 from mfukit.diagnose.report import network
-from mfukit.diagnose.rules.pipeline import step_times
 from mfukit.diagnose.sources import kineto, pipeline_timeline
+from mfukit.diagnose.whatif import analyse
 
 DATA = Path(__file__).parents[1] / "data"
 CASES = tomllib.loads((Path(__file__).parent / "diagnose.toml").read_text())["case"]
@@ -37,15 +36,14 @@ def measure(fixture: str, quantity: str, system: str | None = None) -> float:
     if quantity.startswith("nccl_"):
         (run,) = network(diagnosed(path, system))["nccl_tests"]
         return float(run[quantity.removeprefix("nccl_")])
-    if quantity == "stage_slowdown":
-        timeline = pipeline_timeline.parse(path)[0]
-        per_stage: dict[int, list[float]] = {}
-        for phase in timeline.phases:
-            per_stage.setdefault(phase.stage, []).append(phase.compute_s)
-        actual, balanced = step_times(
-            [median(v) for _, v in sorted(per_stage.items())], timeline.num_microbatches
-        )
-        return actual / balanced
+    if quantity.startswith("whatif_"):
+        ops = pipeline_timeline.parse(path)[0].ops
+        assert ops is not None
+        found = analyse(ops)
+        values = {"whatif_slowdown": found.slowdown, "whatif_last_stage": found.by_stage[max(found.by_stage)],
+                  "whatif_ideal_step_s": float(found.ideal_step_s.mean()), "whatif_stage_metric": found.stage_metric,
+                  "whatif_worker_metric": found.worker_metric, "whatif_dp_rank_1": found.by_dp_rank[1]}  # fmt: skip
+        return values[quantity]
     trace = parsed(path)
     if quantity == "dataloader_fraction":
         return sum(s.dataloader_s for s in trace.steps) / sum(s.duration_s for s in trace.steps)

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 
+import pytest
 from diagnose_support import load_cases
 
 from mfukit.diagnose.engine import diagnose
+from mfukit.errors import InputError
+
+DATA = Path(__file__).parents[1] / "data" / "diagnose"
 
 GEN = load_cases()
 
@@ -73,9 +78,26 @@ def test_empty_and_unknown_files(tmp_path: Path) -> None:
     (tmp_path / "empty.json").write_text("")
     (tmp_path / "notes.txt").write_text("hello\n")
     (tmp_path / "zero.json.gz").write_bytes(gzip.compress(b""))
+    with pytest.raises(InputError) as raised:
+        diagnose([tmp_path])
+    message = str(raised.value.message) + str(raised.value.expected)
+    for name in ("empty.json", "notes.txt", "zero.json.gz"):  # every file named, with why it was skipped
+        assert name in message
+    assert "not a recognised artifact kind" in message
+    assert "Megatron-LM" in message and "NCCL_DEBUG=INFO" in message  # the kinds it looked for
+
+
+def test_unrecognised_files_beside_artifacts_are_named(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("hello\n")
+    shutil.copy(DATA / "logs" / "hf_trainer_printer_callback.log", tmp_path / "train.log")
     result = diagnose([tmp_path])
-    notes = " ".join(degraded(result))
-    assert "no artifact kind" in notes and "No profiler trace" in notes
+    assert result.skipped == [
+        {"file": str(tmp_path / "notes.txt"), "reason": "not a recognised artifact kind"}
+    ]
+    skipped = next(f for f in result.findings if f.title == "Some files were skipped")
+    assert [(e.file, e.what) for e in skipped.evidence] == [
+        (str(tmp_path / "notes.txt"), "skipped: not a recognised artifact kind")
+    ]
 
 
 def test_mixed_clocks(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from mfukit.catalog import resolve
 from mfukit.core.scenario import ClusterSection, TrainingSection
+from mfukit.diagnose.engine import diagnose
 from mfukit.diagnose.mfu import measure
 from mfukit.diagnose.sources import dcgm, dcgmi_diag, detect, kernel_log, nvidia_smi, sacct, training_log
 from mfukit.diagnose.sources.jsonstream import TraceEventStream
@@ -33,10 +34,20 @@ def test_nvidia_smi_csv_units_reasons_and_na(tmp_path: Path) -> None:
     assert [source.kind for source in detect(path)] == ["nvidia_smi"]
     (series,) = nvidia_smi.parse(path)
     sample = series.samples[0]
-    assert series.host == "node03" and series.gpu == "0"
+    assert series.host == "" and series.gpu == "0"  # the file's name is no host
     assert sample.sm_clock_hz == 1155e6 and sample.max_sm_clock_hz == 1980e6
     assert sample.throttle_reasons == 0x48 and sample.utilization == 1.0
     assert sample.ecc_uncorrected is None and sample.time_s is not None
+
+
+def test_nvidia_smi_csv_hosts_come_from_pdsh_prefixes(tmp_path: Path) -> None:
+    """`pdsh -w gpu[01-02] nvidia-smi --query-gpu=... --format=csv` prefixes each line with its node."""
+    header = "timestamp, index, name, clocks.sm [MHz]"
+    rows = [f"{host}: {line}" for host in ("gpu01", "gpu02") for line in
+            (header, f"2025/09/28 21:48:26.006, 0, NVIDIA H100 80GB HBM3, {1980 if host == 'gpu01' else 1155} MHz")]  # fmt: skip
+    path = write(tmp_path, "nvidia-smi_node007.csv", "\n".join(rows) + "\n")
+    found = {(s.host, s.gpu): s.samples[0].sm_clock_hz for s in nvidia_smi.parse(path)}
+    assert found == {("gpu01", "0"): 1980e6, ("gpu02", "0"): 1155e6}
 
 
 def test_nvidia_smi_q_reasons_ecc_and_remap(tmp_path: Path) -> None:
@@ -118,7 +129,19 @@ def test_xid_lines_all_formats(tmp_path: Path) -> None:
     events = kernel_log.parse(write(tmp_path, "dmesg.txt", text))
     assert [e.xid for e in events] == [79, 63, 14, 12028]
     assert events[1].host == "gpu-17" and events[0].pci == "0000:3b:00"
+    assert events[0].host is None  # dmesg names no host, and the file's name is none
     assert events[3].nvswitch
+
+
+def test_a_fatal_xid_fails_the_failure_gate(tmp_path: Path) -> None:
+    """XID 79 (fallen off the bus) in the journal of gpu-17, and no checkpoint save anywhere."""
+    write(tmp_path, "journal.txt", "Sep 10 10:47:46 gpu-17 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1896, "
+          "GPU has fallen off the bus.\n")  # fmt: skip
+    result = diagnose([tmp_path])
+    gate = next(g for g in result.gates if g.id == "failure_rate")
+    assert gate.status == "fail" and "XID 79" in gate.why and "gpu-17" in gate.why
+    xid = next(f for f in result.findings if f.id == "xid_error")
+    assert "nodename=gpu-17" in xid.fix[0]
 
 
 def test_sacct_parsable(tmp_path: Path) -> None:

@@ -34,6 +34,8 @@ class Job(NamedTuple):
     parallelism: Parallelism | None
     cluster: Cluster | None
     ft: FtSection | None
+    cluster_flags: ClusterSection | None = None
+    """the node or GPU given without a size: the job's own world size completes it"""
 
 
 def job(scenario_path: Path | None, overrides: dict[str, Any]) -> Job:
@@ -47,7 +49,7 @@ def job(scenario_path: Path | None, overrides: dict[str, Any]) -> Job:
         cluster = None
         if (section.system or section.gpu) and (section.num_gpus or section.num_nodes):
             cluster = resolve.cluster(section, source=source)
-        return Job(model, scenario.training, scenario.parallelism, cluster, scenario.ft)
+        return Job(model, scenario.training, scenario.parallelism, cluster, scenario.ft, section)
     training = validate_as(
         TrainingSection, _section(overrides, "training"), source="command line", prefix="training"
     )
@@ -63,7 +65,7 @@ def job(scenario_path: Path | None, overrides: dict[str, Any]) -> Job:
     cluster = None
     if (section.system or section.gpu) and (section.num_gpus or section.num_nodes):
         cluster = resolve.cluster(section, source="command line")
-    return Job(None, training, layout, cluster, None)
+    return Job(None, training, layout, cluster, None, section)
 
 
 KINDS_HELP = "; ".join(source.description for source in sources())
@@ -80,7 +82,8 @@ Exit 1 when a finding has error severity."""
               help="Scenario file with [model], [training], [parallelism], [cluster] and [ft] (the failure model).")  # fmt: skip
 @scenario_options(
     "model", "gpu", "gpus", "system", "nodes", "seq_len", "global_batch_size", "global_batch_tokens",
-    "micro_batch_size", "precision", "tp", "pp", "dp", "failure_rate",
+    "micro_batch_size", "precision", "tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "recompute", "zero",
+    "fsdp", "framework", "failure_rate",
 )  # fmt: skip
 @format_option
 @report_option
@@ -96,10 +99,15 @@ def diagnose(
     with progress("reading artifacts") as callback:
         diagnosis = run_diagnosis(paths, **known._asdict(), progress=callback)
     tables = [diagnosis_report.findings_table(diagnosis), *diagnosis_report.gates_tables(diagnosis)]
-    table = diagnosis_report.breakdown_table(diagnosis)
-    if table is not None:
-        tables.append(table)
-    warnings = [f"{f.title}: {f.summary}" for f in diagnosis.findings if f.id == "degraded_input"]
+    for table in (
+        diagnosis_report.breakdown_table(diagnosis),
+        diagnosis_report.job_table(diagnosis),
+        diagnosis_report.skipped_table(diagnosis),
+    ):
+        if table is not None:
+            tables.append(table)
+    warnings = [*diagnosis.job_warnings]
+    warnings += [f"{f.title}: {f.summary}" for f in diagnosis.findings if f.id == "degraded_input"]
     if diagnosis.expected.warning is not None and diagnosis.mfu.measured is not None:
         warnings.append(diagnosis.expected.warning)
     output = Output(

@@ -31,7 +31,8 @@ class Context:
     parallelism: Parallelism | None = None
     cluster: Cluster | None = None
     ft: FtSection | None = None
-    unrecognised: list[str] = field(default_factory=list)
+    unrecognised: list[tuple[str, str]] = field(default_factory=list)
+    """(file, why no source read it)"""
     findings: list[Finding] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
 
@@ -76,11 +77,28 @@ class Context:
         return Impact(step_fraction=step_fraction, gpu_hours_per_day=hours, basis=basis)
 
     def mfu_after(self, recoverable_fraction: float | None) -> float | None:
-        """MFU once ``recoverable_fraction`` of today's step time is gone (MFU scales as 1 / step time)."""
+        """MFU once ``recoverable_fraction`` of today's step time is gone (MFU scales as 1 / step time),
+        never above the expected MFU of the performance model of its layout: removing one cause cannot make
+        the job beat it (a typical-MFU stand-in is no such ceiling)."""
         if self.mfu.measured is None or recoverable_fraction is None:
             return None
         remaining = max(1e-9, 1.0 - min(recoverable_fraction, 0.99))
-        return min(1.0, self.mfu.measured / remaining)
+        modelled = self.expected.basis in ("performance_model", "best_fitting_layout")
+        ceiling = self.expected.value if modelled and self.expected.value is not None else 1.0
+        return min(1.0, max(self.mfu.measured, ceiling), self.mfu.measured / remaining)
+
+    @property
+    def step_now_s(self) -> float | None:
+        """Today's step time: wall clock per step where the log stamps it, else the median logged step."""
+        return self.mfu.effective_step_time_s or self.mfu.step_time_s
+
+    def model_compute_s(self) -> float | None:
+        """Compute time of one step in the performance model of the job's layout (its GEMMs, memory-bound
+        kernels and recompute), None without one."""
+        parts = self.expected.breakdown_s
+        if parts is None or self.expected.basis != "performance_model":
+            return None
+        return sum(parts.get(name, 0.0) for name in ("compute", "memory_bound", "recompute"))
 
     def find(self, finding_id: str) -> Finding | None:
         return next((f for f in self.findings if f.id == finding_id), None)

@@ -16,17 +16,20 @@ from mfukit.core.findings import SEVERITY_RANK
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.results import ProgressCallback
-from mfukit.core.scenario import FtSection, TrainingSection
+from mfukit.core.scenario import ClusterSection, FtSection, TrainingSection
 from mfukit.diagnose import mfu as mfu_module
 from mfukit.diagnose.breakdown import RankSummary, time_breakdown
 from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import Finding, Gate
 from mfukit.diagnose.gates import gates as judge_gates
+from mfukit.diagnose.job import Provenance, resolve_job
 from mfukit.diagnose.network import NcclCheck
 from mfukit.diagnose.parsing import collect, parse_files
 from mfukit.diagnose.records import FAILED_STATES, RankTrace, SlurmJob, TrainingLog, XidEvent
 from mfukit.diagnose.rules import rules
 from mfukit.diagnose.rules.hardware import catalog
+from mfukit.diagnose.sources import sources
+from mfukit.errors import InputError
 
 
 @dataclass
@@ -41,6 +44,12 @@ class Diagnosis:
     records: list[object]
     nccl_checks: list[NcclCheck] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
+    provenance: list[Provenance] = field(default_factory=list)
+    """Where each value of the job the diagnosis used came from (flag, log line, derived, default)."""
+    job_warnings: list[str] = field(default_factory=list)
+    """Defaults that move the answer (sequence length, layout, precision), and a layout that was unusable."""
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    """Every file no source read, with the reason."""
 
     @property
     def top(self) -> Finding | None:
@@ -83,17 +92,39 @@ def diagnose(
     parallelism: Parallelism | None = None,
     cluster: Cluster | None = None,
     ft: FtSection | None = None,
+    cluster_flags: ClusterSection | None = None,
     progress: ProgressCallback | None = None,
 ) -> Diagnosis:
+    paths = list(paths)
     files = collect(paths)
     records: list[object] = []
     inputs: list[dict[str, str]] = []
-    unrecognised: list[str] = []
+    skipped: list[dict[str, str]] = []
     for path, kind, parsed, error in parse_files(files, progress=progress):
         inputs.append({"file": str(path), "kind": kind})
         records.extend(parsed)
         if error is not None:
-            unrecognised.append(f"{path} ({error})")
+            skipped.append({"file": str(path), "reason": error})
+    if not records:
+        raise InputError(
+            f"nothing to diagnose: none of the {len(files)} file(s) is an artifact mfukit reads ("
+            + "; ".join(f"{s['file']}: {s['reason']}" for s in skipped[:20])
+            + ("; ..." if len(skipped) > 20 else "")
+            + ")",
+            value=[str(p) for p in paths] if len(paths) > 1 else str(paths[0]),
+            expected="files of these kinds: " + "; ".join(source.description for source in sources()),
+            hint="point mfukit diagnose at the job's training log, profiler traces, NCCL_DEBUG=INFO log, "
+            "nvidia-smi/DCGM telemetry or sacct output",
+        )
+    job = resolve_job(
+        records,
+        model=model,
+        training=training,
+        parallelism=parallelism,
+        cluster=cluster,
+        cluster_flags=cluster_flags,
+    )
+    model, training, parallelism, cluster = job.model, job.training, job.parallelism, job.cluster
     logs = [r for r in records if isinstance(r, TrainingLog)]
     estimate = mfu_module.measure(logs, model, training, cluster)
     ctx = Context(
@@ -105,7 +136,7 @@ def diagnose(
         parallelism=parallelism,
         cluster=cluster,
         ft=ft,
-        unrecognised=unrecognised,
+        unrecognised=[(entry["file"], entry["reason"]) for entry in skipped],
     )
     for rule in rules():
         ctx.findings.extend(rule(ctx))
@@ -121,6 +152,9 @@ def diagnose(
         records=records,
         nccl_checks=ctx.nccl_checks,
         assumptions=ctx.assumptions,
+        provenance=job.provenance,
+        job_warnings=job.warnings,
+        skipped=skipped,
     )
 
 

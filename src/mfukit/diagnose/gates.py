@@ -36,6 +36,7 @@ from mfukit.diagnose.network import expected_busbw, measured_busbw
 from mfukit.diagnose.records import (
     FAILED_STATES,
     BenchCheckpoint,
+    NcclLog,
     RankTrace,
     SlurmJob,
     TrainingLog,
@@ -70,9 +71,33 @@ def _mfu(ctx: Context) -> Gate:
                 f"{ctx.mfu.method} ({Path(ctx.mfu.source).name})")  # fmt: skip
 
 
+def _socket_fallback(ctx: Context, name: str) -> Gate | None:
+    """A job that spans nodes over NCCL's socket transport fails the gate, whatever else is known: its
+    inter-node collectives run at TCP speed (the finding's evidence, and its cost when priced)."""
+    found = ctx.find("nccl_socket_fallback")
+    if found is None:
+        return None
+    nodes = ctx.cluster.num_nodes if ctx.cluster is not None else None
+    multi = [log for log in ctx.of(NcclLog) if log.report.multi_node]
+    if not multi and not (nodes and nodes > 1):
+        return None
+    seen = "; ".join(e.what for e in found.evidence[:3])
+    cost = (
+        f"; it costs {units.format_percent(found.impact.step_fraction)} of each step ({found.impact.basis})"
+        if found.impact.step_fraction is not None
+        else ""
+    )
+    span = f"{nodes} nodes" if nodes and nodes > 1 else "several nodes (the NCCL log says so)"
+    return Gate("network", name, "fail", found.impact.step_fraction, "NET/Socket", "RDMA (NET/IB) between nodes",
+                f"the job spans {span} over TCP sockets: {seen}{cost}")  # fmt: skip
+
+
 def _network(ctx: Context) -> Gate:
     spec = targets()["network"]
     name = "Network (gradient traffic vs compute)"
+    socket = _socket_fallback(ctx, name)
+    if socket is not None:
+        return socket
     limit = float(spec["max_transfer_to_window"])
     target = f"<= {limit:.1f}x"
     load, cluster = ctx.gradient, ctx.cluster
@@ -198,6 +223,17 @@ def _failure_rate(ctx: Context) -> Gate:
     mtbf, basis = _mtbf_s(ctx)
     interval, blocking = _checkpoint(ctx)
     band = f"{spec['min_interval_to_optimum']}x-{spec['max_interval_to_optimum']}x of sqrt(2 x save x MTBF)"
+    fatal = [e for e in ctx.of(XidEvent) if catalog().get(e.xid) is not None and catalog()[e.xid].fatal]
+    seen = (
+        f"{len(fatal)} fatal XID(s) ({', '.join(sorted({f'XID {e.xid}' for e in fatal}))}) on "
+        f"{', '.join(sorted({e.host or 'a node the log does not name' for e in fatal}))}"
+        if fatal
+        else ""
+    )
+    if fatal and interval is None:  # a node failed under the job and nothing shows it checkpoints
+        return Gate("failure_rate", name, "fail", None, f"{len(fatal)} fatal XID", band,
+                    f"{seen}: a GPU failed during the job, and no checkpoint save is in the artifacts, so the "
+                    "work since the job's start is at risk on every such failure")  # fmt: skip
     if mtbf is None or interval is None or blocking is None:
         missing = [
             what
@@ -211,7 +247,8 @@ def _failure_rate(ctx: Context) -> Gate:
     ok = float(spec["min_interval_to_optimum"]) <= ratio <= float(spec["max_interval_to_optimum"])
     return Gate("failure_rate", name, "pass" if ok else "fail", ratio, f"{ratio:.2f}x optimum", band,
                 f"MTBF {units.format_duration(mtbf)} ({basis}); save {units.format_duration(blocking)} every "
-                f"{units.format_duration(interval)}; Young optimum {units.format_duration(optimum)}")  # fmt: skip
+                f"{units.format_duration(interval)}; Young optimum {units.format_duration(optimum)}"
+                + (f"; {seen}" if seen else ""))  # fmt: skip
 
 
 def _scheduling(ctx: Context) -> Gate:

@@ -63,6 +63,21 @@ class Expected:
     """why the performance model could not say (the typical MFU stands in)"""
     layout_problem: str | None = None
     """why the job's own layout was not the basis (it does not fit in memory)"""
+    breakdown_s: dict[str, float] | None = None
+    """the performance model's step, part by part (``Plan.breakdown_s``), to price a cause against"""
+    interval: tuple[float, float] | None = None
+    """the performance model's MFU interval, when the estimate carries one (``mfu_interval``)"""
+
+
+def _interval(plan: Plan) -> tuple[float, float] | None:
+    """The estimate's MFU interval (low, high) when the performance model gives one."""
+    found = getattr(plan, "mfu_interval", None)
+    if found is None:
+        return None
+    if isinstance(found, tuple | list) and len(found) == 2:
+        return float(found[0]), float(found[1])
+    low, high = getattr(found, "low", None), getattr(found, "high", None)
+    return (float(low), float(high)) if low is not None and high is not None else None
 
 
 def expected_mfu(
@@ -108,7 +123,14 @@ def _predicted(
         return None, how
     hbm_bytes = cluster.accelerator.hbm_bytes
     if plan.memory_bytes <= hbm_bytes:
-        return Expected(plan.mfu, _describe(plan, cluster), "performance_model", plan.step_time_s), ""
+        return Expected(
+            plan.mfu,
+            _describe(plan, cluster),
+            "performance_model",
+            plan.step_time_s,
+            breakdown_s=dict(plan.breakdown_s),
+            interval=_interval(plan),
+        ), ""
     problem = (
         f"the job's layout as described ({_layout_text(plan)}) needs "
         f"{units.format_bytes(plan.memory_bytes)} per GPU, more than the {units.format_bytes(hbm_bytes)} of "
@@ -126,6 +148,8 @@ def _predicted(
         f"best layout that fits: {_describe(best, cluster)}",
         "best_fitting_layout",
         best.step_time_s,
+        breakdown_s=dict(best.breakdown_s),
+        interval=_interval(best),
         layout_problem=f"{problem}; expected MFU {units.format_percent(best.mfu)} from the best layout that "
         f"fits ({_layout_text(best)}), not {units.format_percent(plan.mfu)} from the one that does not",
     ), ""
@@ -205,15 +229,22 @@ def _from_throughput(
         return None
     flops_per_token = model_flops_per_token(model, training.seq_len, training.attention_flops)
     peak = cluster.accelerator.peak_flops(training.precision)
-    per_gpu = [s.tokens_per_s_per_gpu for s in steps if s.tokens_per_s_per_gpu is not None]
+    rated = [s for s in steps if s.tokens_per_s_per_gpu]
+    per_gpu = [s.tokens_per_s_per_gpu for s in rated if s.tokens_per_s_per_gpu is not None]
     if per_gpu:
-        mean = sum(per_gpu) / len(per_gpu)
+        # each step holds the same tokens: the rate over the window is the steps' harmonic mean weighted
+        # by the steps each line covers (a line after a checkpoint save covers the save's wall time too)
+        covered = sum(max(1, s.interval_steps) for s in rated)
+        mean = covered / sum(max(1, s.interval_steps) / (s.tokens_per_s_per_gpu or 1.0) for s in rated)
         return MfuEstimate(
             utilization(flops_per_token, mean, peak),
             utilization(flops_per_token, median(per_gpu), peak),
-            "tokens/s per GPU from the log x model FLOPs per token / peak",
+            "tokens/s per GPU from the log (over the logged window) x model FLOPs per token / peak",
             log.file,
             tokens_per_s_per_gpu=mean,
+            step_time_s=median(steps_s)
+            if (steps_s := [s.step_time_s for s in rated if s.step_time_s])
+            else None,
         )
     job = [s.tokens_per_s for s in steps if s.tokens_per_s is not None]
     if job:
@@ -229,13 +260,15 @@ def _from_throughput(
     if samples:
         mean = sum(samples) / len(samples) * training.seq_len / cluster.num_gpus
         value = utilization(flops_per_token, mean, peak)
+        sequences = log.global_batch_size or training.global_batch_sequences
         return MfuEstimate(
             value,
-            value,
-            f"job samples/s from the log's run summary x seq len {training.seq_len:,} (each sample a full "
+            utilization(flops_per_token, median(samples) * training.seq_len / cluster.num_gpus, peak),
+            f"job samples/s from the log x seq len {training.seq_len:,} (each sample a full "
             "sequence) / GPUs x model FLOPs per token / peak",
             log.file,
             tokens_per_s_per_gpu=mean,
+            step_time_s=sequences / median(samples) if sequences else None,
         )
     tokens = _tokens_per_step(log, training)
     timed = [s for s in steps if s.step_time_s is not None]

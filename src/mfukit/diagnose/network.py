@@ -16,8 +16,12 @@ topology, which is what the cluster should give, not what it gives.
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 
+from mfukit import units
 from mfukit.comm.check import CheckReport, check_run
 from mfukit.comm.collectives import COLLECTIVES, Collective, busbw_factor
 from mfukit.comm.model import predict
@@ -29,6 +33,7 @@ from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import TrainingSection
 from mfukit.diagnose.records import CollectiveSample, NcclTestsResult, RankTrace
 from mfukit.errors import InputError
+from mfukit.perf.estimate import training_plan
 from mfukit.perf.flops import model_flops_per_token
 from mfukit.perf.memory import StepShape
 
@@ -243,3 +248,78 @@ EXPLAINED_BY: dict[str, tuple[str, ...]] = {
     "nccl_shm_transport": ("nccl_p2p_disabled",),
     "low_busbw": BANDWIDTH_CAUSES[:-1],
 }
+
+
+TRANSPORTS = Path(__file__).parent / "data" / "transports.toml"
+
+
+@cache
+def socket_bytes_per_s_per_node() -> float:
+    """Per-node bandwidth of NCCL's socket transport (``data/transports.toml``, with its source)."""
+    return float(tomllib.loads(TRANSPORTS.read_text(encoding="utf-8"))["socket"]["bytes_per_s_per_node"])
+
+
+@dataclass(frozen=True)
+class TransportPrice:
+    """A step of the job's layout in the performance model on the fabric the node has and on sockets."""
+
+    fabric_step_s: float
+    socket_step_s: float
+    socket_bytes_per_s_per_node: float
+    basis: str
+    parts_s: dict[str, float]
+    """How much each communication part of the step grows on sockets (tp_comm, dp_comm, pp_comm...)."""
+
+    @property
+    def added_s(self) -> float:
+        return max(0.0, self.socket_step_s - self.fabric_step_s)
+
+
+def socket_price(
+    model: ModelSpec | None,
+    training: TrainingSection | None,
+    layout: Parallelism | None,
+    cluster: Cluster | None,
+    *,
+    interfaces: int,
+    measured_bytes_per_s: float | None = None,
+    measured_source: str = "",
+) -> TransportPrice | None:
+    """The step time the performance model gives the job's layout with the node's NICs replaced by the
+    ``interfaces`` socket interface(s) NCCL used (at the socket rate: measured by nccl-tests over the same
+    transport when given, else ``data/transports.toml``), against the node's own fabric. Its DP, TP, PP and
+    CP traffic that crosses nodes is what slows down; None when the layout or the model is unknown."""
+    if model is None or training is None or layout is None or cluster is None:
+        return None
+    rate = measured_bytes_per_s or socket_bytes_per_s_per_node()
+    sockets = cluster.system.model_copy(
+        update={"nics_per_node": max(1, interfaces), "nic_bytes_per_s": rate / max(1, interfaces)}
+    )
+    try:
+        fabric, _ = training_plan(
+            model, training, cluster.system, cluster.accelerator, cluster.num_gpus, layout
+        )
+        slow, _ = training_plan(model, training, sockets, cluster.accelerator, cluster.num_gpus, layout)
+    except InputError:
+        return None
+    if fabric is None or slow is None:
+        return None
+    parts = {
+        name: slow.breakdown_s[name] - fabric.breakdown_s.get(name, 0.0)
+        for name in slow.breakdown_s
+        if name.endswith("_comm") and slow.breakdown_s[name] > fabric.breakdown_s.get(name, 0.0)
+    }
+    source = (
+        measured_source
+        or f"NCCL's socket transport: {units.format_rate(rate)} per node (data/transports.toml)"
+    )
+    return TransportPrice(
+        fabric.step_time_s,
+        slow.step_time_s,
+        rate,
+        f"performance model of the job's layout on {cluster.num_gpus} x {cluster.accelerator.name}: step "
+        f"{fabric.step_time_s:.3g} s over {cluster.system.nics_per_node} x "
+        f"{units.format_rate(cluster.system.nic_bytes_per_s)} NICs per node, {slow.step_time_s:.3g} s over "
+        f"{max(1, interfaces)} socket interface(s) at {source}",
+        parts,
+    )

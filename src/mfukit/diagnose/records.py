@@ -59,6 +59,18 @@ class CollectiveSample:
     group_size: int
 
 
+@dataclass(frozen=True)
+class StepChain:
+    """One step of one rank as the what-if replay of a data-parallel job sees it: when (from the step's
+    start) each communication kernel started and how long it ran, in order, and when the step's last GPU
+    work ended."""
+
+    step: int | None
+    starts_s: tuple[float, ...]
+    durations_s: tuple[float, ...]
+    end_s: float
+
+
 @dataclass
 class RankTrace:
     """One rank's profiler trace, reduced to its per-step breakdown and kernel statistics."""
@@ -84,6 +96,8 @@ class RankTrace:
     clock_origin_s: float
     problems: list[str] = field(default_factory=list)
     events: int = 0
+    chains: list[StepChain] = field(default_factory=list)
+    """per step: the communication kernels in order (for the what-if replay across ranks)"""
 
     def median(self, attribute: str) -> float:
         """Median over steps of one StepBreakdown field."""
@@ -105,6 +119,19 @@ class StagePhase:
     step_s: float
 
 
+@dataclass(frozen=True)
+class TimelineOps:
+    """The per-op spans of a pipeline timeline: one entry per traced op."""
+
+    step: tuple[int, ...]
+    dp: tuple[int, ...]
+    stage: tuple[int, ...]
+    optype: tuple[str, ...]
+    seq: tuple[int, ...]
+    start_s: tuple[float, ...]
+    duration_s: tuple[float, ...]
+
+
 @dataclass
 class PipelineTimeline:
     """A pipeline-parallel job's per-stage timeline (Megatron timers / StragglerAnalysis traces)."""
@@ -116,6 +143,8 @@ class PipelineTimeline:
     phases: list[StagePhase]
     gc_s_per_step: float
     problems: list[str] = field(default_factory=list)
+    ops: TimelineOps | None = None
+    """every traced op (for the what-if replay)"""
 
 
 @dataclass(frozen=True)
@@ -151,6 +180,28 @@ class LogEvent:
     values: tuple[tuple[str, float], ...] = ()
 
 
+SettingValue = bool | int | float | str
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One launch setting as the job printed it: the value, and the line it was read from."""
+
+    value: SettingValue
+    line: int
+    text: str
+
+
+@dataclass
+class JobConfig:
+    """The launch configuration one file printed (Megatron/NeMo arguments, DeepSpeed config, torchtitan
+    job config), under canonical keys (``tp``, ``seq_len``, ``precision``...)."""
+
+    file: str
+    framework: str
+    settings: dict[str, Setting]
+
+
 @dataclass
 class TrainingLog:
     file: str
@@ -159,6 +210,8 @@ class TrainingLog:
     events: list[LogEvent]
     global_batch_size: int | None = None
     problems: list[str] = field(default_factory=list)
+    timers_ms: dict[str, list[float]] = field(default_factory=dict)
+    """Megatron's timers block: the max across ranks of each timer (ms per iteration), one per report."""
 
 
 @dataclass(frozen=True)
@@ -189,9 +242,11 @@ class GpuSeries:
 
     file: str
     host: str
+    """the host the artifact names ('' when it names none)"""
     gpu: str
     name: str | None
     samples: list[GpuSample]
+    uuid: str | None = None
 
 
 @dataclass(frozen=True)

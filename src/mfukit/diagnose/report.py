@@ -115,8 +115,11 @@ def result(diagnosis: Diagnosis) -> dict[str, Any]:
             "expected": diagnosis.expected.value,
             "expected_source": diagnosis.expected.source,
             "expected_basis": diagnosis.expected.basis,
+            "expected_interval": list(diagnosis.expected.interval) if diagnosis.expected.interval else None,
             "after_top_fix": top.mfu_after_fix if top else None,
         },
+        "job": [p.as_dict() for p in diagnosis.provenance],
+        "skipped": diagnosis.skipped,
         "time_breakdown": diagnosis.time_breakdown,
         "post_mortem": post_mortem(diagnosis),
         "kernels": kernels(diagnosis),
@@ -150,6 +153,25 @@ def findings_table(diagnosis: Diagnosis) -> Table:
             shown(finding.impact.gpu_hours_per_day, lambda h: f"{h:,.0f}"),
             shown(finding.mfu_after_fix, units.format_percent),
         )
+    return table
+
+
+def job_table(diagnosis: Diagnosis) -> Table | None:
+    """Each value of the job the diagnosis used, and where it came from (flag, log line, derived, default)."""
+    if not diagnosis.provenance:
+        return None
+    table = Table("The job, and where each value came from", ["value", "is", "from", "where"])
+    for item in diagnosis.provenance:
+        table.add(item.name, str(item.value), item.origin, item.where)
+    return table
+
+
+def skipped_table(diagnosis: Diagnosis) -> Table | None:
+    if not diagnosis.skipped:
+        return None
+    table = Table("Files skipped", ["file", "reason"])
+    for entry in diagnosis.skipped:
+        table.add(entry["file"], entry["reason"])
     return table
 
 
@@ -201,7 +223,13 @@ def notes(diagnosis: Diagnosis) -> list[str]:
     if mfu.measured is not None:
         lines.append(
             f"MFU {units.format_percent(mfu.measured)} measured ({mfu.method}); steady state "
-            f"{_percent(mfu.steady_state)}; expected {_percent(diagnosis.expected.value)} ({_basis(diagnosis)})"
+            f"{_percent(mfu.steady_state)}; expected {_percent(diagnosis.expected.value)}"
+            + (
+                f" (interval {_percent(diagnosis.expected.interval[0])}-{_percent(diagnosis.expected.interval[1])})"
+                if diagnosis.expected.interval
+                else ""
+            )
+            + f" ({_basis(diagnosis)})"
         )
     else:
         lines.append(f"MFU: {mfu.method}")
@@ -255,6 +283,11 @@ def html_report(diagnosis: Diagnosis, warnings: list[str]) -> Report:
             "Findings", [f"{f.id}: {f.summary}" for f in diagnosis.findings[:8]], [findings_table(diagnosis)]
         ),
         Section("MFU-first gates", [], gates_tables(diagnosis)),
+        Section(
+            "The job",
+            diagnosis.job_warnings,
+            [t for t in (job_table(diagnosis), skipped_table(diagnosis)) if t is not None],
+        ),
         Section("Post-mortem", notes(diagnosis)[1:]),
     ]
     charts = []

@@ -22,6 +22,7 @@ RULE_MODULES: tuple[str, ...] = (
     "straggler",
     "data",
     "network",
+    "sync_timers",
     "communication",
     "pipeline",
     "launch",

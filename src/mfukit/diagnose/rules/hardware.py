@@ -17,6 +17,7 @@ from pathlib import Path
 from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import Evidence, Finding, Impact
 from mfukit.diagnose.records import DiagResult, GpuSeries, XidEvent
+from mfukit.diagnose.sources.telemetry import drain_step, gpu_label
 
 CATALOG = Path(__file__).parents[1] / "data" / "xid_catalog.toml"
 
@@ -74,10 +75,10 @@ def _xids(ctx: Context) -> list[Finding]:
             ]
         else:
             severity = "error" if info.fatal and not secondary else "warning" if not secondary else "info"
-            title = f"XID {code} {info.mnemonic} on {host} ({pci}) x{len(group)}"
+            title = f"XID {code} {info.mnemonic} on {host or 'a node the log does not name'} ({pci}) x{len(group)}"
             action = [info.cluster_action, f"NVIDIA immediate action: {info.nvidia_action}"]
             if info.fatal:
-                action.insert(0, f"scontrol update nodename={host} state=drain reason='XID {code}'")
+                action.insert(0, drain_step([host] if host else [], f"'XID {code}'", [(None, group[0].file)]))
         findings.append(
             Finding(
                 id="ecc_error" if info is not None and info.ecc and info.fatal else "xid_error",
@@ -139,17 +140,21 @@ def _ecc(ctx: Context) -> list[Finding]:
         findings.append(
             Finding(
                 id="ecc_error",
-                title=f"ECC: {', '.join(p[1] for p in problems)} on {series.host} GPU {series.gpu}",
+                title=f"ECC: {', '.join(p[1] for p in problems)} on "
+                + gpu_label(series.host, series.gpu, series.uuid, series.file),
                 severity=severity,  # type: ignore[arg-type]
                 summary="; ".join(p[1] for p in problems),
                 evidence=[
-                    Evidence(series.file, p[1], gpu=f"{series.host} GPU {series.gpu}") for p in problems
+                    Evidence(
+                        series.file, p[1], gpu=gpu_label(series.host, series.gpu, series.uuid, series.file)
+                    )
+                    for p in problems
                 ],
                 impact=_no_cost(
                     "risk of a job crash (XID 48/94/95) and of silent data corruption; not a share of step time"
                 ),
                 fix=[
-                    f"scontrol update nodename={series.host} state=drain reason=ecc",
+                    drain_step([series.host] if series.host else [], "ecc", [(series.uuid, series.file)]),
                     *(p[2] for p in problems),
                 ],
                 prevention=[

@@ -50,7 +50,7 @@ def analyze(ctx: Context) -> list[Finding]:
             degraded(
                 "Some files were skipped",
                 f"{len(ctx.unrecognised)} file(s) matched no artifact kind or could not be parsed",
-                [Evidence(path, "skipped") for path in ctx.unrecognised],
+                [Evidence(path, f"skipped: {why}") for path, why in ctx.unrecognised],
                 "check `mfukit diagnose --help` for the kinds read; rename or convert the file",
             )
         )
@@ -144,7 +144,11 @@ def analyze(ctx: Context) -> list[Finding]:
                 "compute, communication, idle and data-loader shares need a PyTorch profiler trace"
                 + (f" ({len(traces)} trace(s) given, none with a step that can be judged)" if traces else ""),
                 [],
-                "record a few steps with torch.profiler (activities=[CPU, CUDA]) on every rank and pass the traces",
+                "record a few steps with torch.profiler (activities=[CPU, CUDA]) on every rank and pass the traces; "
+                "or, where Python cannot be changed, Nsight Systems on a few ranks: nsys profile -t cuda,nvtx,osrt "
+                "--capture-range=cudaProfilerApi -o rank%q{SLURM_PROCID} <launch command>, then nsys export --type "
+                "sqlite; with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET in the job's environment and nccl-tests "
+                "(all_reduce_perf -b 8 -e 8G -f 2 -g 1) across its nodes",
             )
         )
     return findings

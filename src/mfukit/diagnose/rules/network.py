@@ -20,7 +20,7 @@ from collections import defaultdict
 from mfukit import units
 from mfukit.comm.nccl_log import rejudge
 from mfukit.core import findings as judged
-from mfukit.diagnose.breakdown import job_fraction
+from mfukit.diagnose.breakdown import job_fraction, median
 from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import Evidence, Finding, Impact, from_judge, severity_for, worse
 from mfukit.diagnose.network import (
@@ -29,8 +29,9 @@ from mfukit.diagnose.network import (
     Bandwidth,
     expected_busbw,
     measured_busbw,
+    socket_price,
 )
-from mfukit.diagnose.records import NcclLog, RankTrace
+from mfukit.diagnose.records import NcclLog, RankTrace, TrainingLog
 from mfukit.diagnose.rules.communication import CHECK_TRANSPORT, MEASURE_FABRIC, exposed_share
 from mfukit.diagnose.rules.inputs import degraded
 
@@ -100,8 +101,93 @@ def _merge(ctx: Context, notes: list[tuple[str, judged.Finding]]) -> list[Findin
     return merged
 
 
+def _socket_interfaces(ctx: Context) -> int:
+    """How many socket interfaces NCCL used per node (``NET/Socket : Using [0]eth0 [1]eth1``), at least 1."""
+    found = [len(log.report.socket_interfaces) for log in ctx.of(NcclLog) if log.report.socket_interfaces]
+    return max(found) if found else 1
+
+
+def _socket_busbw(ctx: Context) -> tuple[float, str] | None:
+    """An nccl-tests run over sockets across nodes (its file also says NET/Socket): its peak busbw."""
+    socket_files = {log.file for log in ctx.of(NcclLog) if "Socket" in log.report.networks}
+    for check in ctx.nccl_checks:
+        run = check.result.run
+        if run is not None and check.result.file in socket_files and len(run.hosts) > 1:
+            return run.peak_busbw_bytes_per_s, f"nccl-tests over sockets in {check.result.file}"
+    return None
+
+
+def _timer_evidence(ctx: Context, root: Finding) -> None:
+    """Megatron's gradient-sync timers (max across ranks, per iteration): the time the sync takes today."""
+    for log in ctx.of(TrainingLog):
+        for name in ("all-grads-sync", "grads-all-reduce", "grads-reduce-scatter"):
+            values = log.timers_ms.get(name)
+            if values:
+                root.evidence.insert(
+                    0,
+                    Evidence(log.file, f"Megatron timer {name}: {median(values) / 1e3:.2f} s per iteration (median of "
+                             f"{len(values)} reports, max across ranks)"),
+                )  # fmt: skip
+                root.details[f"timer_{name.replace('-', '_')}_s"] = median(values) / 1e3
+                return
+
+
+def _price_socket(ctx: Context, root: Finding) -> bool:
+    """The socket fallback priced by the performance model of the job's layout, sockets against the
+    node's fabric (see :func:`diagnose.network.socket_price`). False when it cannot be."""
+    step = ctx.step_now_s
+    if step is None or ctx.parallelism is None:
+        return False
+    measured = _socket_busbw(ctx)
+    price = socket_price(
+        ctx.model, ctx.training, ctx.parallelism, ctx.cluster, interfaces=_socket_interfaces(ctx),
+        measured_bytes_per_s=measured[0] if measured else None, measured_source=measured[1] if measured else "",
+    )  # fmt: skip
+    if price is None:
+        return False
+    added, basis = (
+        price.added_s,
+        (
+            f"the performance model's step on sockets minus on the node's fabric ({price.added_s:.2f} s) over "
+            f"today's step ({step:.2f} s)"
+        ),
+    )
+    timed = next(
+        (v for k, v in root.details.items() if k.startswith("timer_") and isinstance(v, float)), None
+    )
+    if timed is not None:  # the log measured the gradient sync: it stands for the model's DP part
+        fabric_dp = (ctx.expected.breakdown_s or {}).get("dp_comm", 0.0)
+        others = sum(v for k, v in price.parts_s.items() if k != "dp_comm")
+        added = max(0.0, timed - fabric_dp) + others
+        basis = (
+            f"the gradient sync the log's timer measured ({timed:.2f} s) less the {fabric_dp:.2f} s the model "
+            f"leaves exposed on the node's fabric, plus the model's growth of the other traffic over sockets "
+            f"({others:.2f} s), over today's step ({step:.2f} s); the model alone, at "
+            f"{units.format_rate(price.socket_bytes_per_s_per_node)} per node over sockets, predicts "
+            f"{price.added_s:.2f} s: the measured sync follows the measured data"
+        )
+    recoverable = min(0.99, added / step)
+    parts = ", ".join(
+        f"{name} +{seconds:.2f} s" for name, seconds in sorted(price.parts_s.items(), key=lambda p: -p[1])
+    )
+    root.evidence.append(Evidence("performance model", f"{price.basis}; {parts or 'no part grows'}"))
+    root.details.update(
+        fabric_step_s=price.fabric_step_s, socket_step_s=price.socket_step_s,
+        socket_bytes_per_s_per_node=price.socket_bytes_per_s_per_node, added_s_by_part=price.parts_s,
+    )  # fmt: skip
+    root.impact = ctx.impact(recoverable, basis)
+    root.recoverable_fraction = recoverable
+    root.mfu_after_fix = ctx.mfu_after(recoverable)
+    root.severity = worse(root.severity, severity_for(recoverable))
+    return True
+
+
 def _cost(ctx: Context, root: Finding) -> None:
     """Give the root bandwidth fault the communication time it costs (see the module docstring)."""
+    if root.id == "nccl_socket_fallback":
+        _timer_evidence(ctx, root)
+        if not ctx.ranks and _price_socket(ctx, root):
+            return
     load = ctx.gradient
     cluster = ctx.cluster
     expected: Bandwidth | None = (

@@ -19,6 +19,36 @@ from mfukit.diagnose.breakdown import median
 from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import WARNING_STEP_FRACTION, Evidence, Finding, severity_for
 from mfukit.diagnose.records import PipelineTimeline
+from mfukit.diagnose.whatif import WhatIf, analyse
+
+CAUSE_FINDING = {
+    "stage partitioning": "stage_imbalance",
+    "slow worker": "straggler_rank",
+    "sequence-length imbalance": "sequence_length_imbalance",
+    "communication": "straggler_communication",
+}
+CAUSE_FIX = {
+    "stage partitioning": [
+        "move layers off the slow stage: Megatron --decoder-last-pipeline-num-layers N (or "
+        "--decoder-first-pipeline-num-layers), or a custom pipeline split (torchtitan pipeline_parallel_split_points)",
+        "account for the embedding/output layer and loss on the first/last stage: Megatron "
+        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split",
+    ],
+    "slow worker": [
+        "find the node of the named rank (its hostname in the job's NCCL_DEBUG=INFO lines) and check it: "
+        "nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER; dcgmi diag -r 3",
+        "then exclude it: sbatch --exclude=<node>, or drain it (scontrol update nodename=<node> state=drain)",
+    ],
+    "sequence-length imbalance": [
+        "balance the tokens (and the attention cost, sum of squared lengths) per DP rank: pack sequences to the "
+        "context length, or sort and bucket by length before sharding the global batch across DP ranks",
+        "with variable lengths, shard by tokens, not by sequences (a length-balanced sampler)",
+    ],
+    "communication": [
+        "check the transport of the slow collective: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET",
+        "measure the fabric: all_reduce_perf -b 8 -e 8G -f 2 -g 1 (nccl-tests) across the job's nodes",
+    ],
+}
 
 INTERLEAVE = 2  # the virtual stages the fix proposes
 IMBALANCE_RATIO = 1.05  # slowest stage 5 % above the mean
@@ -72,6 +102,10 @@ def _microbatches(ctx: Context) -> int:
 def analyze(ctx: Context) -> list[Finding]:
     findings: list[Finding] = []
     for timeline in ctx.of(PipelineTimeline):
+        replayed = _what_if(ctx, timeline)
+        if replayed is not None:
+            findings.extend(replayed)
+            continue
         if timeline.num_stages >= 2 and timeline.num_microbatches >= 1:
             stages, step = _stages_from_timeline(timeline)
             findings += _judge(
@@ -177,3 +211,86 @@ def _judge(
                 )
             )
     return findings
+
+
+def _what_if(ctx: Context, timeline: PipelineTimeline) -> list[Finding] | None:
+    """The straggler slowdown of a per-op timeline by what-if replay (:mod:`..whatif`), as the finding of its
+    cause; None when the timeline holds no op spans (the analytic bound then stands in)."""
+    if timeline.ops is None:
+        return None
+    try:
+        found = analyse(timeline.ops)
+    except ValueError as error:
+        ctx.assumptions.append(
+            f"{timeline.file}: no what-if replay ({error}); stage balance judged analytically"
+        )
+        return None
+    lost = 1.0 - 1.0 / found.slowdown  # share of today's step the stragglers cost
+    if found.cause == "none" or lost < WARNING_STEP_FRACTION:
+        return []
+    share = {"stage partitioning": found.stage_metric, "slow worker": found.worker_metric}.get(
+        found.cause, 1.0
+    )
+    recoverable = max(0.0, min(1.0, share)) * lost
+    return [_what_if_finding(ctx, timeline.file, found, lost, recoverable)]
+
+
+def _what_if_finding(ctx: Context, file: str, found: WhatIf, lost: float, recoverable: float) -> Finding:
+    last = max(found.by_stage)
+    slowest = max(found.by_stage, key=lambda s: found.by_stage[s])
+    evidence = [
+        Evidence(file, f"what-if replay: mean step {found.step_s.mean():.3f} s with the traced durations, "
+                 f"{found.ideal_step_s.mean():.3f} s with ideal ones (replay within {found.replay_error:.1%} of the trace)"),
+        *(Evidence(file, f"stage {s}: {v:.3f}x when only its ops keep their traced durations") for s, v in
+          sorted(found.by_stage.items())),
+        *(Evidence(file, f"DP rank {d}: {v:.3f}x", rank=d) for d, v in sorted(found.by_dp_rank.items())),
+        Evidence(file, f"M_s (last stage) {found.stage_metric:.2f}, M_w (worst worker DP {found.worst_worker[0]} "
+                 f"stage {found.worst_worker[1]}) {found.worker_metric:.2f}"),
+    ]  # fmt: skip
+    summary = (
+        f"the job runs {found.slowdown:.3f}x slower than with every op at its ideal duration (what-if replay of "
+        f"{len(found.steps)} steps); the cause is {found.cause}: {found.named}"
+        + (
+            " (the last stage also holds the output layer and the loss)"
+            if found.cause == "stage partitioning"
+            else ""
+        )
+    )
+    return Finding(
+        id=CAUSE_FINDING[found.cause],
+        title=f"Stragglers: {found.slowdown:.2f}x slower than ideal, {found.cause} ({found.named})",
+        severity=severity_for(lost),
+        summary=summary,
+        evidence=evidence,
+        impact=ctx.impact(
+            recoverable,
+            "what-if replay (Lin et al., OSDI '25): 1 - T_ideal / T, times the share the named group's ideal "
+            "durations remove",
+        ),
+        fix=[
+            *CAUSE_FIX[found.cause],
+            "re-profile after the change and compare the per-stage and per-rank times (Megatron --timing-log-level 2)",
+        ],
+        prevention=[
+            "replay a few steps' per-op timers in every long job's first hour (mfukit diagnose on the "
+            "timeline) and alert when the what-if slowdown passes 1.05x"
+        ],
+        recoverable_fraction=recoverable,
+        mfu_after_fix=ctx.mfu_after(recoverable),
+        details={
+            "method": "what-if replay",
+            "slowdown": found.slowdown,
+            "slowdown_vs_balanced": found.by_stage[last]
+            if found.cause == "stage partitioning"
+            else found.slowdown,
+            "by_dp_rank": found.by_dp_rank,
+            "by_stage": found.by_stage,
+            "by_optype": found.by_optype,
+            "stage_metric": found.stage_metric,
+            "worker_metric": found.worker_metric,
+            "worst_worker": list(found.worst_worker),
+            "cause": found.cause,
+            "slowest_stage": slowest,
+            "replay_error": found.replay_error,
+        },
+    )

@@ -13,6 +13,7 @@ from mfukit.diagnose.breakdown import RankSummary, median
 from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import Evidence, Finding, severity_for
 from mfukit.diagnose.records import RankTrace
+from mfukit.diagnose.whatif import ChainWhatIf, chain_analyse
 
 MIN_RANKS = 3
 MIN_WAIT_FRACTION = 0.03
@@ -20,6 +21,91 @@ SPREAD_FACTOR = 3.0  # the late rank's lead must be this many times the others' 
 
 
 def analyze(ctx: Context) -> list[Finding]:
+    found = _by_durations(ctx)
+    replayed = _what_if(ctx)
+    if replayed is None:
+        return found
+    if found:  # the what-if replay backs the duration-based finding with its slowdown and per-rank shares
+        found[0].details["what_if"] = _what_if_details(replayed)
+        found[0].evidence.insert(0, _what_if_evidence(replayed))
+        return found
+    lost = 1.0 - 1.0 / replayed.slowdown
+    if replayed.cause == "none" or lost < MIN_WAIT_FRACTION:
+        return []
+    return [_what_if_finding(ctx, replayed, lost)]
+
+
+def _what_if(ctx: Context) -> ChainWhatIf | None:
+    """The what-if replay of the traced ranks' collective chains (one job's traces only)."""
+    traces = [t for t in ctx.of(RankTrace) if t.rank is not None and t.chains]
+    if len(traces) < 2 or not one_job(ctx):
+        return None
+    return chain_analyse({t.rank: t.chains for t in traces if t.rank is not None})
+
+
+def _what_if_details(found: ChainWhatIf) -> dict[str, object]:
+    return {"method": "what-if replay of the collectives", "slowdown": found.slowdown, "straggler": found.straggler,
+            "by_rank": found.by_rank, "persistence": found.persistence, "cause": found.cause,
+            "steps": found.steps, "collectives_per_step": found.collectives_per_step}  # fmt: skip
+
+
+def _what_if_evidence(found: ChainWhatIf) -> Evidence:
+    return Evidence(
+        "what-if replay",
+        f"the traced ranks run {found.slowdown:.2f}x slower than with every rank at the mean time between "
+        f"its {found.collectives_per_step} collectives per step ({found.steps} steps); rank {found.straggler} "
+        f"alone at its traced times gives {found.by_rank[found.straggler]:.2f}x; it is the slowest rank in "
+        f"{found.persistence:.0%} of the steps",
+        rank=found.straggler,
+    )
+
+
+def _what_if_finding(ctx: Context, found: ChainWhatIf, lost: float) -> Finding:
+    slow_worker = found.cause == "slow worker"
+    share = (found.by_rank[found.straggler] - 1.0) / (found.slowdown - 1.0) if slow_worker else 1.0
+    recoverable = lost * min(1.0, share)
+    fix = (
+        [f"find rank {found.straggler}'s node (srun -l hostname; rank // GPUs per node) and check it: nvidia-smi -q "
+         "-d PERFORMANCE,CLOCK,ECC, dcgmi diag -r 3; then sbatch --exclude=<node> or scontrol update "
+         "nodename=<node> state=drain"]
+        if slow_worker
+        else ["balance the tokens per DP rank: pack sequences to the context length, or bucket by length and "
+              "shard the global batch by tokens (a length-balanced sampler), not by sequences"]
+    )  # fmt: skip
+    return Finding(
+        id="straggler_rank" if slow_worker else "sequence_length_imbalance",
+        title=(
+            f"Straggler: rank {found.straggler} slows the job {found.slowdown:.2f}x (what-if replay)"
+            if slow_worker
+            else f"Uneven load across DP ranks slows the job {found.slowdown:.2f}x (what-if replay)"
+        ),
+        severity=severity_for(lost),
+        summary=(
+            f"the job runs {found.slowdown:.2f}x slower than with every rank at the mean time between collectives; "
+            + (
+                f"rank {found.straggler} is the slowest in {found.persistence:.0%} of the steps (a slow worker)"
+                if slow_worker
+                else f"the slowest rank changes from step to step (rank {found.straggler} only in "
+                f"{found.persistence:.0%} of them): the load moves, as uneven sequence lengths do"
+            )
+        ),
+        evidence=[_what_if_evidence(found)],
+        impact=ctx.impact(
+            recoverable,
+            "what-if replay (Lin et al., OSDI '25): 1 - T_ideal / T, times the share the named rank explains",
+        ),
+        fix=fix,
+        prevention=[
+            "replay a few profiled steps of every long job (mfukit diagnose on the ranks' traces) and "
+            "alert when the what-if slowdown passes 1.05x"
+        ],
+        recoverable_fraction=recoverable,
+        mfu_after_fix=ctx.mfu_after(recoverable),
+        details={**_what_if_details(found), "ranks": [found.straggler]},
+    )
+
+
+def _by_durations(ctx: Context) -> list[Finding]:
     ranks = [r for r in ctx.ranks if r.medians_s["comm_s"] > 0]
     if len(ranks) < MIN_RANKS or not one_job(ctx):
         return []

@@ -16,7 +16,7 @@ from mfukit.diagnose.breakdown import job_fraction, median
 from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import Evidence, Finding, Impact, severity_for
 from mfukit.diagnose.records import GpuSeries, LogEvent, TrainingLog
-from mfukit.diagnose.sources.telemetry import HARDWARE_REASONS, reason_names
+from mfukit.diagnose.sources.telemetry import HARDWARE_REASONS, drain_step, gpu_label, reason_names
 
 BUSY_UTILIZATION = 0.5
 REASON_SHARE = 0.2  # hardware reasons in >= 20 % of busy samples
@@ -32,6 +32,10 @@ class Throttled:
     reason_share: float
     reasons: list[str]
     why: str
+
+
+def _label(series: GpuSeries) -> str:
+    return gpu_label(series.host, series.gpu, series.uuid, series.file)
 
 
 def _busy(series: GpuSeries) -> list[float | None]:
@@ -106,14 +110,22 @@ def analyze(ctx: Context) -> list[Finding]:
     else:
         basis += f"; compute share {compute_share:.0%} of the step (traces)"
     fraction = None
-    if clock is not None and clock < 1.0:
+    model_compute = ctx.model_compute_s()
+    step = ctx.step_now_s
+    if clock is not None and clock < 1.0 and not ctx.ranks and model_compute and step:
+        # the performance model's compute of one step on a healthy GPU, stretched by 1/c on the slow one
+        fraction = min(1.0, model_compute * (1.0 / clock - 1.0) / step)
+        basis = (
+            f"slowest GPU's busy SM clock vs its peers: the performance model's {model_compute:.2f} s of compute "
+            f"per step takes 1/{clock:.2f} as long on it, every rank waits; over today's step of {step:.2f} s"
+        )
+        ctx.assumptions = [a for a in ctx.assumptions if not a.startswith("throttling cost assumes")]
+    elif clock is not None and clock < 1.0:
         # compute share k of today's (slowed) step: the slow GPU adds k(1/c - 1) of it;
         # without a trace the step is taken as all compute at nominal speed: 1 - c is lost
         fraction = min(1.0, compute_share * (1.0 / clock - 1.0)) if ctx.ranks else 1.0 - clock
-    evidence = [
-        Evidence(t.series.file, t.why, gpu=f"{t.series.host} GPU {t.series.gpu}") for t in throttled
-    ] + megatron
-    hosts = sorted({t.series.host for t in throttled})
+    evidence = [Evidence(t.series.file, t.why, gpu=_label(t.series)) for t in throttled] + megatron
+    hosts = sorted({t.series.host for t in throttled if t.series.host})
     impact = (
         ctx.impact(fraction, basis)
         if fraction is not None
@@ -122,7 +134,6 @@ def analyze(ctx: Context) -> list[Finding]:
     severity = severity_for(fraction) if fraction is not None else "warning"
     if any(t.reasons for t in throttled) and severity == "info":
         severity = "warning"
-    drain = " ".join(hosts[:4]) or "<node>"
     return [
         Finding(
             id="gpu_throttling",
@@ -130,13 +141,19 @@ def analyze(ctx: Context) -> list[Finding]:
             + (f", slowest at {clock:.0%} clock" if clock else ""),
             severity=severity,
             summary=(
-                f"{'; '.join(f'{t.series.host} GPU {t.series.gpu}: {t.why}' for t in throttled[:4])}"
+                f"{'; '.join(f'{_label(t.series)}: {t.why}' for t in throttled[:4])}"
                 + ("" if throttled else megatron[0].what)
             ),
             evidence=evidence[:20],
             impact=impact,
             fix=[
-                f"drain the node(s) now: scontrol update nodename={drain.replace(' ', ',')} state=drain reason=gpu_throttling",
+                drain_step(
+                    hosts[:4],
+                    "gpu_throttling",
+                    [(t.series.uuid, t.series.file) for t in throttled],
+                )
+                if throttled
+                else "drain the node of the rank Megatron's straggler report names: scontrol update nodename=<node> state=drain reason=gpu_throttling",
                 "on the node: nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER (which reason is active, temperature vs slowdown temperature, power limit)",
                 "restore the default power limit if it was lowered: nvidia-smi -pl <default watts>",
                 "check cooling and power: fan/inlet temperature, blocked airflow, PSU health (ipmitool sdr; ipmitool sel list)",

@@ -36,6 +36,7 @@ class Source:
 SOURCE_MODULES: tuple[str, ...] = (
     "pipeline_timeline",
     "kineto_source",
+    "nsys",
     "mfukit_bench",
     "nccl_tests",
     "nvidia_smi",
@@ -45,6 +46,7 @@ SOURCE_MODULES: tuple[str, ...] = (
     "kernel_log",
     "train_ledger",
     "training_log",
+    "launch_config",
     "nccl_log",
 )
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from mfukit.diagnose.records import GpuSample, GpuSeries
 from mfukit.diagnose.sources import Source
 from mfukit.diagnose.sources.jsonstream import open_text
-from mfukit.diagnose.sources.telemetry import BLANK_SENTINEL, host_from
+from mfukit.diagnose.sources.telemetry import BLANK_SENTINEL
 
 MHZ = 1e6
 _LINE = re.compile(r"^(DCGM_\w+)\{(.*?)\}\s+(\S+)")
@@ -72,7 +72,7 @@ def parse(path: Path) -> list[GpuSeries]:
             if abs(value) >= BLANK_SENTINEL or value != value:
                 continue
             labels = dict(_LABEL.findall(match.group(2)))
-            host = labels.get("Hostname") or labels.get("hostname") or host_from(path.name)
+            host = labels.get("Hostname") or labels.get("hostname") or ""
             key = (host, labels.get("gpu", "0"))
             if labels.get("modelName"):
                 names[key] = labels["modelName"]

@@ -48,7 +48,6 @@ def _time(line: str) -> tuple[str | None, float | None]:
 
 def parse(path: Path) -> list[XidEvent]:
     events: list[XidEvent] = []
-    default_host = path.name.split(".")[0]
     with open_text(path) as stream:
         for number, line in enumerate(stream, start=1):
             match = XID.search(line)
@@ -63,7 +62,7 @@ def parse(path: Path) -> list[XidEvent]:
                 XidEvent(
                     file=str(path),
                     line=number,
-                    host=host or default_host,
+                    host=host,  # journal lines name it; dmesg does not (never the file's name)
                     pci=match.group(1),
                     xid=int(match.group(2)),
                     text=line.strip()[:300],

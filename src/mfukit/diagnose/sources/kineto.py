@@ -20,7 +20,7 @@ from array import array
 from collections import defaultdict
 from math import isfinite
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import numpy as np
@@ -39,9 +39,10 @@ from mfukit.diagnose.records import (
     KernelTotal,
     RankTrace,
     StepBreakdown,
+    StepChain,
     TimelineCategory,
 )
-from mfukit.diagnose.sources.jsonstream import TraceEventStream
+from mfukit.diagnose.sources.jsonstream import StreamProblems, TraceEventStream
 
 US = 1e-6
 # A GPU gap shorter than this is launch latency, not waiting for work: 5-20 us per launch (HTA docs,
@@ -113,7 +114,7 @@ class TraceEvent(msgspec.Struct, gc=False):
     args: EventArgs | None = None
 
 
-class _Collector:
+class Collector:
     """Accumulates what the analysis needs while the blocks of events stream past."""
 
     def __init__(self) -> None:
@@ -249,10 +250,10 @@ def _message_bytes(args: EventArgs) -> float | None:
 
 def parse(path: Path) -> list[RankTrace]:
     stream = TraceEventStream(path, TraceEvent)
-    collector = _Collector()
+    collector = Collector()
     for block in stream.blocks():
         collector.add(block)
-    return [_analyse(path, stream, collector)]
+    return [analyse(path, stream, collector)]
 
 
 def _rank(path: Path, header: dict[str, Any]) -> tuple[int | None, str, int | None, str | None]:
@@ -270,7 +271,15 @@ def _rank(path: Path, header: dict[str, Any]) -> tuple[int | None, str, int | No
     return None, "unknown", world, backend
 
 
-def _analyse(path: Path, stream: TraceEventStream[TraceEvent], c: _Collector) -> RankTrace:
+class TraceSource(Protocol):
+    """What :func:`analyse` reads of where the events came from (a trace stream, an nsys export)."""
+
+    header: dict[str, Any]
+    problems: StreamProblems
+    events_read: int
+
+
+def analyse(path: Path, stream: TraceSource, c: Collector) -> RankTrace:
     header = stream.header
     problems = list(stream.problems.notes)
     if stream.problems.corrupt_stretches:
@@ -315,6 +324,7 @@ def _analyse(path: Path, stream: TraceEventStream[TraceEvent], c: _Collector) ->
     totals = _kernel_totals(c, durations, codes)
     num_comm = int(np.sum(codes == CATEGORY_CODES["comm"]))
     timeline = _timeline(start, end, codes, breakdown)
+    chains = _chains(start, end, codes, breakdown)
     return RankTrace(
         file=str(path),
         rank=rank,
@@ -337,10 +347,28 @@ def _analyse(path: Path, stream: TraceEventStream[TraceEvent], c: _Collector) ->
         clock_origin_s=origin_us * US,
         problems=problems,
         events=stream.events_read,
+        chains=chains,
     )
 
 
-def _kernel_totals(c: _Collector, durations: iv.Array, codes: Any) -> list[KernelTotal]:
+def _chains(start: iv.Array, end: iv.Array, cat: Any, steps: list[StepBreakdown]) -> list[StepChain]:
+    """Each step's communication kernels (start from the step's start, duration), in start order, and the
+    end of its last GPU work: what the what-if replay of the ranks' collectives needs."""
+    chains = []
+    comm = cat == CATEGORY_CODES["comm"]
+    for step in steps:
+        lo, hi = step.start_s, step.start_s + step.duration_s
+        inside = (start >= lo) & (start < hi)
+        mask = inside & comm
+        order = np.argsort(start[mask], kind="stable")
+        starts = start[mask][order] - lo
+        durations = end[mask][order] - start[mask][order]
+        last = float(end[inside].max() - lo) if inside.any() else step.duration_s
+        chains.append(StepChain(step.step, tuple(starts.tolist()), tuple(durations.tolist()), last))
+    return chains
+
+
+def _kernel_totals(c: Collector, durations: iv.Array, codes: Any) -> list[KernelTotal]:
     """The 50 GPU ops that took longest in total, by name (a name any of whose runs was a collective
     counts as communication)."""
     names = np.frombuffer(c.gpu_name, dtype=np.int64)
@@ -366,7 +394,7 @@ def _kernel_totals(c: _Collector, durations: iv.Array, codes: Any) -> list[Kerne
 
 
 def _windows(
-    c: _Collector, start: iv.Array, end: iv.Array
+    c: Collector, start: iv.Array, end: iv.Array
 ) -> tuple[list[tuple[int | None, float, float]], bool]:
     """The analysis windows: one per ProfilerStep marker, else the whole GPU-active span."""
     if c.steps:
@@ -404,7 +432,7 @@ def _spans(spans: list[tuple[float, float]], origin_us: float) -> tuple[iv.Array
 
 
 def _breakdown(
-    c: _Collector,
+    c: Collector,
     start: iv.Array,
     end: iv.Array,
     cat: Any,
@@ -473,7 +501,7 @@ def _breakdown(
 
 
 def _split_gaps(
-    c: _Collector, start: iv.Array, gap_s: iv.Array, gap_e: iv.Array
+    c: Collector, start: iv.Array, gap_s: iv.Array, gap_e: iv.Array
 ) -> tuple[iv.Array, iv.Array, iv.Array, iv.Array]:
     """Split each idle gap into host wait (before the next GPU op was launched) and kernel wait (after).
 

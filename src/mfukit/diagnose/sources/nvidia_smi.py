@@ -3,7 +3,8 @@
 The CSV header names the fields (``clocks.sm [MHz]``); values carry units (``1410 MHz``, ``250.3 W``),
 missing ones read ``[N/A]``. Clock event reasons come either as the hex mask
 (``clocks_event_reasons.active``, legacy ``clocks_throttle_reasons.active``) or one Active/Not Active
-column per reason. The host is taken from the file name (one file per node).
+column per reason. The host is the ``node: `` prefix pdsh/clush put on each line, never the file's name
+(which names whoever collected it); without one it is unknown ('').
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from mfukit.diagnose.records import GpuSample, GpuSeries
 from mfukit.diagnose.sources import Source
 from mfukit.diagnose.sources.jsonstream import open_text
-from mfukit.diagnose.sources.telemetry import Q_REASON_LABELS, REASON_BITS, active, host_from, number
+from mfukit.diagnose.sources.telemetry import Q_REASON_LABELS, REASON_BITS, active, host_prefix, number
 
 MHZ = 1e6
 _HEADER_FIELD = re.compile(r"^[a-z_][a-z0-9_.]*$")
@@ -104,15 +105,16 @@ def _csv_sample(row: dict[str, str]) -> GpuSample:
 
 
 def parse_csv(path: Path) -> list[GpuSeries]:
-    host = host_from(path.name)
-    series: dict[str, list[GpuSample]] = defaultdict(list)
-    names: dict[str, str] = {}
+    series: dict[tuple[str, str], list[GpuSample]] = defaultdict(list)
+    names: dict[tuple[str, str], str] = {}
+    uuids: dict[tuple[str, str], str] = {}
     with open_text(path) as stream:
         reader = csv.reader(stream, skipinitialspace=True)
         header: list[str] | None = None
         for cells in reader:
             if not cells or not any(c.strip() for c in cells):
                 continue
+            host, cells[0] = host_prefix(cells[0])
             fields = [_field(c) for c in cells]
             if all(_HEADER_FIELD.match(f) for f in fields):
                 header = fields
@@ -120,11 +122,16 @@ def parse_csv(path: Path) -> list[GpuSeries]:
             if header is None or len(cells) != len(header):
                 continue
             row = dict(zip(header, (c.strip() for c in cells), strict=True))
-            gpu = row.get("index") or row.get("pci.bus_id") or row.get("uuid") or "0"
-            series[gpu].append(_csv_sample(row))
+            key = (host, row.get("index") or row.get("pci.bus_id") or row.get("uuid") or "0")
+            series[key].append(_csv_sample(row))
             if row.get("name"):
-                names[gpu] = row["name"]
-    return [GpuSeries(str(path), host, gpu, names.get(gpu), samples) for gpu, samples in series.items()]
+                names[key] = row["name"]
+            if row.get("uuid"):
+                uuids[key] = row["uuid"]
+    return [
+        GpuSeries(str(path), host, gpu, names.get((host, gpu)), samples, uuids.get((host, gpu)))
+        for (host, gpu), samples in series.items()
+    ]
 
 
 # ------------------------------------------------------------------------------------------ nvidia-smi -q
@@ -135,13 +142,14 @@ _SECTION = re.compile(r"^(\s*)(\S.*?)\s*$")
 
 
 def parse_q(path: Path) -> list[GpuSeries]:
-    host = host_from(path.name)
+    host = ""  # nvidia-smi -q names no host (its lines carry a pdsh prefix at most, stripped below)
     gpus: list[tuple[str, dict[str, str]]] = []
     fields: dict[str, str] = {}
     stack: list[tuple[int, str]] = []
     with open_text(path) as stream:
         for raw in stream:
-            line = raw.rstrip("\n")
+            prefix, line = host_prefix(raw.rstrip("\n"))
+            host = prefix or host
             header = _GPU_HEADER.match(line.strip())
             if header:
                 fields = {}
@@ -162,7 +170,9 @@ def parse_q(path: Path) -> list[GpuSeries]:
                 if section:
                     stack.append((indent, section.group(2).rstrip(":").strip()))
     return [
-        GpuSeries(str(path), host, bus, fields.get("product name"), [_q_sample(fields)])
+        GpuSeries(
+            str(path), host, bus, fields.get("product name"), [_q_sample(fields)], fields.get("gpu uuid")
+        )
         for bus, fields in gpus
     ]
 

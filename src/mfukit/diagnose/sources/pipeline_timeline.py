@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from mfukit.diagnose.records import PipelineTimeline, StagePhase
+from mfukit.diagnose.records import PipelineTimeline, StagePhase, TimelineOps
 from mfukit.diagnose.sources import Source
 from mfukit.diagnose.sources.jsonstream import TraceEventStream
 
@@ -37,6 +37,7 @@ def parse(path: Path) -> list[PipelineTimeline]:
     chunks: set[Any] = set()
     gc_us = 0.0
     steps_seen: set[int] = set()
+    spans: list[tuple[int, Any, Any, str, int, float, float]] = []
     for event in stream.events():
         phase = event.get("ph")
         if phase == "M":
@@ -61,6 +62,9 @@ def parse(path: Path) -> list[PipelineTimeline]:
         bounds[0] = min(bounds[0], ts)
         bounds[1] = max(bounds[1], ts + dur)
         cat = event.get("cat") or event.get("name")
+        seq = args.get("seq_id")
+        if isinstance(cat, str) and isinstance(seq, int):
+            spans.append((step, event.get("pid"), event.get("tid"), cat, seq, ts * US, dur * US))
         if cat in COMPUTE:
             compute[(event.get("pid"), event.get("tid"), step)] += dur
             if cat == "forward-compute":
@@ -85,6 +89,7 @@ def parse(path: Path) -> list[PipelineTimeline]:
         dps.add(dp)
         lo, hi = span[(pid, step)]
         phases.append(StagePhase(step, stage, dp, busy_us * US, (hi - lo) * US))
+    ops = _ops(spans, thread_names, process_names)
     # one forward per micro-batch and model chunk (interleaved schedules run several chunks per stage)
     counts = [count // max(1, len(chunks)) for count in forwards.values()]
     return [
@@ -96,8 +101,29 @@ def parse(path: Path) -> list[PipelineTimeline]:
             phases=phases,
             gc_s_per_step=gc_us * US / max(1, len(steps_seen) * max(1, len(dps))),
             problems=problems,
+            ops=ops,
         )
     ]
+
+
+def _ops(
+    spans: list[tuple[int, Any, Any, str, int, float, float]],
+    thread_names: dict[tuple[Any, Any], str],
+    process_names: dict[Any, str],
+) -> TimelineOps | None:
+    """Every span with its DP rank (the process) and stage (the thread's ``PP rank``), for the replay."""
+    rows = []
+    for step, pid, tid, optype, seq, start_s, duration_s in spans:
+        stage = _STAGE.search(thread_names.get((pid, tid), ""))
+        dp_match = _DP.search(process_names.get(pid, ""))
+        dp = int(dp_match.group(1)) if dp_match else pid if isinstance(pid, int) else None
+        if stage is None or dp is None:
+            return None
+        rows.append((step, dp, int(stage.group(1)), optype, seq, start_s, duration_s))
+    if not rows:
+        return None
+    columns = list(zip(*rows, strict=True))
+    return TimelineOps(*(tuple(column) for column in columns))
 
 
 SOURCE = Source(

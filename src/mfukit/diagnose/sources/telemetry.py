@@ -64,9 +64,45 @@ def active(text: str) -> bool | None:
     return None
 
 
-def host_from(path_name: str) -> str:
-    """The host a per-node telemetry file belongs to, from its name (``node017.csv`` -> ``node017``)."""
-    stem = path_name.split(".")[0]
-    for prefix in ("nvidia-smi-", "nvidia_smi_", "nvsmi-", "dcgm-", "dcgm_", "smi-", "q-"):
-        stem = stem.removeprefix(prefix)
-    return stem or path_name
+_HOST_PREFIX = re.compile(r"^([A-Za-z][\w.-]{0,62}): ")
+
+
+def host_prefix(line: str) -> tuple[str, str]:
+    """(host, rest) of a line as pdsh/clush print each node's output (``node017: ...``); ("", line) when the
+    line carries no host. The host never comes from a file's name: files are named by whoever collected
+    them (``nvidia-smi_node007.csv`` may hold another node's GPUs)."""
+    found = _HOST_PREFIX.match(line)
+    if found is None or found.group(1).lower() in ("gpu", "timestamp"):
+        return "", line
+    return found.group(1), line[found.end() :]
+
+
+def gpu_label(host: str, gpu: str, uuid: str | None, file: str) -> str:
+    """How to point at one GPU: on its host when an artifact named it, else by its id, UUID and file."""
+    if host:
+        return f"{host} GPU {gpu}"
+    return (
+        f"GPU {gpu}"
+        + (f" ({uuid})" if uuid else "")
+        + f" of the node whose output is {file} (it names no host)"
+    )
+
+
+def drain_step(hosts: list[str], reason: str, unnamed: list[tuple[str | None, str]]) -> str:
+    """The ``scontrol`` drain for the hosts the artifacts named; for GPUs no artifact placed on a host
+    ((uuid, file)), the command that finds their node first. Never a host made up from a file name."""
+    if hosts:
+        return (
+            f"drain the node(s) now: scontrol update nodename={','.join(hosts)} state=drain reason={reason}"
+        )
+    uuid, file = unnamed[0]
+    if uuid:
+        return (
+            f"find the node holding {uuid} ({file} names no host): srun --nodes=<job's nodes> --ntasks-per-node=1 "
+            f"bash -c 'nvidia-smi -L | grep -q {uuid} && hostname', then scontrol update nodename=<that node> "
+            f"state=drain reason={reason}"
+        )
+    return (
+        f"find the node {file} was collected on (it names no host; collect with pdsh -w <nodes> so each line "
+        f"carries its host), then scontrol update nodename=<that node> state=drain reason={reason}"
+    )

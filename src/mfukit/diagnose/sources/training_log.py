@@ -1,4 +1,4 @@
-"""Training logs: Megatron-LM, torchtitan, Hugging Face Trainer, Lightning, mfukit train's metrics.jsonl, generic.
+"""Training logs: Megatron-LM, DeepSpeed, torchtitan, Hugging Face Trainer, Lightning, mfukit train's metrics.jsonl, generic.
 
 Each line is matched against the framework's own format (detected from the file's head); whatever
 carries a step number with a step time, a throughput, a loss or an MFU becomes a :class:`StepRecord`.
@@ -32,6 +32,7 @@ MEGATRON_FIELDS = {
     "lm loss": "loss",
 }
 MEGATRON_TIMER = re.compile(r"^\s*([\w-]+) \.{3,}\s*:\s*\(\s*(" + NUMBER + r")\s*,\s*(" + NUMBER + r")\s*\)")
+MEGATRON_TIMER_MAX = re.compile(r"^\s{0,8}([\w-]{1,80}) \.{3,80}\s{0,4}: ?(" + NUMBER + r")\s{0,4}$")
 MEGATRON_SAVE = re.compile(r"saving checkpoint at iteration\s+(\d+)")
 MEGATRON_SAVED = re.compile(r"successfully saved checkpoint (?:from|at) iteration\s+(\d+)")
 STRAGGLER_FIELD = re.compile(r"(Mn|Mx)(\w+)/Rnk:\s*(" + NUMBER + r")\s*([A-Za-z%]*)/(\d+)")
@@ -45,6 +46,15 @@ TITAN_FIELDS = {
 }
 TITAN_GC = re.compile(r"GC.*?took\s+(" + NUMBER + r")\s*s")
 TITAN_CKPT = re.compile(r"[Ff]inished saving the checkpoint.*?in\s+(" + NUMBER + r")\s*seconds")
+
+# DeepSpeed's ThroughputTimer (utils/timer.py): global samples/s over all DP replicas, timed on rank 0; and
+# with wall_clock_breakdown, the per-GA-boundary timers in ms (print_dist, no logger prefix).
+DS_THROUGHPUT = re.compile(
+    r"global_step=(\d{1,12}), RunningAvgSamplesPerSec=(" + NUMBER + r"), CurrSamplesPerSec=(" + NUMBER + ")"
+)
+DS_TIMERS = re.compile(r"time \(ms\) \| fwd: ")
+DS_TIMER_FIELD = re.compile(r"^\s{0,4}([a-z_]{1,40}): ?(" + NUMBER + r")\s{0,4}$")
+DS_SAVED = re.compile(r"[Ss]aving model checkpoint|\[Torch\] Saved|zero checkpoint saved")
 
 TQDM = re.compile(r"\|\s*(\d+)/(\d+)\s*\[[^\]<]*<[^\],]*,\s*(" + NUMBER + r")\s*(s/it|it/s)")
 HF_DICT = re.compile(r"^\{'(loss|train_runtime)'", re.MULTILINE)
@@ -89,6 +99,8 @@ def framework_of(head: str) -> str | None:
     text = "\n".join(lines)
     if MEGATRON_ITER.search(text) and "elapsed time per iteration" in text:
         return "megatron"
+    if "RunningAvgSamplesPerSec=" in text or "DeepSpeedEngine configuration:" in text:
+        return "deepspeed"
     if TITAN_STEP.search(text) and ("tps:" in text or "mfu:" in text) and "loss:" in text:
         return "torchtitan"
     if "Epoch" in text and TQDM.search(text):
@@ -114,6 +126,7 @@ class _Parser:
         self.attempt: object = None
         self.bad_lines = 0
         self.summary = False
+        self.timers_ms: dict[str, list[float]] = {}
         self.handle: Callable[[int, str], None] = getattr(self, "_" + framework.replace("-", "_"))
 
     def _mfukit_jsonl(self, number: int, line: str) -> None:
@@ -179,8 +192,14 @@ class _Parser:
             )
             return
         timer = MEGATRON_TIMER.match(line)
-        if timer:
-            name, _, slowest = timer.group(1), timer.group(2), _number(timer.group(3))
+        only_max = None if timer else MEGATRON_TIMER_MAX.match(line)
+        if timer or only_max:
+            if timer:
+                name, slowest = timer.group(1), _number(timer.group(3))
+            else:
+                assert only_max is not None  # one of the two matched
+                name, slowest = only_max.group(1), _number(only_max.group(2))
+            self.timers_ms.setdefault(name, []).append(slowest)
             if name == "save-checkpoint":
                 self.events.append(
                     LogEvent("checkpoint", number, line.strip(), self.last_step, slowest / 1e3)
@@ -210,6 +229,32 @@ class _Parser:
                     LogEvent("straggler_report", number, line.strip(), self.last_step, values=values_found)
                 )
 
+    def _deepspeed(self, number: int, line: str) -> None:
+        """ThroughputTimer lines (``epoch=0/micro_step=40/global_step=10, RunningAvgSamplesPerSec=...,
+        CurrSamplesPerSec=...``: the whole job's samples/s at that global step) and, with
+        ``wall_clock_breakdown``, ``time (ms) | fwd: ... | bwd: ... | bwd_allreduce: ... | step: ...`` at each
+        gradient-accumulation boundary (each the sum over its micro-steps), kept as timers."""
+        found = DS_THROUGHPUT.search(line)
+        if found:
+            step = int(found.group(1))
+            interval = step - self.last_step if self.last_step is not None and step > self.last_step else 1
+            self.last_step = step
+            self.steps.append(
+                StepRecord(step=step, samples_per_s=_number(found.group(3)), wall_s=wall_seconds(line),
+                           interval_steps=interval)
+            )  # fmt: skip
+            return
+        if DS_TIMERS.search(line):
+            for part in line.split("|")[1:]:
+                field = DS_TIMER_FIELD.match(part)
+                if field:
+                    self.timers_ms.setdefault(field.group(1), []).append(_number(field.group(2)))
+            return
+        if DS_SAVED.search(line):
+            self.events.append(
+                LogEvent("checkpoint", number, line.strip(), self.last_step, None, wall_seconds(line))
+            )
+
     def _torchtitan(self, number: int, line: str) -> None:
         gc = TITAN_GC.search(line)
         if gc:
@@ -227,16 +272,29 @@ class _Parser:
         found = {
             key: _number(m.group(1)) for key, pattern in TITAN_FIELDS.items() if (m := pattern.search(line))
         }
-        self.last_step = int(step.group(1))
+        current = int(step.group(1))
+        interval = current - self.last_step if self.last_step is not None and current > self.last_step else 1
+        self.last_step = current
         mfu = found.get("mfu")
+        wall = wall_seconds(line)
+        previous = self.steps[-1].wall_s if self.steps else None
+        # torchtitan prints no step time: the logger's stamps give it (the interval's wall time per step,
+        # checkpoint saves and GC inside the interval included, as they are in its own tps)
+        step_s = (
+            (wall - previous) / interval
+            if wall is not None and previous is not None and wall > previous
+            else None
+        )
         self.steps.append(
             StepRecord(
-                step=self.last_step,
+                step=current,
+                step_time_s=step_s,
                 tokens_per_s_per_gpu=found.get("tps"),
                 loss=found.get("loss"),
                 mfu=mfu / 100.0 if mfu is not None else None,
                 tflops_per_gpu=found.get("tflops"),
-                wall_s=wall_seconds(line),
+                wall_s=wall,
+                interval_steps=interval,
             )
         )
 
@@ -362,12 +420,29 @@ def parse(path: Path) -> list[TrainingLog]:
         problems.append("step times come from the progress bar's smoothed rate: single slow steps are damped")
     if not parser.steps:
         problems.append("no training steps found in the log")
-    return [TrainingLog(str(path), framework, parser.steps, parser.events, parser.global_batch, problems)]
+    return [
+        TrainingLog(
+            str(path), framework, parser.steps, parser.events, parser.global_batch, problems, parser.timers_ms
+        )
+    ]
+
+
+def read_line(framework: str, line: str) -> StepRecord | LogEvent | None:
+    """One line of a ``framework`` log (a :func:`framework_of` name) as the record it holds, or None: the
+    per-line parser of :func:`parse` without its memory of earlier lines (so a step's ``interval_steps``
+    is 1). For tools that follow a log as it grows (``mfukit watch``)."""
+    parser = _Parser(framework)
+    text = ANSI.sub("", line).rstrip("\n")
+    if text:
+        parser.handle(0, text)
+    if parser.steps:
+        return parser.steps[0]
+    return parser.events[0] if parser.events else None
 
 
 SOURCE = Source(
     kind="training_log",
-    description="training log: Megatron-LM, torchtitan, HF Trainer, Lightning, mfukit train metrics.jsonl, generic",
+    description="training log: Megatron-LM, DeepSpeed, torchtitan, HF Trainer, Lightning, mfukit train metrics.jsonl, generic",
     detect=detect,
     parse=parse,  # type: ignore[arg-type]
 )
