@@ -99,7 +99,10 @@ def framework_of(head: str) -> str | None:
     text = "\n".join(lines)
     if MEGATRON_ITER.search(text) and "elapsed time per iteration" in text:
         return "megatron"
-    if "RunningAvgSamplesPerSec=" in text or "DeepSpeedEngine configuration:" in text:
+    # DeepSpeed's own throughput line (``global_step=N, RunningAvgSamplesPerSec=``) or its config echo;
+    # Megatron-DeepSpeed prints an older timer line (``0/10, RunningAvgSamplesPerSec=``) beside Megatron's
+    # iteration lines, which are the ones to read there
+    if DS_THROUGHPUT.search(text) or "DeepSpeedEngine configuration:" in text:
         return "deepspeed"
     if TITAN_STEP.search(text) and ("tps:" in text or "mfu:" in text) and "loss:" in text:
         return "torchtitan"
