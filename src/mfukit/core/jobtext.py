@@ -31,7 +31,9 @@ from mfukit.errors import InputError
 
 _REFUSED_CATEGORIES = ("Cc", "Cf", "Zl", "Zp")
 """control, format (bidi overrides, zero-width), line separator, paragraph separator"""
-_SBATCH_SPECIAL = frozenset(" \t\"'\\#")
+_SBATCH_BARE = re.compile(r"[A-Za-z0-9_.,:@%/=+-]*")
+"""Values written without quotes; any other (a blank, a quote, ``#``, a backslash, non-ASCII, whose bytes a
+non-UTF-8 locale's isspace() may call blank) goes in double quotes."""
 _HETJOB_WORDS = ("hetjob", "packjob")
 SLURM_NAME_MAX = 200
 """Longest partition name accepted here (Slurm has no fixed limit; a longer one is a mistake)."""
@@ -88,7 +90,7 @@ def sbatch_directive(option: str, value: str, *, field: str) -> str:
                 value=value,
                 hint=f"choose a value without {word!r}",
             )
-    if any(char in _SBATCH_SPECIAL for char in value):
+    if not _SBATCH_BARE.fullmatch(value):
         escaped = value.replace("\\", "\\\\").replace('"', '\\"')
         return f'#SBATCH --{option}="{escaped}"'
     return f"#SBATCH --{option}={value}"

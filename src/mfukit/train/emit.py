@@ -299,7 +299,7 @@ def sbatch_script(
         ("open-mode", "append", ""),
         ("output", output, "--out"),
     ]
-    if partition:
+    if partition is not None:
         directives.append(("partition", jobtext.slurm_names(partition, field="--partition"), "--partition"))
     header = ["#!/bin/bash"] + [
         f"#SBATCH --{option}" if value is None else jobtext.sbatch_directive(option, value, field=field)
