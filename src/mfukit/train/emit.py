@@ -29,6 +29,7 @@ from mfukit.core.files import write_text_atomic
 from mfukit.core.hardware import System
 from mfukit.core.results import Output, Table
 from mfukit.errors import InputError
+from mfukit.train import ownership
 from mfukit.train.config import TrainConfig
 from mfukit.train.data import ensure_synthetic, synthetic_path
 from mfukit.train.launch import RESTART_SAFE_ENV, SIGNALS_TO_FORWARD
@@ -128,22 +129,43 @@ def _cluster_config(prepared: Prepared, out_dir: str, warnings: list[str]) -> Tr
 def emit_job(
     kind: str, request: TrainRequest, *, image: str | None, time_limit: str, partition: str | None
 ) -> Output:
+    if partition is not None:
+        jobtext.slurm_names(partition, field="--partition")
+    if kind == "k8s" and not image:
+        raise InputError(
+            "--emit k8s needs a container image",
+            source="command line",
+            field="--image",
+            hint="an image with mfukit and torch installed, e.g. --image registry.example/mfukit:0.1",
+        )
+    if image is not None:
+        jobtext.oci_reference(image, field="--image")
     prepared = prepare(request, cuda=True)
+    with ownership.hold(prepared.config.out):  # a live run there reads config.json at every restart
+        return _emit(
+            kind,
+            request,
+            prepared,
+            image=image if kind == "k8s" else None,
+            time_limit=time_limit,
+            partition=partition,
+        )
+
+
+def _emit(
+    kind: str,
+    request: TrainRequest,
+    prepared: Prepared,
+    *,
+    image: str | None,
+    time_limit: str,
+    partition: str | None,
+) -> Output:
     warnings = list(prepared.warnings)
     assumptions = [a for a in prepared.assumptions if not a.startswith("fp32 on CPU")]
     nccl = _nccl_env(prepared, warnings, assumptions)
     gpus = request.nproc_per_node or _node_gpus(prepared)
-    if partition is not None:
-        jobtext.slurm_names(partition, field="--partition")
-    if kind == "k8s":
-        if not image:
-            raise InputError(
-                "--emit k8s needs a container image",
-                source="command line",
-                field="--image",
-                hint="an image with mfukit and torch installed, e.g. --image registry.example/mfukit:0.1",
-            )
-        jobtext.oci_reference(image, field="--image")
+    if image is not None:  # --emit k8s (emit_job refuses k8s without an image)
         config = _cluster_config(prepared, f"{K8S_RUNS}/{prepared.config.name}", warnings)
         text = kubernetes_manifest(config, request, gpus=gpus, env=nccl, image=image)
         path = prepared.config.out / "train-jobset.yaml"

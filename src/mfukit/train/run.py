@@ -19,7 +19,7 @@ from typing import Any
 from mfukit import units
 from mfukit.core.files import write_text_atomic
 from mfukit.errors import InputError, MissingComponentError
-from mfukit.train import launch
+from mfukit.train import launch, ownership
 from mfukit.train.commit import CheckpointStore
 from mfukit.train.config import TrainConfig
 from mfukit.train.data import ensure_synthetic, open_token_file
@@ -133,8 +133,21 @@ def run_training(
         )
     else:
         prepared.warnings.append("host memory unknown (no MemAvailable in /proc/meminfo): no memory check")
+    with ownership.hold(config.out) as lock:
+        return _launch(request, prepared, cuda, lock, echo, timeout_s)
+
+
+def _launch(
+    request: TrainRequest,
+    prepared: Prepared,
+    cuda: bool,
+    lock: ownership.RunDirectoryLock,
+    echo: Callable[[str], None],
+    timeout_s: float | None,
+) -> TrainOutcome:
+    """The run, in its own (locked) run directory."""
+    config = prepared.config
     out = config.out
-    out.mkdir(parents=True, exist_ok=True)
     if request.data is not None:
         tokens = open_token_file(request.data, vocab_size=config.model.vocab_size, seq_len=config.seq_len)
     else:
@@ -171,7 +184,14 @@ def run_training(
         max_restarts=request.max_restarts,
         run_id=f"mfukit-{config.name}-{int(time.time())}",
     )
-    finished = launch.run(job, log_path=out / "logs" / "train.log", echo=echo, timeout_s=timeout_s)
+    finished = launch.run(
+        job,
+        log_path=out / "logs" / "train.log",
+        echo=echo,
+        timeout_s=timeout_s,
+        keep_fds=[lock.descriptor],
+        on_start=lambda pid: lock.note(f"torchrun PID {pid}"),
+    )
     if finished.signal_name is not None:
         events.record("stop", signal=finished.signal_name, by="launcher")
     events.record(
