@@ -224,6 +224,12 @@ def summarize(config: TrainConfig, prepared: Prepared, finished: launch.Finished
     final = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else {}
     committed, _ = CheckpointStore(out / "checkpoints", config.checkpoint.keep).scan()
     launch_t = max((float(e["t"]) for e in events if e.get("kind") == "launch"), default=0.0)
+    set_aside = [e for e in events if e.get("kind") == "corrupt_checkpoint" and float(e["t"]) >= launch_t]
+    for event in set_aside:
+        warnings.append(
+            f"checkpoint step {event['step']} failed verification ({event['reason']}): set aside as "
+            f"{out / 'checkpoints' / event['path']}, the run resumed from an older one (inspect, then delete it)"
+        )
     session = [s for s in steps if float(s["t_start"]) >= launch_t]
     first_of_attempt: dict[int, int] = {}
     for record in session:
