@@ -38,7 +38,7 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save, save
 from torch.distributed.checkpoint.stateful import Stateful
 
-from mfukit.train.commit import CheckpointMeta, CheckpointStore, Committed, hash_files
+from mfukit.train.commit import CheckpointMeta, CheckpointStore, Committed, hash_when_written
 from mfukit.train.faults import FaultInjector
 
 
@@ -85,11 +85,6 @@ class _Pending:
     future: Future[Any]
     """the upload; on rank 0, the upload then the hashing of its files (its result: the hashes)"""
     meta: CheckpointMeta
-
-
-def _hash_after(upload: Future[Any], staging: Path) -> dict[str, str]:
-    upload.result()  # re-raises a failed upload
-    return hash_files(staging)
 
 
 Record = Callable[..., None]
@@ -167,7 +162,7 @@ class Checkpointer:
             if not isinstance(future, Future):  # an AsyncSaveResponse: the upload is what commits
                 future = future.upload_completion
             if self.hasher is not None:
-                future = self.hasher.submit(_hash_after, future, staging)
+                future = self.hasher.submit(hash_when_written, future, staging)
             self.pending = _Pending(step, staging, future, meta)
         else:
             save(self._state(), storage_writer=writer, process_group=self.group)

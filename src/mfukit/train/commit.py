@@ -27,6 +27,7 @@ import json
 import os
 import re
 import shutil
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,13 @@ def hash_files(directory: Path) -> dict[str, str]:
                 digest.update(chunk)
         digests[entry.name] = digest.hexdigest()
     return digests
+
+
+def hash_when_written(written: Future[Any], directory: Path) -> dict[str, str]:
+    """:func:`hash_files` of ``directory`` once ``written`` (an async save's upload) is done: the work of
+    the background thread that hashes an async save, off the training loop."""
+    written.result()  # re-raises a failed upload
+    return hash_files(directory)
 
 
 def _fsync_directory(path: Path) -> None:

@@ -248,14 +248,13 @@ def slurm_time_s(text: str) -> float | None:
     """A Slurm time limit in seconds (None: unlimited). sbatch(1) --time: "minutes", "minutes:seconds",
     "hours:minutes:seconds", "days-hours", "days-hours:minutes" and "days-hours:minutes:seconds"; 0,
     UNLIMITED and INFINITE mean no limit."""
-    value = text
-    if value.upper() in ("UNLIMITED", "INFINITE", "0"):
+    if text.upper() in ("UNLIMITED", "INFINITE", "0"):
         return None
-    days, _, rest = value.partition("-") if "-" in value else ("", "", value)
+    days, _, rest = text.partition("-") if "-" in text else ("", "", text)
     fields = rest.split(":")
     # ASCII digits only: int() would also take blanks, '_' and other scripts' digits, which then reach
     # the #SBATCH line as given
-    if all(part.isascii() and part.isdigit() for part in [*fields, *([days] if days else [])]):
+    if all(part.isascii() and part.isdigit() for part in [*fields, *([days] if "-" in text else [])]):
         parts = [int(part) for part in fields]
         whole_days = int(days) if days else 0
     else:
