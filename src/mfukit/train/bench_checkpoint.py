@@ -33,7 +33,7 @@ import shutil
 import threading
 import time
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_loader import load
 from torch.distributed.checkpoint.state_dict_saver import async_save, save
 
-from mfukit.train.commit import hash_files
+from mfukit.train.commit import background_hasher, hash_files
 from mfukit.train.config import CheckpointPolicy
 
 ASYNC_SAVES = 3
@@ -170,7 +170,7 @@ def _async_saves(
     save's files are hashed in a background thread that runs on into the next save's copy. The best
     (blocking, durable, hash) seconds of the saves after the first (which allocates the stager's buffers)."""
     work.mkdir()
-    hasher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfukit-checkpoint-hash")
+    hasher = background_hasher()  # as the harness hashes
     blocking_s = total_s = hash_s = float("inf")
     hashing: Future[float] | None = None
     try:

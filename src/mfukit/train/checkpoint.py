@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,13 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save, save
 from torch.distributed.checkpoint.stateful import Stateful
 
-from mfukit.train.commit import CheckpointMeta, CheckpointStore, Committed, hash_when_written
+from mfukit.train.commit import (
+    CheckpointMeta,
+    CheckpointStore,
+    Committed,
+    background_hasher,
+    hash_when_written,
+)
 from mfukit.train.faults import FaultInjector
 
 
@@ -128,11 +134,7 @@ class Checkpointer:
         # one stager for the whole run: it keeps its host buffers, so later saves only copy (pinned on CUDA)
         pinned = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
         self.stager = DefaultStager(StagingOptions(pinned, False, False, False)) if mode == "async" else None
-        self.hasher = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfukit-checkpoint-hash")
-            if mode == "async" and self.rank == 0
-            else None
-        )
+        self.hasher = background_hasher() if mode == "async" and self.rank == 0 else None
 
     def _state(self) -> dict[str, Any]:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)

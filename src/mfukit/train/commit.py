@@ -22,12 +22,15 @@ hashes existed carry none and are loaded unverified.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
-from concurrent.futures import Future
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +94,24 @@ def hash_files(directory: Path) -> dict[str, str]:
                 digest.update(chunk)
         digests[entry.name] = digest.hexdigest()
     return digests
+
+
+HASH_THREAD_NICE = 19
+"""The hashing thread's nice value: it takes only CPU time the training loop leaves."""
+
+
+def background_hasher() -> ThreadPoolExecutor:
+    """The one thread that hashes async saves, at the lowest CPU priority (Linux applies ``nice`` per
+    thread: setpriority on the thread's id), so on a busy host it yields to the training loop."""
+
+    def lower_priority() -> None:
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HASH_THREAD_NICE)
+
+    return ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="mfukit-checkpoint-hash", initializer=lower_priority
+    )
 
 
 def hash_when_written(written: Future[Any], directory: Path) -> dict[str, str]:
