@@ -129,6 +129,20 @@ def slurm_names(value: str, *, field: str) -> str:
     return value
 
 
+def path_component(value: str, *, field: str, source: str = "command line") -> str:
+    """``value`` as one directory name inside a fixed root: no ``/``, and not ``.`` or ``..``."""
+    check_text(value, field=field, source=source)
+    if not value or "/" in value or value in (".", ".."):
+        raise InputError(
+            "must be one directory name (it names the run's directory under the shared volume)",
+            source=source,
+            field=field,
+            value=value,
+            hint="a name without '/', other than '.' and '..'",
+        )
+    return value
+
+
 def dns_label(value: str, *, field: str) -> str:
     """A Kubernetes object name that is an RFC 1123 DNS label (lower case, digits, ``-``, at most 63)."""
     if not _DNS_LABEL.fullmatch(value):

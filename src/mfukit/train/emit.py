@@ -166,7 +166,8 @@ def _emit(
     nccl = _nccl_env(prepared, warnings, assumptions)
     gpus = request.nproc_per_node or _node_gpus(prepared)
     if image is not None:  # --emit k8s (emit_job refuses k8s without an image)
-        config = _cluster_config(prepared, f"{K8S_RUNS}/{prepared.config.name}", warnings)
+        run_name = jobtext.path_component(prepared.config.name, field="scenario name")
+        config = _cluster_config(prepared, f"{K8S_RUNS}/{run_name}", warnings)
         text = kubernetes_manifest(config, request, gpus=gpus, env=nccl, image=image)
         path = prepared.config.out / "train-jobset.yaml"
         assumptions.append(
