@@ -8,7 +8,8 @@
   at a time: the next one first waits for the previous upload, and that wait counts as blocking.
 * Hashes: rank 0 records every file's sha256 in the commit record (:func:`mfukit.train.commit.hash_files`).
   A synchronous save hashes in its commit (it blocks anyway); an async save hashes in a background
-  thread chained after its upload, so the training loop never waits for it.
+  thread chained after its upload, so the training loop never waits for it (unless the next save comes
+  before the hash is done: then, like an unfinished upload, the wait counts as that save's blocking).
 * Load: DCP loads in place into the model and optimizer as this world size shards them, so a checkpoint
   written by 4 ranks resumes on 2 (DCP reshards on load); the sampler position and step travel with it.
 """
