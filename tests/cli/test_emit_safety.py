@@ -166,7 +166,8 @@ def test_sbatch_runs_only_the_intended_commands_whatever_the_text(
         )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.slow  # each example runs bash and four stub interpreters
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(out=expressible)
 def test_any_expressible_run_directory_is_accepted_and_reaches_every_command_intact(out: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
