@@ -6,6 +6,10 @@
   interleave with (or hang) the training collectives (IBM's DCP async guidance); the copy happens before
   the next optimizer step touches the parameters (the pitfall of pytorch#144657). One save is in flight
   at a time: the next one first waits for the previous upload, and that wait counts as blocking.
+* Hashes: rank 0 records every file's sha256 in the commit record (:func:`mfukit.train.commit.hash_files`).
+  A synchronous save hashes in its commit (it blocks anyway); an async save hashes in a background
+  thread chained after its upload, so the training loop never waits for it (unless the next save comes
+  before the hash is done: then, like an unfinished upload, the wait counts as that save's blocking).
 * Load: DCP loads in place into the model and optimizer as this world size shards them, so a checkpoint
   written by 4 ranks resumes on 2 (DCP reshards on load); the sampler position and step travel with it.
 """
@@ -35,7 +39,13 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save, save
 from torch.distributed.checkpoint.stateful import Stateful
 
-from mfukit.train.commit import CheckpointMeta, CheckpointStore, Committed
+from mfukit.train.commit import (
+    CheckpointMeta,
+    CheckpointStore,
+    Committed,
+    background_hasher,
+    hash_when_written,
+)
 from mfukit.train.faults import FaultInjector
 
 
@@ -80,6 +90,7 @@ class _Pending:
     step: int
     staging: Path
     future: Future[Any]
+    """the upload; on rank 0, the upload then the hashing of its files (its result: the hashes)"""
     meta: CheckpointMeta
 
 
@@ -124,6 +135,7 @@ class Checkpointer:
         # one stager for the whole run: it keeps its host buffers, so later saves only copy (pinned on CUDA)
         pinned = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
         self.stager = DefaultStager(StagingOptions(pinned, False, False, False)) if mode == "async" else None
+        self.hasher = background_hasher() if mode == "async" and self.rank == 0 else None
 
     def _state(self) -> dict[str, Any]:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
@@ -152,10 +164,12 @@ class Checkpointer:
             )
             if not isinstance(future, Future):  # an AsyncSaveResponse: the upload is what commits
                 future = future.upload_completion
+            if self.hasher is not None:
+                future = self.hasher.submit(hash_when_written, future, staging)
             self.pending = _Pending(step, staging, future, meta)
         else:
             save(self._state(), storage_writer=writer, process_group=self.group)
-            self._commit(step, staging, meta)
+            self._commit(step, staging, meta, None)  # the commit hashes the files (this save blocks anyway)
         blocking_s = time.perf_counter() - started
         self.last_blocking_s = blocking_s
         if self.rank == 0:
@@ -172,8 +186,8 @@ class Checkpointer:
         if self.pending is None:
             return
         pending, self.pending = self.pending, None
-        pending.future.result()  # re-raises a failed upload
-        self._commit(pending.step, pending.staging, pending.meta)
+        done = pending.future.result()  # re-raises a failed upload
+        self._commit(pending.step, pending.staging, pending.meta, done if isinstance(done, dict) else None)
 
     def close(self) -> None:
         """Finish the in-flight save and free the staging buffers."""
@@ -181,13 +195,16 @@ class Checkpointer:
         if self.stager is not None:
             self.stager.close()
             self.stager = None
+        if self.hasher is not None:
+            self.hasher.shutdown()
+            self.hasher = None
 
-    def _commit(self, step: int, staging: Path, meta: CheckpointMeta) -> None:
+    def _commit(self, step: int, staging: Path, meta: CheckpointMeta, sha256: dict[str, str] | None) -> None:
         self.committed.append(step)
         if self.rank != 0:
             return
         self.faults.crash_before_commit(step)
-        done: Committed = self.store.commit(staging, meta)
+        done: Committed = self.store.commit(staging, meta, sha256)
         self.last_commit_s = time.time() - meta.saved_unix_s
         removed = self.store.prune()
         self.record(

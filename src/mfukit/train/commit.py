@@ -2,22 +2,35 @@
 
 1. Every rank writes its shards into ``<root>/.staging-step-NNNNNNNN/`` (DCP, files fsynced).
 2. Rank 0, after all shards and DCP's ``.metadata`` are on disk, writes ``mfukit-checkpoint.json`` (step,
-   world size, torch version, config hash, sampler position, every file with its size) last, through a
-   temporary file, fsync and rename.
+   world size, torch version, config hash, sampler position, every file with its size and its sha256)
+   last, through a temporary file, fsync and rename. The hashes (:func:`hash_files`) are computed after
+   the files are written: for an async save in the background, after the upload, never in the training
+   loop.
 3. Rank 0 renames the staging directory to ``<root>/step-NNNNNNNN`` (atomic on POSIX) and fsyncs the root.
 4. Older committed checkpoints beyond the newest ``keep`` are deleted.
 
 On start, only ``step-*`` directories whose metadata parses, names the same step and lists files that are
 all present with their recorded sizes count; staging directories (a crash mid-save) and anything else
 are torn and are ignored, then removed. Torn checkpoints can never be loaded.
+
+Before a resume, :meth:`CheckpointStore.verify` reads every file of the chosen checkpoint back against its
+recorded sha256 (a flipped byte keeps the size, so the scan cannot see it); one that fails, or that
+cannot be loaded, is set aside as ``corrupt-step-NNNNNNNN`` (:meth:`CheckpointStore.quarantine`, kept for
+inspection, never loaded or pruned) and the next older one is tried. Checkpoints written before the
+hashes existed carry none and are loaded unverified.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import re
 import shutil
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +40,8 @@ from mfukit.core.files import write_text_atomic
 META_NAME = "mfukit-checkpoint.json"
 DCP_METADATA = ".metadata"
 STAGING_PREFIX = ".staging-"
+QUARANTINE_PREFIX = "corrupt-"
+HASH_CHUNK_BYTES = 8 * 2**20
 _STEP_DIR = re.compile(r"^step-(\d{8})$")
 
 
@@ -41,6 +56,8 @@ class CheckpointMeta:
     saved_unix_s: float
     files: dict[str, int] = field(default_factory=dict)
     params_sha256: str | None = None
+    sha256: dict[str, str] = field(default_factory=dict)
+    """every file's content hash (empty in checkpoints written before mfukit recorded them)"""
 
     @property
     def total_bytes(self) -> int:
@@ -62,6 +79,46 @@ class Committed:
 class Torn:
     path: Path
     reason: str
+
+
+def hash_files(directory: Path) -> dict[str, str]:
+    """sha256 of every file in ``directory`` but the commit record (hashlib releases the GIL while it
+    hashes, so a background thread does not slow the training loop)."""
+    digests: dict[str, str] = {}
+    for entry in sorted(directory.iterdir()):
+        if entry.name == META_NAME or not entry.is_file():
+            continue
+        digest = hashlib.sha256()
+        with entry.open("rb") as stream:
+            while chunk := stream.read(HASH_CHUNK_BYTES):
+                digest.update(chunk)
+        digests[entry.name] = digest.hexdigest()
+    return digests
+
+
+HASH_THREAD_NICE = 19
+"""The hashing thread's nice value: it takes only CPU time the training loop leaves."""
+
+
+def background_hasher() -> ThreadPoolExecutor:
+    """The one thread that hashes async saves, at the lowest CPU priority (Linux applies ``nice`` per
+    thread: setpriority on the thread's id), so on a busy host it yields to the training loop."""
+
+    def lower_priority() -> None:
+        if sys.platform.startswith("linux"):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HASH_THREAD_NICE)
+
+    return ThreadPoolExecutor(
+        max_workers=1, thread_name_prefix="mfukit-checkpoint-hash", initializer=lower_priority
+    )
+
+
+def hash_when_written(written: Future[Any], directory: Path) -> dict[str, str]:
+    """:func:`hash_files` of ``directory`` once ``written`` (an async save's upload) is done: the work of
+    the background thread that hashes an async save, off the training loop."""
+    written.result()  # re-raises a failed upload
+    return hash_files(directory)
 
 
 def _fsync_directory(path: Path) -> None:
@@ -89,12 +146,17 @@ class CheckpointStore:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def commit(self, staging: Path, meta: CheckpointMeta) -> Committed:
-        """Rank 0, after every shard is written: metadata last, then the atomic rename."""
+    def commit(self, staging: Path, meta: CheckpointMeta, sha256: dict[str, str] | None = None) -> Committed:
+        """Rank 0, after every shard is written: metadata last, then the atomic rename. ``sha256``: the
+        files' hashes if already computed off the training loop (:func:`hash_files`), else computed here."""
         files = {
             entry.name: entry.stat().st_size for entry in sorted(staging.iterdir()) if entry.name != META_NAME
         }
-        meta = CheckpointMeta(**{**asdict(meta), "files": files})
+        if sha256 is None:
+            sha256 = hash_files(staging)
+        if set(sha256) != set(files):
+            raise RuntimeError(f"hashed {sorted(sha256)} but the checkpoint holds {sorted(files)}")
+        meta = CheckpointMeta(**{**asdict(meta), "files": files, "sha256": sha256})
         write_text_atomic(staging / META_NAME, json.dumps(asdict(meta), indent=2), durable=True)
         _fsync_directory(staging)
         final = self.final_path(meta.step)
@@ -148,6 +210,26 @@ class CheckpointStore:
             if file.stat().st_size != size:
                 return f"{name} has {file.stat().st_size} B, {size} B were committed"
         return None
+
+    @staticmethod
+    def verify(committed: Committed) -> str | None:
+        """Why ``committed`` cannot be trusted (a file whose bytes differ from its recorded sha256), or
+        None; a checkpoint written without hashes passes (only its sizes were checked)."""
+        if not committed.meta.sha256:
+            return None
+        found = hash_files(committed.path)
+        for name, expected in committed.meta.sha256.items():
+            if found.get(name) != expected:
+                return f"{name} does not match its recorded sha256 (the bytes changed after the save)"
+        return None
+
+    def quarantine(self, committed: Committed) -> Path:
+        """Set a checkpoint that failed verification or loading aside, out of every later scan."""
+        target = self.root / f"{QUARANTINE_PREFIX}{committed.path.name}"
+        shutil.rmtree(target, ignore_errors=True)  # an older quarantine of the same step
+        committed.path.rename(target)
+        _fsync_directory(self.root)
+        return target
 
     def latest(self) -> Committed | None:
         committed, _ = self.scan()

@@ -17,22 +17,31 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+from rich.markup import escape
 
 from mfukit import catalog, units
+from mfukit.core import jobtext
 from mfukit.core.files import write_text_atomic
 from mfukit.core.hardware import System
 from mfukit.core.results import Output, Table
 from mfukit.errors import InputError
+from mfukit.train import ownership
 from mfukit.train.config import TrainConfig
 from mfukit.train.data import ensure_synthetic, synthetic_path
 from mfukit.train.launch import RESTART_SAFE_ENV, SIGNALS_TO_FORWARD
-from mfukit.train.prepare import Prepared, TrainRequest, catalog_peak, prepare, synthetic_token_count
+from mfukit.train.prepare import (
+    Prepared,
+    TrainRequest,
+    catalog_peak,
+    parse_nnodes,
+    prepare,
+    synthetic_token_count,
+)
 from mfukit.watch.config import parse_listen
 
 RDZV_PORT = 29400
@@ -76,13 +85,19 @@ def _nccl_env(prepared: Prepared, warnings: list[str], assumptions: list[str]) -
         )
         return {}
     assumptions.append(f"NCCL variables of {system.name}: {system.nccl_env.what} ({system.nccl_env.url})")
-    return dict(system.nccl_env.variables)
+    return {
+        jobtext.env_name(key, field=f"{system.name}.nccl_env"): jobtext.check_text(
+            value, field=f"{system.name}.nccl_env.{key}", source="catalog"
+        )
+        for key, value in system.nccl_env.variables.items()
+    }
 
 
 def _job_name(config: TrainConfig) -> str:
-    """A DNS-1123 label (Kubernetes) that Slurm accepts too."""
+    """A DNS-1123 label (Kubernetes) that Slurm accepts too; 40 characters leave room for the suffixes
+    (``-config``, ``-workers-0-0``) within the label's 63."""
     cleaned = re.sub(r"[^a-z0-9-]+", "-", f"mfukit-{config.name}".lower()).strip("-")
-    return cleaned[:40].rstrip("-")
+    return jobtext.dns_label(cleaned[:40].rstrip("-"), field="job name")
 
 
 def _cluster_config(prepared: Prepared, out_dir: str, warnings: list[str]) -> TrainConfig:
@@ -116,20 +131,45 @@ def _cluster_config(prepared: Prepared, out_dir: str, warnings: list[str]) -> Tr
 def emit_job(
     kind: str, request: TrainRequest, *, image: str | None, time_limit: str, partition: str | None
 ) -> Output:
+    if partition is not None:
+        jobtext.slurm_names(partition, field="--partition")
+    if kind == "k8s" and not image:
+        raise InputError(
+            "--emit k8s needs a container image",
+            source="command line",
+            field="--image",
+            hint="an image with mfukit and torch installed, e.g. --image registry.example/mfukit:0.1",
+        )
+    if image is not None:
+        jobtext.oci_reference(image, field="--image")
     prepared = prepare(request, cuda=True)
+    with ownership.hold(prepared.config.out):  # a live run there reads config.json at every restart
+        return _emit(
+            kind,
+            request,
+            prepared,
+            image=image if kind == "k8s" else None,
+            time_limit=time_limit,
+            partition=partition,
+        )
+
+
+def _emit(
+    kind: str,
+    request: TrainRequest,
+    prepared: Prepared,
+    *,
+    image: str | None,
+    time_limit: str,
+    partition: str | None,
+) -> Output:
     warnings = list(prepared.warnings)
     assumptions = [a for a in prepared.assumptions if not a.startswith("fp32 on CPU")]
     nccl = _nccl_env(prepared, warnings, assumptions)
     gpus = request.nproc_per_node or _node_gpus(prepared)
-    if kind == "k8s":
-        if not image:
-            raise InputError(
-                "--emit k8s needs a container image",
-                source="command line",
-                field="--image",
-                hint="an image with mfukit and torch installed, e.g. --image registry.example/mfukit:0.1",
-            )
-        config = _cluster_config(prepared, f"{K8S_RUNS}/{prepared.config.name}", warnings)
+    if image is not None:  # --emit k8s (emit_job refuses k8s without an image)
+        run_name = jobtext.path_component(prepared.config.name, field="scenario name")
+        config = _cluster_config(prepared, f"{K8S_RUNS}/{run_name}", warnings)
         text = kubernetes_manifest(config, request, gpus=gpus, env=nccl, image=image)
         path = prepared.config.out / "train-jobset.yaml"
         assumptions.append(
@@ -161,7 +201,9 @@ def emit_job(
     table.add("nodes x ranks per node", f"{nodes} x {gpus}")
     table.add("max restarts (torchrun)", request.max_restarts)
     table.add("NCCL variables", ", ".join(f"{k}={v}" for k, v in nccl.items()) or "—")
-    submit = f"sbatch {path}" if kind == "slurm" else f"kubectl apply -f {path}"
+    submit = jobtext.shell_command(
+        ["sbatch", str(path)] if kind == "slurm" else ["kubectl", "apply", "-f", str(path)], field="--out"
+    )
     return Output(
         schema="train.emit/1",
         inputs={
@@ -183,15 +225,16 @@ def emit_job(
         assumptions=assumptions,
         warnings=warnings,
         tables=[table],
-        notes=[f"submit with: {submit}"],
+        notes=[escape(f"submit with: {submit}")],
     )
 
 
 def _torchrun_args(
     config_path: str, request: TrainRequest, *, gpus: int, endpoint: str, run_id: str
 ) -> list[str]:
+    low, high = parse_nnodes(request.nnodes)
     return [
-        f"--nnodes={request.nnodes}",
+        f"--nnodes={low}" if low == high else f"--nnodes={low}:{high}",
         f"--nproc-per-node={gpus}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={endpoint}",
@@ -208,16 +251,18 @@ def slurm_time_s(text: str) -> float | None:
     """A Slurm time limit in seconds (None: unlimited). sbatch(1) --time: "minutes", "minutes:seconds",
     "hours:minutes:seconds", "days-hours", "days-hours:minutes" and "days-hours:minutes:seconds"; 0,
     UNLIMITED and INFINITE mean no limit."""
-    value = text.strip()
-    if value.upper() in ("UNLIMITED", "INFINITE", "0"):
+    if text.upper() in ("UNLIMITED", "INFINITE", "0"):
         return None
-    days, _, rest = value.rpartition("-") if "-" in value else ("", "", value)
-    try:
-        parts = [int(part) for part in rest.split(":")]
+    days, _, rest = text.partition("-") if "-" in text else ("", "", text)
+    fields = rest.split(":")
+    # ASCII digits only: int() would also take blanks, '_' and other scripts' digits, which then reach
+    # the #SBATCH line as given
+    if all(part.isascii() and part.isdigit() for part in [*fields, *([days] if "-" in text else [])]):
+        parts = [int(part) for part in fields]
         whole_days = int(days) if days else 0
-    except ValueError:
+    else:
         parts = []
-    if not parts or len(parts) > 3 or any(p < 0 for p in parts):
+    if not parts or len(parts) > 3:
         raise InputError(
             "is not a Slurm time limit",
             source="command line",
@@ -257,35 +302,45 @@ def sbatch_script(
     time_limit: str,
     partition: str | None,
 ) -> str:
-    """The sbatch script (reference/slurm-and-scheduling.md 1.8, with NodeAddr for MASTER_ADDR)."""
-    low, _, high = request.nnodes.partition(":")
-    nodes = f"{low}-{high}" if high and high != low else low
+    """The sbatch script (reference/slurm-and-scheduling.md 1.8, with NodeAddr for MASTER_ADDR).
+
+    Every value from the user is checked and quoted by :mod:`mfukit.core.jobtext`: ``#SBATCH`` lines as
+    sbatch splits them, the body as bash does; the only unquoted expansions are Slurm's own variables."""
+    low, high = parse_nnodes(request.nnodes)
+    nodes = f"{low}-{high}" if high != low else str(low)
     out = Path(config.out_dir)
     lead_s = signal_lead_s(time_limit)
-    header = [
-        "#!/bin/bash",
-        f"#SBATCH --job-name={_job_name(config)}",
-        f"#SBATCH --nodes={nodes}",
-        "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={gpus}",
-        "#SBATCH --exclusive",
-        f"#SBATCH --time={time_limit}",
-        "#SBATCH --requeue",
-        f"#SBATCH --signal=B:USR1@{lead_s}",
-        "#SBATCH --open-mode=append",
-        f"#SBATCH --output={out}/logs/slurm-%j.out",
+    output = jobtext.slurm_filename(str(out / "logs"), field="--out") + "/slurm-%j.out"
+    directives = [
+        ("job-name", _job_name(config), "job name"),
+        ("nodes", nodes, "--nnodes"),
+        ("ntasks-per-node", "1", ""),
+        ("gpus-per-node", str(gpus), "--nproc-per-node"),
+        ("exclusive", None, ""),
+        ("time", time_limit, "--time-limit"),
+        ("requeue", None, ""),
+        ("signal", f"B:USR1@{lead_s}", "--time-limit"),
+        ("open-mode", "append", ""),
+        ("output", output, "--out"),
     ]
-    if partition:
-        header.append(f"#SBATCH --partition={partition}")
+    if partition is not None:
+        directives.append(("partition", jobtext.slurm_names(partition, field="--partition"), "--partition"))
+    header = ["#!/bin/bash"] + [
+        f"#SBATCH --{option}" if value is None else jobtext.sbatch_directive(option, value, field=field)
+        for option, value, field in directives
+    ]
     activate = []
     if sys.prefix != sys.base_prefix:
         activate = [
             "# the environment that has mfukit and torch (as on the submitting host)",
-            f"source {shlex.quote(sys.prefix)}/bin/activate",
+            f"source {jobtext.shell_word(sys.prefix + '/bin/activate', field='python environment')}",
         ]
-    exports = [f"export {key}={shlex.quote(value)}" for key, value in {**ALWAYS_ENV, **env}.items()]
+    exports = [
+        f"export {jobtext.env_name(key, field='environment')}={jobtext.shell_word(value, field=key)}"
+        for key, value in {**ALWAYS_ENV, **env}.items()
+    ]
     torchrun = _torchrun_args(
-        str(out / "config.json"),
+        jobtext.shell_word(str(out / "config.json"), field="--out"),
         request,
         gpus=gpus,
         endpoint='"$MASTER_ADDR:$MASTER_PORT"',
@@ -294,7 +349,7 @@ def sbatch_script(
     body = [
         "set -euo pipefail",
         *activate,
-        f"mkdir -p {shlex.quote(str(out / 'logs'))}",
+        f"mkdir -p {jobtext.shell_word(str(out / 'logs'), field='--out')}",
         *exports,
         "# the first node of the allocation hosts the c10d rendezvous; NodeAddr works where names do not resolve",
         "# (the whole list is read: `| head -n1` could end scontrol with SIGPIPE, fatal under pipefail)",
@@ -318,7 +373,7 @@ def sbatch_script(
         *_sbatch_watch(config, request),
         "srun --kill-on-bad-exit=1 --cpu-bind=none torchrun \\",
         *[f"  {arg} \\" for arg in torchrun[:-3]],
-        f"  -m {torchrun[-2]} {shlex.quote(torchrun[-1])} &",
+        f"  -m {torchrun[-2]} {torchrun[-1]} &",
         "srun_pid=$!",
         'wait "$srun_pid"',
     ]
@@ -330,8 +385,8 @@ def kubernetes_manifest(
 ) -> str:
     """A ConfigMap with config.json and a JobSet with one indexed pod per node."""
     name = _job_name(config)
-    low, _, high = request.nnodes.partition(":")
-    pods = int(high or low)
+    jobtext.oci_reference(image, field="--image")
+    _, pods = parse_nnodes(request.nnodes)
     endpoint = f"{name}-workers-0-0.{name}:{RDZV_PORT}"
     command = [
         "torchrun",
@@ -408,7 +463,7 @@ def _watch_args(config: TrainConfig, request: TrainRequest) -> list[str]:
 def _sbatch_watch(config: TrainConfig, request: TrainRequest) -> list[str]:
     if not request.watch_sidecar:
         return []
-    command = " ".join(shlex.quote(arg) for arg in ["mfukit", *_watch_args(config, request)])
+    command = jobtext.shell_command(["mfukit", *_watch_args(config, request)], field="--watch-sidecar")
     return [
         "# mfukit watch serves the run's MFU, goodput and step time from this node while it trains",
         "# (docs/monitoring.md); it stops when this script ends",

@@ -6,7 +6,9 @@ restarts of the whole worker group on any worker failure. Output goes line by li
 sends it to stderr) and to a log file. A wall-clock limit, when given, ends the whole process group.
 
 torchrun runs in its own session (so a timeout can end every worker with one ``killpg``), which also
-means the terminal's Ctrl-C never reaches it. While it runs, SIGINT and SIGTERM to this process are
+means the terminal's Ctrl-C never reaches it. On Linux it gets SIGTERM when this process dies, even by
+SIGKILL (:func:`mfukit.train.ownership.parent_death_preexec`), and then ends its workers; the workers
+check for a lost launcher themselves too (:class:`mfukit.train.ownership.ParentWatch`). While it runs, SIGINT and SIGTERM to this process are
 therefore forwarded: the whole group gets SIGTERM, then SIGKILL after a grace period, and :func:`run`
 returns with the signal in :attr:`Finished.signal` once nothing of the group is left.
 """
@@ -25,6 +27,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+
+from mfukit.train.ownership import LAUNCHER_PID_ENV, parent_death_preexec
 
 SIGNALS_TO_FORWARD = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"
 """torchrun's defaults plus SIGUSR1, which Slurm's ``--signal`` sends before a time limit or preemption."""
@@ -97,9 +101,20 @@ def run(
     log_path: Path,
     echo: Callable[[str], None],
     timeout_s: float | None = None,
+    keep_fds: Sequence[int] = (),
+    on_start: Callable[[int], None] | None = None,
 ) -> Finished:
-    """Run ``job`` to completion (or until ``timeout_s``), echoing and logging every output line."""
-    environment = {**os.environ, "PYTHONUNBUFFERED": "1", **RESTART_SAFE_ENV, **job.extra_env}
+    """Run ``job`` to completion (or until ``timeout_s``), echoing and logging every output line.
+
+    ``keep_fds`` stay open in torchrun (the run directory's lock: torchrun holds it as long as it lives);
+    ``on_start`` is told torchrun's PID."""
+    environment = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        **RESTART_SAFE_ENV,
+        LAUNCHER_PID_ENV: str(os.getpid()),
+        **job.extra_env,
+    }
     log_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     tail: list[str] = []
@@ -113,7 +128,11 @@ def run(
             text=True,
             bufsize=1,
             start_new_session=True,  # its own process group, so a timeout ends every worker too
+            pass_fds=tuple(keep_fds),
+            preexec_fn=parent_death_preexec(),  # only a prctl: safe before the output thread starts
         )
+        if on_start is not None:
+            on_start(process.pid)
 
         def pump() -> None:
             assert process.stdout is not None

@@ -12,6 +12,7 @@ from typing import Any
 
 from mfukit import catalog, units
 from mfukit.catalog import resolve
+from mfukit.core import jobtext
 from mfukit.core.hardware import Dtype
 from mfukit.core.scenario import Scenario, load_scenario, parse_interval
 from mfukit.errors import InputError
@@ -72,10 +73,10 @@ class Prepared:
 def parse_nnodes(text: str) -> tuple[int, int]:
     """``"2"`` -> (2, 2); ``"1:4"`` -> (1, 4) (torchrun's elastic MIN:MAX)."""
     low, _, high = text.partition(":")
-    try:
-        minimum, maximum = int(low), int(high or low)
-    except ValueError:
-        raise InputError("is not N or MIN:MAX", source="command line", field="--nnodes", value=text) from None
+    # ASCII digits only (int() also takes blanks, '_' and other scripts' digits)
+    if not all(part.isascii() and part.isdigit() for part in (low, high or low)):
+        raise InputError("is not N or MIN:MAX", source="command line", field="--nnodes", value=text)
+    minimum, maximum = int(low), int(high or low)
     if minimum < 1 or maximum < minimum:
         raise InputError("needs 1 <= MIN <= MAX", source="command line", field="--nnodes", value=text)
     return minimum, maximum
@@ -163,8 +164,12 @@ def prepare(request: TrainRequest, *, cuda: bool) -> Prepared:
         assumptions.append(f"fp32 on CPU (scenario precision {precision} applies to CUDA runs with autocast)")
     peak_dtype: Dtype = precision if cuda else "fp32"
 
-    name = request.scenario_path.stem if request.scenario_path else spec.name
-    out = request.out or Path("runs") / name
+    name = jobtext.check_text(
+        request.scenario_path.stem if request.scenario_path else spec.name,
+        field="scenario name",
+        source=source,
+    )
+    out = Path(jobtext.check_text(str(request.out), field="--out")) if request.out else Path("runs") / name
     failures, failures_how = scenario_failures(
         scenario.ft,
         node_rate_per_1000_node_days=scenario.cluster.failure_rate_per_1000_node_days,

@@ -20,7 +20,7 @@ from typing import Any
 from mfukit import units
 from mfukit.core.files import write_text_atomic
 from mfukit.errors import InputError, MissingComponentError
-from mfukit.train import launch
+from mfukit.train import launch, ownership
 from mfukit.train.commit import CheckpointStore
 from mfukit.train.config import TrainConfig
 from mfukit.train.data import ensure_synthetic, open_token_file
@@ -134,8 +134,21 @@ def run_training(
         )
     else:
         prepared.warnings.append("host memory unknown (no MemAvailable in /proc/meminfo): no memory check")
+    with ownership.hold(config.out) as lock:
+        return _launch(request, prepared, cuda, lock, echo, timeout_s)
+
+
+def _launch(
+    request: TrainRequest,
+    prepared: Prepared,
+    cuda: bool,
+    lock: ownership.RunDirectoryLock,
+    echo: Callable[[str], None],
+    timeout_s: float | None,
+) -> TrainOutcome:
+    """The run, in its own (locked) run directory."""
+    config = prepared.config
     out = config.out
-    out.mkdir(parents=True, exist_ok=True)
     if request.data is not None:
         tokens = open_token_file(request.data, vocab_size=config.model.vocab_size, seq_len=config.seq_len)
     else:
@@ -173,7 +186,14 @@ def run_training(
         run_id=f"mfukit-{config.name}-{int(time.time())}",
     )
     with _metrics_served(request.metrics_listen, out, config.name, echo):
-        finished = launch.run(job, log_path=out / "logs" / "train.log", echo=echo, timeout_s=timeout_s)
+        finished = launch.run(
+            job,
+            log_path=out / "logs" / "train.log",
+            echo=echo,
+            timeout_s=timeout_s,
+            keep_fds=[lock.descriptor],
+            on_start=lambda pid: lock.note(f"torchrun PID {pid}"),
+        )
     if finished.signal_name is not None:
         events.record("stop", signal=finished.signal_name, by="launcher")
     events.record(
@@ -230,6 +250,12 @@ def summarize(config: TrainConfig, prepared: Prepared, finished: launch.Finished
     final = json.loads(result_path.read_text(encoding="utf-8")) if result_path.exists() else {}
     committed, _ = CheckpointStore(out / "checkpoints", config.checkpoint.keep).scan()
     launch_t = max((float(e["t"]) for e in events if e.get("kind") == "launch"), default=0.0)
+    set_aside = [e for e in events if e.get("kind") == "corrupt_checkpoint" and float(e["t"]) >= launch_t]
+    for event in set_aside:
+        warnings.append(
+            f"checkpoint step {event['step']} failed verification ({event['reason']}): set aside as "
+            f"{out / 'checkpoints' / event['path']}, the run resumed from an older one (inspect, then delete it)"
+        )
     session = [s for s in steps if float(s["t_start"]) >= launch_t]
     first_of_attempt: dict[int, int] = {}
     for record in session:

@@ -7,6 +7,10 @@ synchronous save) grant themselves a longer allowance. When the deadline passes,
 thread's stack to stderr, logs a ``hang`` event and exits the process with :data:`EXIT_HANG`, so torchrun
 sees a failed worker, stops the group and restarts it from the newest committed checkpoint. The process
 group's own timeout is a second line of defence behind it.
+
+The same thread ends the worker (exit :data:`~mfukit.train.ownership.EXIT_ORPHANED`) when the process that
+owns it is gone: its parent torchrun, or the local launcher (:class:`~mfukit.train.ownership.ParentWatch`),
+so no worker goes on training into a run directory nobody owns.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+
+from mfukit.train.ownership import EXIT_ORPHANED, ParentWatch
 
 EXIT_HANG = 124
 """Exit status of a rank that the watchdog ended (as timeout(1) uses)."""
@@ -31,6 +37,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="mfukit-watchdog", daemon=True)
+        self._owner = ParentWatch()
 
     def start(self, allowance_s: float | None = None) -> None:
         self.beat(allowance_s)
@@ -49,6 +56,10 @@ class Watchdog:
     def _watch(self) -> None:
         poll_s = min(1.0, self.timeout_s / 4)
         while not self._stopped.wait(poll_s):
+            orphaned = self._owner.gone()
+            if orphaned is not None:
+                print(f"[mfukit] {orphaned}: this worker stops", file=sys.stderr, flush=True)
+                os._exit(EXIT_ORPHANED)
             with self._lock:
                 late = time.monotonic() > self._deadline
                 silent_s = time.monotonic() - self._last_beat

@@ -1,7 +1,9 @@
 """The torchrun entry point: ``torchrun ... -m mfukit.train.worker <out>/config.json``.
 
 Shape recommended by TorchElastic (torch/distributed/run.py): on every (re)start, load the newest
-complete checkpoint, then train with periodic saves. RANK and WORLD_SIZE may change between restarts;
+complete checkpoint that verifies (its files match their recorded sha256, it loads, and with
+--verify-resume its parameters match their saved hash; one that fails is set aside and the next older one
+is tried, down to a fresh start), then train with periodic saves. RANK and WORLD_SIZE may change between restarts;
 each start is the next attempt in the ledger (:func:`next_attempt`), also across Slurm requeues.
 """
 
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
@@ -33,7 +36,7 @@ from mfukit.core.files import write_text_atomic
 from mfukit.ft.interval import recommended_interval_s
 from mfukit.perf.flops import model_flops_per_token
 from mfukit.train.checkpoint import Checkpointer, TrainState, params_sha256
-from mfukit.train.commit import CheckpointStore
+from mfukit.train.commit import CheckpointMeta, CheckpointStore, Committed
 from mfukit.train.config import TrainConfig
 from mfukit.train.data import Sampler, TokenFile, ensure_synthetic, windows
 from mfukit.train.faults import FaultInjector, parse_all
@@ -153,9 +156,7 @@ class Trainer:
             self.events.record,
         )
         self.model = _build(config, self.device)
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay
-        )
+        self.optimizer = self._optimizer()
         tokens = self._tokens()
         self.tokens = tokens.open()
         self.sampler = Sampler(tokens.num_sequences(config.seq_len), config.seed)
@@ -177,6 +178,22 @@ class Trainer:
         self.flops_per_token = model_flops_per_token(config.model, config.seq_len, config.attention_flops)
         self.interval_s = config.checkpoint.interval_s or math.inf
         self.last_save_t = time.perf_counter()
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        config = self.config
+        return torch.optim.AdamW(
+            self.model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay
+        )
+
+    def _fresh_state(self) -> None:
+        """New weights, optimizer and step (every rank, together): a failed load may have written part of
+        the state in place."""
+        self.model = _build(self.config, self.device)
+        self.optimizer = self._optimizer()
+        self.train_state = TrainState()
+        self.checkpointer.model = self.model
+        self.checkpointer.optimizer = self.optimizer
+        self.checkpointer.train_state = self.train_state
 
     def _tokens(self) -> TokenFile:
         """The token file; a synthetic one missing on this cluster's storage is made by rank 0 first."""
@@ -205,21 +222,25 @@ class Trainer:
 
     def resume(self) -> None:
         started = time.time()
-        choice: list[Any] = [None]
-        if self.env.rank == 0:
-            latest = self.store.latest()
-            choice = [latest.path.name if latest else None]
-        dist.broadcast_object_list(choice, src=0, group=self.checkpoint_group)
-        resumed_from = None
+        resumed_from: CheckpointMeta | None = None
         load_s = 0.0
-        if choice[0] is not None:
+        while resumed_from is None:
+            self.watchdog.beat(self.long_phase_s)  # hashing and loading a large checkpoint take a while
+            choice: list[Any] = [self._newest_verified() if self.env.rank == 0 else None]
+            dist.broadcast_object_list(choice, src=0, group=self.checkpoint_group)
+            if choice[0] is None:
+                break  # nothing (left) to resume from: a fresh start
             committed = next(c for c in self.store.scan()[0] if c.path.name == choice[0])
-            load_s = self.checkpointer.load(committed)
+            problem, load_s = self._load(committed)
+            if problem is None:
+                resumed_from = committed.meta
+            else:
+                if self.env.rank == 0:
+                    self._set_aside(committed, problem)
+                self._fresh_state()
+        if resumed_from is not None:
             self.step = self.resumed_step = self.train_state.step
             self.sampler.position = self.train_state.sampler_position
-            resumed_from = committed.meta
-            if self.config.verify_resume:
-                self._verify(committed.meta.params_sha256)
         # which node each rank runs on; a collective, so every rank has loaded before torn saves go
         nodes: list[Any] = [None] * self.env.world_size
         dist.all_gather_object(nodes, node_name(), group=self.checkpoint_group)
@@ -243,13 +264,61 @@ class Trainer:
                 f"(saved by {resumed_from.world_size} ranks, now {self.env.world_size}) in {load_s:.2f} s"
             )
 
-    def _verify(self, saved: str | None) -> None:
+    def _newest_verified(self) -> str | None:
+        """Rank 0: the newest committed checkpoint whose files match their sha256; the others set aside."""
+        for committed in reversed(self.store.scan()[0]):
+            self.watchdog.beat(self.long_phase_s)
+            problem = self.store.verify(committed)
+            if problem is None:
+                return committed.path.name
+            self._set_aside(committed, problem)
+        return None
+
+    def _set_aside(self, committed: Committed, problem: str) -> None:
+        target = self.store.quarantine(committed)
+        self.events.record("corrupt_checkpoint", step=committed.meta.step, path=target.name, reason=problem)
+        say(
+            f"[train] checkpoint {committed.path.name}: {problem}; set aside as {target.name}, "
+            "resuming from the newest older checkpoint that verifies"
+        )
+
+    def _load(self, committed: Committed) -> tuple[str | None, float]:
+        """Load ``committed`` on every rank; (why it cannot be used, or None; seconds)."""
+        failed = ""
+        load_s = 0.0
+        try:
+            load_s = self.checkpointer.load(committed)
+        # any unreadable archive or torn file, on any rank (DCP raises CheckpointException, a BaseException,
+        # on every rank when one fails to read): all ranks fall back together
+        except (Exception, CheckpointException) as error:
+            first_line = (str(error).strip().splitlines() or [""])[0]
+            failed = f"cannot be loaded ({type(error).__name__}: {first_line})"
+        problems: list[Any] = [None] * self.env.world_size
+        dist.all_gather_object(problems, failed, group=self.checkpoint_group)
+        problem = next((p for p in problems if p), None)
+        if problem is None and self.config.verify_resume:
+            problem = self._verify(committed.meta)
+        return problem, load_s
+
+    def _verify(self, saved: CheckpointMeta) -> str | None:
+        """--verify-resume: the loaded parameters against the hash saved with them (every rank calls it)."""
         loaded = params_sha256(self.model)
+        verdict: list[Any] = [None]
         if self.env.rank == 0:
-            same = saved is not None and loaded == saved
-            self.events.record("resume_verified", step=self.step, match=same, sha256=loaded)
-            if not same:
-                raise RuntimeError(f"resumed parameters {loaded} differ from the saved {saved}")
+            if saved.params_sha256 is None:  # saved without --verify-resume: nothing to compare with
+                self.events.record("resume_verified", step=saved.step, match=None, sha256=loaded)
+                checked = "its files matched their sha256" if saved.sha256 else "it has no file hashes either"
+                say(
+                    f"[train] --verify-resume: step {saved.step} was saved without a parameter hash, so the "
+                    f"parameters cannot be compared ({checked}); from now on every save records one"
+                )
+            else:
+                same = loaded == saved.params_sha256
+                self.events.record("resume_verified", step=saved.step, match=same, sha256=loaded)
+                if not same:
+                    verdict = [f"its parameters hash to {loaded}, not the saved {saved.params_sha256}"]
+        dist.broadcast_object_list(verdict, src=0, group=self.checkpoint_group)
+        return verdict[0] if isinstance(verdict[0], str) else None
 
     # ------------------------------------------------------------------ one step
 
