@@ -279,7 +279,14 @@ def test_layout_from_the_megatron_log_gives_the_expected_mfu(tmp_path: Path) -> 
     assert watch.logs[0].state.expected_value is None  # no layout yet: no performance-model MFU
     watch.poll()
     text = generate_latest(watch.registry()).decode()
-    assert (_sample(text, "mfukit_expected_mfu") or 0) > 0
+    expected = _sample(text, "mfukit_expected_mfu") or 0
+    assert expected > 0
+    # the performance model's 80 % interval travels with it
+    assert (
+        (_sample(text, "mfukit_expected_mfu_low") or 1)
+        <= expected
+        <= (_sample(text, "mfukit_expected_mfu_high") or 0)
+    )
     assert 'expected_basis="' in text
     assert (_sample(text, "mfukit_mfu") or 0) > 0
 

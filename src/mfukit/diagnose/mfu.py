@@ -69,17 +69,6 @@ class Expected:
     """the performance model's MFU interval, when the estimate carries one (``mfu_interval``)"""
 
 
-def _interval(plan: Plan) -> tuple[float, float] | None:
-    """The estimate's MFU interval (low, high) when the performance model gives one."""
-    found = getattr(plan, "mfu_interval", None)
-    if found is None:
-        return None
-    if isinstance(found, tuple | list) and len(found) == 2:
-        return float(found[0]), float(found[1])
-    low, high = getattr(found, "low", None), getattr(found, "high", None)
-    return (float(low), float(high)) if low is not None and high is not None else None
-
-
 def expected_mfu(
     model: ModelSpec | None,
     training: TrainingSection | None,
@@ -129,7 +118,7 @@ def _predicted(
             "performance_model",
             plan.step_time_s,
             breakdown_s=dict(plan.breakdown_s),
-            interval=_interval(plan),
+            interval=plan.mfu_interval,
         ), ""
     problem = (
         f"the job's layout as described ({_layout_text(plan)}) needs "
@@ -149,7 +138,7 @@ def _predicted(
         "best_fitting_layout",
         best.step_time_s,
         breakdown_s=dict(best.breakdown_s),
-        interval=_interval(best),
+        interval=best.mfu_interval,
         layout_problem=f"{problem}; expected MFU {units.format_percent(best.mfu)} from the best layout that "
         f"fits ({_layout_text(best)}), not {units.format_percent(plan.mfu)} from the one that does not",
     ), ""

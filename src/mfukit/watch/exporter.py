@@ -154,6 +154,7 @@ class Watch:
             max(thresholds) if thresholds else None,
             self.config.goodput_target,
             state.expected.basis if expected is not None else None,
+            state.expected.interval if expected is not None else None,
         )
 
     def series(self) -> list[Series]:

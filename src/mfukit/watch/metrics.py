@@ -35,6 +35,7 @@ class Series:
     alert_threshold: float | None
     goodput_target: float | None
     expected_basis: str | None = None
+    expected_interval: tuple[float, float] | None = None  # the performance model's 80 % interval
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,10 @@ GAUGES: tuple[GaugeSpec, ...] = (
               lambda s, _: s.snapshot.hfu),
     GaugeSpec("mfukit_expected_mfu", "MFU the performance model (mfukit estimate) predicts for the job's layout",
               lambda s, _: s.expected_mfu),
+    GaugeSpec("mfukit_expected_mfu_low", "Lower bound of the expected MFU's 80 % interval (mfukit estimate's mfu_interval)",
+              lambda s, _: s.expected_interval[0] if s.expected_interval else None),
+    GaugeSpec("mfukit_expected_mfu_high", "Upper bound of the expected MFU's 80 % interval",
+              lambda s, _: s.expected_interval[1] if s.expected_interval else None),
     GaugeSpec("mfukit_mfu_alert_threshold",
               "MFU below which the MFU alert fires: the floor, or the expected MFU less the tolerance",
               lambda s, _: s.alert_threshold),
