@@ -173,8 +173,12 @@ def test_watch_scraped_by_prometheus(tmp_path: Path) -> None:
         wait_ready(prom_port, 20)
         up = wait_for(prom_port, 'up{job="mfukit-watch"} == 1', 15)  # scraping before the log grows
         assert up, (tmp_path / "watch.out").read_text() + (tmp_path / "prometheus.out").read_text()
-        writer.steps(6, 20_000.0)
-        writer.steps(6, 20_000.0, save_s=40.0)
+        # a healthy job runs at the step the performance model expects for its layout; the slow one at 3x
+        expected_step_s = expected_mfu_of_scenario().step_time_s
+        assert expected_step_s is not None
+        healthy_ms = 1000.0 * expected_step_s
+        writer.steps(6, healthy_ms)
+        writer.steps(6, healthy_ms, save_s=40.0)
         last = wait_for(
             prom_port, "mfukit_last_step", 10, until=lambda r: r and _value(r) == writer.iteration
         )
@@ -190,10 +194,18 @@ def test_watch_scraped_by_prometheus(tmp_path: Path) -> None:
             values = [float(r["value"][1]) for r in wait_for(prom_port, expr, 5, until=_finite)]
             assert values and all(math.isfinite(v) for v in values), f"panel {title!r}: no data for {expr}"
         assert not query(prom_port, 'ALERTS{alertname="MfukitMfuBelowExpected"}')
-        writer.steps(8, 60_000.0)  # a third of the throughput: MFU far below the expected
+        writer.steps(8, 3 * healthy_ms)  # a third of the throughput: MFU far below the expected
         pending = wait_for(prom_port, 'ALERTS{alertname="MfukitMfuBelowExpected", alertstate="pending"}', 10)
         assert pending and pending[0]["metric"]["job"] == "llama70b", query(prom_port, "mfukit_mfu")
     assert watcher.returncode == 0  # stopped by SIGTERM, as a sidecar is: a clean exit
+
+
+def expected_mfu_of_scenario():  # type: ignore[no-untyped-def]
+    """The expected MFU (and step) the watch compares the log against: the performance model's."""
+    from mfukit.diagnose.mfu import expected_mfu
+
+    known = job(SCENARIO, {})
+    return expected_mfu(known.model, known.training, known.parallelism, known.cluster)
 
 
 def _finite(result: list[dict[str, Any]]) -> bool:

@@ -146,7 +146,7 @@ def interval_json(plan: Plan) -> dict[str, Any]:
     interval = plan.interval
     if interval is None:
         return {"mfu_interval": None}
-    low, high = interval.around(plan.mfu)
+    low, high = interval.around_mfu(plan.mfu)
     return {
         "mfu_interval": {
             "low": low,

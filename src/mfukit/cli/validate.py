@@ -44,7 +44,7 @@ def _rows_table(checks: list[RowCheck]) -> Table:
     )
     for check in checks:
         case, layout = check.case, check.case.layout
-        low, high = check.interval.around(check.predicted_mfu)
+        low, high = check.interval.around_mfu(check.predicted_mfu)
         table.add(
             case.source,
             case.row_id,
@@ -109,8 +109,15 @@ def validate(runs_path: Path, fmt: Format) -> int:
     Example: mfukit validate benchmarks/data/calibration/megatron_published_runs.csv
     """
     cases, skipped = read_site_runs(runs_path)
+    if not cases:
+        raise InputError(
+            f"{runs_path} has no row the model can predict"
+            + (f" ({len(skipped)} skipped: {skipped[0].reason})" if skipped else ""),
+            source=str(runs_path),
+            hint="each row needs the model shape, the layout (tp, pp, dp), the batch and a measured throughput",
+        )
     checks = check_runs(cases)
-    summaries = summarise(checks) if checks else []
+    summaries = summarise(checks)
     warnings = [f"row {row.row_id} skipped: {row.reason}" for row in skipped]
     if any(check.in_sample for check in checks):
         warnings.append(
@@ -133,7 +140,7 @@ def validate(runs_path: Path, fmt: Format) -> int:
                     "row_id": c.case.row_id,
                     "measured_mfu": c.measured_mfu,
                     "predicted_mfu": c.predicted_mfu,
-                    "mfu_interval": list(c.interval.around(c.predicted_mfu)),
+                    "mfu_interval": list(c.interval.around_mfu(c.predicted_mfu)),
                     "in_sample": c.in_sample,
                 }
                 for c in checks

@@ -94,18 +94,19 @@ def stage_layer_counts(layout: Parallelism, num_layers: int) -> tuple[float, flo
 
 def default_stage_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | None:
     """Layers on the first and the last pipeline rank when ``num_layers`` does not divide over pp x vpp
-    stages, as Megatron-Core and NeMo split them when told nothing (None when they divide, or no pipeline).
+    stages and the user gave no split (None when they divide, or no pipeline): the split the published
+    recipes of such layouts set.
 
     Megatron-Core's ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``
-    (``megatron/core/transformer/transformer_config.py``; NeMo's Llama 3.1 405B recipe sets both) count the
-    embedding and the loss as one layer each: with (L + 2) / (pp x vpp) layers per virtual stage, the first
+    (``megatron/core/transformer/transformer_config.py``; off by default, set by NeMo's Llama 3.1 405B
+    recipe) count the embedding and the loss as one layer each: with (L + 2) / (pp x vpp) layers per virtual stage, the first
     and the last virtual stage hold one layer less. With L + 1 dividing, only the loss is counted (the last
     stage holds the logits). Otherwise the first and last stages get the count that lets the middle stages
     split the rest evenly while the heaviest stage stays lightest (Llama 3 405B: 126 layers on 16 stages,
     7 + 14 x 8 + 7; Megatron's --decoder-first/last-pipeline-num-layers)."""
     stages = pp * vpp
-    if pp == 1 or num_layers % stages == 0:
-        return None
+    if pp == 1 or num_layers % stages == 0 or num_layers < stages + 2:
+        return None  # even, no pipeline, or too few layers for every stage to hold one
     if (num_layers + 2) % stages == 0:
         per_rank = (num_layers + 2) // stages * vpp
         return per_rank - 1, per_rank - 1

@@ -15,7 +15,7 @@ import numpy as np
 
 from mfukit.core.hardware import Accelerator, System
 from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Workload
-from mfukit.perf.planner import SearchSpace, enumerate_layouts, evaluate_grid
+from mfukit.perf.planner import SearchSpace, enumerate_layouts, evaluate_grid, stack_space
 from mfukit.perf.step_time import machine_for
 
 Row = dict[str, int | float | str | bool]
@@ -25,7 +25,7 @@ def every_layout(
     workload: Workload, system: System, accelerator: Accelerator, num_gpus: int, space: SearchSpace
 ) -> Iterator[Row]:
     """The rows of every evaluated layout on ``num_gpus`` GPUs, best MFU first (layouts that fit first)."""
-    grid, _, _ = enumerate_layouts(workload, system, num_gpus, space)
+    grid, _, _ = enumerate_layouts(workload, system, num_gpus, stack_space(space, workload, accelerator))
     if not len(grid):
         return
     estimate, memory, _ = evaluate_grid(workload, grid, machine_for(system, accelerator, num_gpus))

@@ -6,9 +6,8 @@ fitted again without that source's rows (:func:`mfukit.perf.calibrate.fit`: GPU 
 profiles, rank jitter; a stack or network only that source ran falls back to the defaults), and the source's
 rows are predicted with those constants. The ratios measured / predicted are the residuals the prediction
 intervals come from (:mod:`mfukit.perf.uncertainty`) and what ``benchmarks/accuracy.py`` reports. Each fold
-starts the solver from the given constants and runs at most :data:`FOLD_ITERATIONS` steps per stage; where
-a constant has no rows in a fold it is not kept (the fit drops it), so no held-out row reaches its own
-prediction. Folds run in :data:`WORKERS` processes.
+starts the solver from neutral constants (:func:`mfukit.perf.calibrate.neutral_prior`, no network profile)
+and runs at most :data:`FOLD_ITERATIONS` steps per stage, so no held-out row reaches its own prediction. Folds run in :data:`WORKERS` processes.
 """
 
 from __future__ import annotations
@@ -19,14 +18,14 @@ from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
-from mfukit.perf.calibrate import fit
+from mfukit.perf.calibrate import fit, neutral_prior
 from mfukit.perf.calibration_data import source_family
 from mfukit.perf.efficiency import EfficiencyFile, efficiency_file, efficiency_for
 from mfukit.perf.evaluator import Evaluator
 from mfukit.perf.layouts import Floats
 from mfukit.perf.measured_runs import Case
 
-FOLD_ITERATIONS = 8
+FOLD_ITERATIONS = 15
 WORKERS = 2
 
 
@@ -51,7 +50,9 @@ def leave_one_source_out(
     progress: Callable[[str], None] | None = None,
 ) -> Floats:
     """Tokens/s per GPU of every case, predicted by constants fitted on the other sources only."""
-    start = start or efficiency_file()
+    # every fold starts from no fitted value: a constant its runs do not pin down keeps nothing of the
+    # held-out source (the constants fitted on every source are not a fold's start)
+    start = neutral_prior(start or efficiency_file())
     predicted = np.empty(len(cases))
     families = sorted({source_family(case.source) for case in cases})
     with ProcessPoolExecutor(max_workers=WORKERS) as pool:

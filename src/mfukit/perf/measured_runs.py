@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -206,7 +206,7 @@ def _model(row: _Row) -> ModelSpec:
             num_hidden_layers=row.integer("n_layers"),
             hidden_size=hidden,
             num_attention_heads=heads,
-            num_key_value_heads=row.integer("n_kv_heads", default=heads),
+            num_key_value_heads=row.integer("n_kv_heads") if row.has("n_kv_heads") else None,
             intermediate_size=ffn,
             vocab_size=row.integer("vocab"),
             mlp="gelu" if gelu else "swiglu",
@@ -224,9 +224,11 @@ def _model(row: _Row) -> ModelSpec:
 def _sharding(row: _Row, stack: str) -> dict[str, object]:
     text = row.text("zero_stage_or_fsdp").lower().replace("_", "-")
     deepspeed = "deepspeed" if stack in ("deepspeed", "megatron-deepspeed") else "megatron"
+    if "shard-grad-op" in text or "shard grad op" in text:  # FSDP's SHARD_GRAD_OP is ZeRO-2
+        return {"zero": 2, "zero_impl": "deepspeed"}
     if "hybrid" in text or "hsdp" in text:
         return {"fsdp": "hybrid"}
-    if "fsdp" in text or "full-shard" in text or "full_shard" in text:
+    if "fsdp" in text or "full-shard" in text:
         return {"fsdp": "full"}
     for stage in (3, 2, 1):
         if f"zero-{stage}" in text or f"zero{stage}" in text or f"zero stage {stage}" in text:
@@ -243,7 +245,7 @@ def _recompute(row: _Row, stack: str) -> tuple[Recompute, bool]:
         return "full", sp
     if text.startswith("selective"):
         return "selective", sp
-    if text.startswith("none") or text.startswith("no"):
+    if text == "no" or text.startswith(("none", "no ", "no-", "no+")):
         return "none", sp
     # not published: Megatron-Core and NeMo recipes default to selective recompute with SP
     return ("selective" if stack in ("megatron-core", "nemo") else "none"), sp
@@ -299,9 +301,17 @@ def _case(row: _Row) -> Case | SkippedRow:
     else:
         return SkippedRow(row_id, "not published: global_batch_sequences, global_batch_tokens")
     micro = row.integer("micro_batch", default=1)
+    published = batch
     # a batch published in tokens (OPT's 2M) need not split into whole micro-batches per rank: the nearest
-    # whole number of them (at least one) runs the same per-GPU work
-    batch = max(1, round(batch / (dp * micro))) * dp * micro
+    # whole number of them runs the same per-GPU work (the measurement converts with the published batch)
+    per_step = dp * micro
+    if round(batch / per_step) < 1 or abs(round(batch / per_step) * per_step - batch) > 0.1 * batch:
+        raise row.error(
+            "global_batch_sequences",
+            f"global batch {batch} is not (within 10 %) a whole number of dp x micro_batch = {per_step}",
+            "check the batch, dp and micro_batch columns",
+        )
+    batch = round(batch / per_step) * per_step
     recompute, sp_given = _recompute(row, stack)
     split = default_stage_split(model.num_hidden_layers, pp, vpp)
     layout = Parallelism(
@@ -333,7 +343,7 @@ def _case(row: _Row) -> Case | SkippedRow:
         offload_activations=1.0 if "activation" in offload else 0.0,
         **stack_fields,
     )
-    measured, accounting = _measured(row, workload, layout, n_gpus)
+    measured, accounting = _measured(row, replace(workload, global_batch_sequences=published), layout, n_gpus)
     per_stage = model.num_hidden_layers // pp
     first, last = split or (per_stage, per_stage)
     memory = row.number("peak_mem_gib_per_gpu") * 2.0**30 if row.has("peak_mem_gib_per_gpu") else None

@@ -96,7 +96,7 @@ class Plan:
 
     @property
     def mfu_interval(self) -> tuple[float, float] | None:
-        return None if self.interval is None else self.interval.around(self.mfu)
+        return None if self.interval is None else self.interval.around_mfu(self.mfu)
 
     @property
     def beyond_measured(self) -> bool:
@@ -218,6 +218,15 @@ def _cartesian(*lengths: int) -> list[np.ndarray]:
     """Index arrays of the cartesian product of options of the given lengths."""
     grids = np.meshgrid(*(np.arange(n) for n in lengths), indexing="ij")
     return [grid.reshape(-1) for grid in grids]
+
+
+def stack_space(space: SearchSpace, workload: Workload, accelerator: Accelerator) -> SearchSpace:
+    """``space`` with the shardings narrowed to what the workload's stack implements (its facts in
+    perf/data/efficiency.toml), unless the space already names its shardings."""
+    supported = efficiency_for(accelerator, workload.framework).shardings
+    if supported is None or space.sharding != DEFAULT_SHARDINGS:
+        return space
+    return replace(space, sharding=tuple(name for name in DEFAULT_SHARDINGS if name in supported))
 
 
 def enumerate_layouts(
@@ -384,10 +393,7 @@ def search(
     (``cluster.hbm_headroom``), one that does not fit as "memory"."""
     started = time.perf_counter()
     space = space or SearchSpace()
-    supported = efficiency_for(accelerator, workload.framework).shardings
-    if supported is not None and space.sharding == DEFAULT_SHARDINGS:
-        # search only what the stack implements (its facts in perf/data/efficiency.toml)
-        space = replace(space, sharding=tuple(name for name in DEFAULT_SHARDINGS if name in supported))
+    space = stack_space(space, workload, accelerator)
     hbm = accelerator.hbm_bytes
     rejected = dict.fromkeys(REASONS, 0)
     evaluated = considered = 0

@@ -159,6 +159,11 @@ class Interval:
     def around(self, value: float) -> tuple[float, float]:
         return value * self.low_factor, value * self.high_factor
 
+    def around_mfu(self, mfu: float) -> tuple[float, float]:
+        """:meth:`around` for an MFU, whose high end no GPU passes: at most 1."""
+        low, high = self.around(mfu)
+        return low, min(high, 1.0)
+
     def basis(self) -> str:
         keys = ", ".join(self.matched_on) if self.matched_on else "every run"
         text = f"{self.rows} held-out runs of {self.sources} sources sharing {keys}"
@@ -172,6 +177,8 @@ def write_residuals(path: Path, residuals: Sequence[Residual]) -> None:
         writer = csv.writer(handle)
         writer.writerow(COLUMNS)
         for r in residuals:
+            if not math.isfinite(r.log_error):  # a fold that predicted nothing: no residual to keep
+                continue
             regime = r.regime
             writer.writerow(
                 [
@@ -224,6 +231,8 @@ def load_residuals(path: Path | None = None) -> tuple[Residual, ...]:
                 )
     except (KeyError, ValueError, OSError) as error:
         raise InputError(f"the residual table {where} cannot be read: {error}", source=str(where)) from None
+    if not all(math.isfinite(r.log_error) for r in out):
+        raise InputError(f"the residual table {where} holds a non-finite residual", source=str(where))
     return tuple(out)
 
 

@@ -19,12 +19,21 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
+from mfukit.errors import InputError
 from mfukit.perf import flops
 from mfukit.perf.calibrate import fit, write_file
-from mfukit.perf.efficiency import EfficiencyFile, efficiency_file
+from mfukit.perf.efficiency import (
+    EFFICIENCY_FILE,
+    EfficiencyFile,
+    FrameworkProfile,
+    HardwareProfile,
+    efficiency_file,
+    hardware_profile_of,
+)
 from mfukit.perf.loso import predict_with
 from mfukit.perf.measured_runs import Case, SkippedRow, read_runs
 from mfukit.perf.uncertainty import (
@@ -36,6 +45,8 @@ from mfukit.perf.uncertainty import (
     residual_of,
     write_residuals,
 )
+
+P = TypeVar("P", HardwareProfile, FrameworkProfile)
 
 
 @dataclass(frozen=True)
@@ -52,7 +63,7 @@ class RowCheck:
 
     @property
     def inside(self) -> bool:
-        low, high = self.interval.around(self.predicted_mfu)
+        low, high = self.interval.around_mfu(self.predicted_mfu)
         return low <= self.measured_mfu <= high
 
 
@@ -129,10 +140,19 @@ def calibrate_site(
 ) -> tuple[EfficiencyFile, list[RowCheck], list[RowCheck]]:
     """Fit the site's constants on ``cases`` and write the overlay into ``out_dir``; the checks before and
     after (the after figures are in-sample)."""
-    shipped = efficiency_file()
+    shipped = efficiency_file(EFFICIENCY_FILE)  # never an overlay already on MFUKIT_CATALOG
+    fitted_families = [case for case in cases if _own_constants(case, shipped)]
+    if not fitted_families:
+        raise InputError(
+            "no run is on a GPU with constants of its own (its family borrows another's: "
+            + ", ".join(sorted({case.accelerator.name for case in cases}))
+            + "); calibrate cannot fit them",
+            field="gpu_type",
+            hint="add runs on a calibrated GPU family (A100, H100), or validate these runs instead",
+        )
     before = check_runs(cases, shipped)
     refitted, _ = fit(cases, start=shipped)
-    merged = _merged(shipped, refitted, cases)
+    merged = _merged(shipped, refitted)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_file(merged, out_dir / "efficiency.toml")
     own = [residual_of(check.case, math.log(check.measured_mfu / check.predicted_mfu)) for check in before]
@@ -141,18 +161,20 @@ def calibrate_site(
     return merged, before, after
 
 
-def _merged(shipped: EfficiencyFile, refitted: EfficiencyFile, cases: Sequence[Case]) -> EfficiencyFile:
-    """The refitted profiles the site's runs used, the shipped ones elsewhere."""
-    stacks = {case.workload.framework for case in cases}
-    families = {case.accelerator.name for case in cases}
-    hardware = [
-        new if any(name in families for name in new.accelerators) else old
-        for old, new in zip(shipped.hardware, refitted.hardware, strict=True)
-    ]
-    frameworks = [
-        new if new.name in stacks else old
-        for old, new in zip(shipped.framework, refitted.framework, strict=True)
-    ]
+def _own_constants(case: Case, file: EfficiencyFile) -> bool:
+    profile = hardware_profile_of(case.accelerator.name, file)
+    return profile is not None and profile.borrows is None
+
+
+def _merged(shipped: EfficiencyFile, refitted: EfficiencyFile) -> EfficiencyFile:
+    """The profiles this fit fitted (those with a fit record from the site's runs; a stack that borrows is
+    fitted through the one it borrows), the shipped ones elsewhere."""
+
+    def pick(old: P, new: P) -> P:
+        return new if new.fit is not None and new.borrows is None else old
+
+    hardware = [pick(old, new) for old, new in zip(shipped.hardware, refitted.hardware, strict=True)]
+    frameworks = [pick(old, new) for old, new in zip(shipped.framework, refitted.framework, strict=True)]
     networks = [
         new if new.fit is not None else old
         for old, new in zip(shipped.network, refitted.network, strict=True)
