@@ -142,3 +142,19 @@ def test_a_prediction_above_the_highest_measured_mfu_is_flagged() -> None:
     assert beyond_measured(ampere, 0.55, "bf16") is None and beyond_measured(ampere, 0.706, "fp8") is None
     h200 = efficiency_for(catalog.accelerator("h200-sxm"))  # borrowed: nothing measured on it, no bound
     assert beyond_measured(h200, 0.9, "bf16") is None
+
+
+def test_a_leave_one_source_out_fold_starts_from_nothing_fitted() -> None:
+    from mfukit.perf.calibrate import NEUTRAL, neutral_prior
+
+    prior = neutral_prior(efficiency_file())
+    for profile in [*prior.hardware, *prior.framework]:
+        if profile.borrows is None:
+            assert profile.fit is None
+            for name, value in NEUTRAL.items():
+                if name in type(profile).model_fields:
+                    assert getattr(profile, name) == value, (profile.name, name)
+    assert all(n.efficiency is None and n.step_latency_s is None for n in prior.network)
+    # the facts read from the stacks' code are kept
+    shipped = {p.name: p for p in efficiency_file().framework}
+    assert all(p.grad_bucket_params == shipped[p.name].grad_bucket_params for p in prior.framework)
