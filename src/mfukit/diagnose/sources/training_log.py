@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mfukit.diagnose.records import LogEvent, StepRecord, TrainingLog
 from mfukit.diagnose.sources import Source
@@ -383,7 +384,7 @@ def _in_range(steps: list[StepRecord]) -> tuple[list[StepRecord], int]:
     kept: list[StepRecord] = []
     changed = 0
     for step in steps:
-        bad = {
+        bad: dict[str, Any] = {
             name: None
             for name in _POSITIVE
             if (value := getattr(step, name)) is not None and not (math.isfinite(value) and value > 0)
