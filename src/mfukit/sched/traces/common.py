@@ -21,6 +21,9 @@ from mfukit.sched import job as states
 from mfukit.sched.job import Job
 
 MAX_LISTED = 10
+MAX_TIME_S = 1e11
+"""Largest time a trace may give (seconds: epoch year ~5100, or ~3,000 years after a trace's start):
+beyond it a number is a corrupted field, and sums over such times overflow or lose every second."""
 
 
 @dataclass
@@ -80,7 +83,11 @@ def parse_timestamp(text: str) -> float | None:
     except ValueError:
         pass
     else:
-        return number if math.isfinite(number) else None
+        if math.isnan(number):
+            return None
+        if not abs(number) <= MAX_TIME_S:
+            raise ValueError(f"time {value!r} is out of range (|t| <= {MAX_TIME_S:g} s)")
+        return number
     try:
         moment = datetime.fromisoformat(value.replace(" ", "T"))
     except ValueError:
