@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from mfukit.core.findings import Finding, worst
 
 _PREFIX = re.compile(
-    r"(?P<host>[A-Za-z0-9_.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:[\w./-]+:\d+\s+)?"
+    r"(?<![A-Za-z0-9_.\-])(?P<host>[A-Za-z0-9_.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:[\w./-]+:\d+\s+)?"
     r"NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s?(?P<msg>.*)"
 )
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+)(?P<build>\S*)")
@@ -29,7 +29,8 @@ _CHANNEL_PEER = re.compile(
     r"^Channel (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)\[[^\]]*\] -> (?P<dst>\d+)\[[^\]]*\]"
     r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$"
 )
-_RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<total>\d+) :\s+(?P<ranks>(?:\d+\s*)+)$")
+# No nested quantifier: `(?:\d+\s*)+` split "1011" as 1|0|1|1 every way, 2^n tries on a bad line.
+_RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<total>\d+) :\s+(?P<ranks>\d+(?:\s+\d+)*)\s*$")
 _TREES = re.compile(r"^Trees ")
 _CONNECTED = re.compile(r"^Connected all rings(?:, use ring PXN (?P<pxn>\d) GDR (?P<gdr>\d))?")
 _NVLS = re.compile(r"NVLS multicast support is (?P<not>not )?available")
@@ -150,7 +151,7 @@ class _Collector:
         elif _IB_NONE.match(message):
             report.ib_missing = True
         elif (sockets := _SOCKET_USING.match(message)) is not None:
-            for name in re.findall(r"\[\d+\]([^:\s]+):", sockets["list"]):
+            for name in re.findall(r"\[\d+\]([^:\s\[]+):", sockets["list"]):
                 if name not in report.socket_interfaces:
                     report.socket_interfaces.append(name)
         elif (peer := _CHANNEL_PEER.match(message)) is not None:

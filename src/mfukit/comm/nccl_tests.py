@@ -29,7 +29,8 @@ from mfukit.errors import InputError, UnknownNameError
 _TAGS = re.compile(r"\[\d+(?:,\d+)*\](?:<std(?:out|err)>:?)?")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SRUN_LABEL = re.compile(r"^\s*\d+:\s")
-_NCCL_MESSAGE = re.compile(r"(?:\S+:\d+:\d+\s+(?:\[\d+\]\s+)?)?NCCL (?:INFO|WARN|TRACE|ABORT)\b")
+# the host:pid:tid prefix starts a token (lookbehind), so a search over a long token stays linear
+_NCCL_MESSAGE = re.compile(r"(?:(?<!\S)\S+:\d+:\d+\s+(?:\[\d+\]\s+)?)?NCCL (?:INFO|WARN|TRACE|ABORT)\b")
 _NCCL_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S+?)\.?(?:\s|$)")
 _NCCL_VERSION = re.compile(r"\b[NR]CCL version (\d+\.\d+\.\d+)")
 _HEADER_VALUES = re.compile(
