@@ -64,7 +64,8 @@ SECONDS_PER_HOUR: Final = 3600.0
 SECONDS_PER_DAY: Final = 86400.0
 JOULES_PER_KWH: Final = 3.6e6
 
-_NUMBER = r"[-+]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+# the fraction's digits follow a literal point: `\d[\d_,]*\.?\d*` split a run of digits every way
+_NUMBER = r"[-+]?(?:\d[\d_,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
 _QUANTITY = re.compile(rf"^\s*(?P<number>{_NUMBER})\s*(?P<unit>.*?)\s*$")
 
 

@@ -36,11 +36,18 @@ _CONNECTED = re.compile(r"^Connected all rings(?:, use ring PXN (?P<pxn>\d) GDR 
 _NVLS = re.compile(r"NVLS multicast support is (?P<not>not )?available")
 _CHANNELS = re.compile(r"(?P<n>\d+) (?P<kind>coll|collnet|nvls|p2p) channels(?! per peer)")
 _INIT = re.compile(r"rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+).* Init COMPLETE")
-_ENV = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set (?:by environment )?to (?P<value>.*?)\.?\s*$")
+_ENV = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set (?:by environment )?to ")  # the value: _env_value
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|Timeout\(ms\)=\d+|timed out after")
 _ERROR_WORDS = re.compile(
     r"unhandled (?:system|cuda) error|ncclSystemError|ncclRemoteError|ncclInternalError"
 )
+
+
+def _env_value(rest: str) -> str:
+    """``IB.`` -> ``IB``: the value less its sentence's full stop, by string operations (a lazy group
+    before ``\\.?\\s*$`` was quadratic on a long line of spaces)."""
+    value = rest.rstrip()
+    return value.removesuffix(".").strip()
 
 
 @dataclass
@@ -174,7 +181,7 @@ class _Collector:
             report.init_complete += 1
             self.nranks.add(int(init["nranks"]))
         elif (env := _ENV.match(message)) is not None:
-            report.env[env["var"]] = env["value"].strip()
+            report.env[env["var"]] = _env_value(message[env.end() :])
         if "channels" in message:
             for count in _CHANNELS.finditer(message):
                 report.channels[count["kind"]] = max(report.channels.get(count["kind"], 0), int(count["n"]))

@@ -24,7 +24,8 @@ from mfukit.diagnose.sources import Source
 from mfukit.diagnose.sources.jsonstream import open_text
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-NUMBER = r"[-+]?\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?"
+# the fraction's digits follow a literal point: `\d[\d,]*\.?\d*` split a run of digits every way
+NUMBER = r"[-+]?\d[\d,]*(?:\.\d*)?(?:[eE][-+]?\d+)?"
 WALL = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?")
 
 MEGATRON_ITER = re.compile(r"iteration\s+(\d+)/\s*\d+\s*\|")

@@ -135,9 +135,15 @@ def csv_records(path: Path, delimiter: str = ",") -> Iterator[tuple[int, list[st
     """(line number, fields) of every non-empty row of a delimited text file."""
     try:
         with path.open(encoding="utf-8", errors="replace", newline="") as handle:
-            for line_no, fields in enumerate(csv.reader(handle, delimiter=delimiter), start=1):
-                if fields and any(field.strip() for field in fields):
-                    yield line_no, fields
+            reader = csv.reader(handle, delimiter=delimiter)
+            try:
+                for fields in reader:
+                    if fields and any(field.strip() for field in fields):
+                        yield reader.line_num, fields
+            except csv.Error as error:  # a field past the csv module's limit (128 KiB), a NUL byte
+                raise InputError(
+                    f"line {reader.line_num}: not a CSV row: {error}", source=str(path)
+                ) from None
     except OSError as error:
         raise InputError(f"cannot read the trace: {error}", source=str(path)) from None
 
