@@ -202,3 +202,19 @@ def test_user_text_in_warnings_is_not_rich_markup() -> None:
         Output(schema="x/1", result={}, warnings=["[nccl_env] NCCL_ALGO set to [bold]ring"]), console(stream)
     )
     assert "[nccl_env] NCCL_ALGO set to [bold]ring" in stream.getvalue()
+
+
+def test_comm_check_reads_the_rank_count_off_a_table_without_its_header(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    full = Path(__file__).parents[1] / "data" / "comm" / "synthetic" / "current_2025_allreduce_2x8_h100.txt"
+    lines = full.read_text().splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if "size" in line and "count" in line) :]
+    path = tmp_path / "all_reduce_perf.txt"  # a log pasted from a README: only the table
+    path.write_text("\n".join(table) + "\n")
+    run = mfukit("comm", "check", str(path), "--system", "dgx-h100", "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    result = run.json()["result"]
+    file_peak_gb_s = max(
+        float(line.split()[7]) for line in table if line.strip() and not line.startswith("#")
+    )
+    assert result["num_ranks"] == 16
+    assert abs(result["peak_busbw_bytes_per_s"] / 1e9 - file_peak_gb_s) <= 0.01 * file_peak_gb_s
