@@ -29,6 +29,7 @@ import hostlist
 from mfukit.errors import InputError
 from mfukit.sched.job import COMPLETED, ENDED_STATES, PENDING, RUNNING, Job
 from mfukit.sched.traces.common import (
+    MAX_TIME_S,
     Rows,
     TraceRead,
     column_index,
@@ -258,13 +259,16 @@ def _number(value: Any) -> float | None:
         value = value.get("number")
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    number = float(value)
+    if not (math.isfinite(number) and abs(number) <= MAX_TIME_S):  # a count or a time: both far below
+        raise ValueError(f"{value!r} is not a finite number within +-{MAX_TIME_S:g}")
+    return number
 
 
 def _gpus_json(tres: Any) -> int:
     for item in tres or []:
         if item.get("type") == "gres" and str(item.get("name", "")).split(":")[0] == "gpu":
-            return int(item.get("count") or 0)
+            return int(_number(item.get("count")) or 0)
     return 0
 
 
@@ -311,7 +315,7 @@ def read_sacct_json(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
                 "limit_s": limit_min * 60.0 if limit_min else None,
                 "flags": ",".join(item.get("flags", [])),
             }
-        except (AttributeError, TypeError, ValueError) as error:
+        except (AttributeError, TypeError, ValueError, OverflowError) as error:
             rows.reject(index, f"job entry {index}: {error}")
             continue
         attempts.add(index, record)
