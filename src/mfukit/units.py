@@ -66,11 +66,11 @@ JOULES_PER_KWH: Final = 3.6e6
 
 # the fraction's digits follow a literal point: `\d[\d_,]*\.?\d*` split a run of digits every way
 _NUMBER = r"[-+]?(?:\d[\d_,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
-_QUANTITY = re.compile(rf"^\s*(?P<number>{_NUMBER})\s*(?P<unit>.*?)\s*$")
+_QUANTITY = re.compile(rf"(?P<number>{_NUMBER})\s*(?P<unit>.*)")  # matched on stripped text: linear
 
 
 def _split(text: str, what: str, example: str, field: str | None) -> tuple[float, str]:
-    match = _QUANTITY.match(text)
+    match = _QUANTITY.fullmatch(text.strip())
     if match is None:
         raise InputError(
             f"not a {what}", field=field, value=text, expected=f"a number with a unit, e.g. {example}"
