@@ -127,3 +127,23 @@ def test_nccl_ring_line_with_a_stray_character_returns_at_once() -> None:
     line = f"{PREFIX}Channel 00/32 :  {ranks} x"
     code = f"from mfukit.comm.nccl_log import analyse_nccl_log; analyse_nccl_log({line!r})"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=20)
+
+
+@pytest.mark.parametrize(
+    "body", ["1" * 10**5 + "x", "1 " * 50_000 + "x", "1" + " " * 10**5 + "x", "1.5" * 30_000]
+)
+def test_unit_parsers_are_linear_on_long_values(body: str) -> None:
+    """Scenario fields and flags go through units.py: a 10^5-character value is refused at once."""
+    from mfukit import units
+
+    for parse in (
+        units.parse_duration_s,
+        units.parse_bytes,
+        units.parse_count,
+        units.parse_bandwidth_bytes_per_s,
+    ):
+        start = time.perf_counter()
+        with pytest.raises(InputError):
+            parse(body)
+        spent = time.perf_counter() - start
+        assert spent < LIMIT_S, f"{parse.__name__}: {spent:.2f} s"

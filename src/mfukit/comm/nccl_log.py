@@ -34,7 +34,7 @@ _RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<total>\d+) :\s+(?P<ranks>\d+(?:\s+
 _TREES = re.compile(r"^Trees ")
 _CONNECTED = re.compile(r"^Connected all rings(?:, use ring PXN (?P<pxn>\d) GDR (?P<gdr>\d))?")
 _NVLS = re.compile(r"NVLS multicast support is (?P<not>not )?available")
-_CHANNELS = re.compile(r"(?P<n>\d+) (?P<kind>coll|collnet|nvls|p2p) channels(?! per peer)")
+_CHANNELS = re.compile(r"(?<!\d)(?P<n>\d+) (?P<kind>coll|collnet|nvls|p2p) channels(?! per peer)")
 _INIT = re.compile(r"rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+).* Init COMPLETE")
 _ENV = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set (?:by environment )?to ")  # the value: _env_value
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|Timeout\(ms\)=\d+|timed out after")
