@@ -4,7 +4,7 @@ Each case is one long line built to make a backtracking regex try every split (r
 spaces after a line's keyword, long tokens before a ``:``, long runs of spaces before a ``|``). The
 parser's time on the 10^6-character line must stay under 1 s, within a bounded multiple of a linear
 reference measured in the same run on the same text (splitting it into lines and words and counting a
-character), and within a bounded multiple of its own time on the 10^4-character line.
+character), and within a bounded multiple of its own time on a line a tenth as long.
 The known hang: NCCL's ``Channel 00/32 :`` ring line with 40 ranks and a stray character.
 """
 
@@ -30,8 +30,10 @@ LIMIT_S = 1.0
 # the parser may cost this many times the reference pass per character (regex passes, records); a
 # quadratic parser costs ~10^6 times more at 10^6 characters, an exponential one never finishes
 MAX_PER_CHAR_RATIO = 400.0
-# 100x the characters cost at most this many times the time (linear: ~100x less fixed costs; quadratic: 10^4x)
-MAX_GROWTH = 500.0
+# ten times the characters cost at most this many times the time (linear: ~10x; quadratic: 100x), with
+# the shorter time floored where timer resolution and fixed costs dominate
+MAX_GROWTH = 40.0
+GROWTH_FLOOR_S = 0.01
 
 PREFIX = "host:1:1 [0] NCCL INFO "
 LINES: dict[str, Callable[[int], str]] = {
@@ -41,6 +43,8 @@ LINES: dict[str, Callable[[int], str]] = {
     "digits before channels": lambda n: PREFIX + "1" * n + " col",
     "socket list": lambda n: PREFIX + "NET/Socket : Using " + "[0]" * (n // 3),
     "env value": lambda n: PREFIX + "NCCL_IB_HCA set by environment to " + " " * n + "x",
+    "network name": lambda n: PREFIX + "Using network " + "a " * (n // 4) + " " * (n // 2) + "\x01",
+    "peer via": lambda n: PREFIX + "Channel 00/0 : 0[0] -> 1[1] via " + "P2P " + " " * n + "\x01",
     "init line": lambda n: PREFIX + "rank 1 nranks 2 cudaDev 0" + " x" * (n // 2),
     "pipes": lambda n: "|" + " " * n + "| x",
     "key value": lambda n: " " * n + "x",
@@ -63,6 +67,14 @@ def _clock(function: Callable[[], object]) -> float:
     start = time.perf_counter()
     function()
     return time.perf_counter() - start
+
+
+def _least(function: Callable[[], object]) -> float:
+    """The least of up to three timings (one when it is short): a shared machine's pauses only add time."""
+    best = _clock(function)
+    for _ in range(2 if best > LIMIT_S / 4 else 0):
+        best = min(best, _clock(function))
+    return best
 
 
 def _text_parsers() -> dict[str, Callable[[str], object]]:
@@ -112,16 +124,16 @@ def test_parsers_are_linear_on_long_lines(case: str) -> None:
             spent = {}
             for size in SIZES:
                 text = LINES[case](size)
-                spent[size] = _clock(lambda: parse(text))  # noqa: B023 (called at once)
+                spent[size] = _least(lambda: parse(text))  # noqa: B023 (called at once)
                 if spent[size] > LIMIT_S:
                     break
             big = max(spent)
             text = LINES[case](big)
-            reference = max(_clock(lambda: _reference(text)), 1e-3)  # noqa: B023
-            growth = spent[big] / max(spent[SIZES[0]], 1e-3)
+            reference = max(_least(lambda: _reference(text)), 1e-3)  # noqa: B023
+            growth = spent[big] / max(spent.get(big // 10, 0.0), GROWTH_FLOOR_S)
             if spent[big] > LIMIT_S or spent[big] / reference > MAX_PER_CHAR_RATIO or growth > MAX_GROWTH:
                 slow.append(
-                    f"{name} on {big:,} chars: {spent[big]:.3f} s, {growth:.0f}x its time on {SIZES[0]:,} "
+                    f"{name} on {big:,} chars: {spent[big]:.3f} s, {growth:.0f}x its time on a tenth of it "
                     f"(linear reference on the same text {reference:.4f} s)"
                 )
         assert not slow, f"{case}: " + "; ".join(slow)

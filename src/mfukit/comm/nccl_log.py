@@ -20,14 +20,15 @@ _PREFIX = re.compile(
     r"NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s?(?P<msg>.*)"
 )
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+)(?P<build>\S*)")
-_USING_NETWORK = re.compile(r"^Using network (?P<name>.+?)\s*$")
+# `.*\S` then `\s*$`, not a lazy `.+?` before `\s*$` (quadratic on a run of spaces)
+_USING_NETWORK = re.compile(r"^Using network (?P<name>.*\S)\s*$")
 _IB_USING = re.compile(r"^NET/IB ?: Using (?P<list>.*?)(?:;|$)")
 _IB_DEVICE = re.compile(r"\[\d+\](?P<name>[A-Za-z0-9_]+):(?P<port>\d+)/(?P<layer>IB|RoCE)")
 _IB_NONE = re.compile(r"^NET/IB ?: No device found")
 _SOCKET_USING = re.compile(r"^NET/Socket ?: Using (?P<list>.*)")
 _CHANNEL_PEER = re.compile(
     r"^Channel (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)\[[^\]]*\] -> (?P<dst>\d+)\[[^\]]*\]"
-    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$"
+    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.*\S)\s*$"
 )
 # No nested quantifier: `(?:\d+\s*)+` split "1011" as 1|0|1|1 every way, 2^n tries on a bad line.
 _RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<total>\d+) :\s+(?P<ranks>\d+(?:\s+\d+)*)\s*$")
