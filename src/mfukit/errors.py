@@ -10,6 +10,8 @@ exit  meaning
 1     ran fine but the answer is negative (infeasible plan, error findings, a failed check)
 2     bad input or configuration (:class:`InputError` and subclasses)
 3     a needed component is missing (:class:`MissingComponentError`: torch, slurm, ...)
+74    an output could not be written: disk full, quota, I/O error (EX_IOERR of sysexits.h);
+      an output path that cannot be created (no such directory, read-only, permission) is exit 2
 101   internal error (a bug: the traceback is shown with ``--debug``)
 ====  =====================================================================================
 """
@@ -17,6 +19,7 @@ exit  meaning
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
 from enum import IntEnum
 from typing import Any
@@ -27,6 +30,7 @@ class ExitCode(IntEnum):
     NEGATIVE = 1
     BAD_INPUT = 2
     MISSING_COMPONENT = 3
+    IO_ERROR = 74
     INTERNAL = 101
 
 
@@ -131,6 +135,32 @@ class MissingComponentError(MfukitError):
     def __init__(self, component: str, *, purpose: str, install: str) -> None:
         super().__init__(f"{component} is needed {purpose} but is not available", hint=install)
         self.component = component
+
+
+class OutputError(MfukitError):
+    """The disk refused an output (full, over quota, I/O error): exit 74, EX_IOERR of sysexits.h."""
+
+    exit_code = ExitCode.IO_ERROR
+
+
+_DEVICE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
+
+
+def from_os_error(error: OSError, *, stream: str = "standard output") -> MfukitError:
+    """An OSError that reached the command line as an error naming the path (``stream`` when it has
+    none, as when stdout is on a full disk): a full disk or an I/O error is an :class:`OutputError`
+    (exit 74); anything else (no such directory, read-only, permission) a bad path, exit 2."""
+    path = error.filename if error.filename is not None else stream
+    reason = error.strerror or str(error)
+    if error.errno in _DEVICE_ERRNOS:
+        return OutputError(
+            f"cannot write {path}: {reason}",
+            hint="free space (or quota) on that filesystem, or write elsewhere",
+        )
+    return InputError(
+        f"cannot use {path}: {reason}",
+        hint="give a path in a directory that exists and that you can write to",
+    )
 
 
 def suggest(name: str, choices: Iterable[str], limit: int = 4) -> list[str]:

@@ -65,12 +65,18 @@ SECONDS_PER_HOUR: Final = 3600.0
 SECONDS_PER_DAY: Final = 86400.0
 JOULES_PER_KWH: Final = 3.6e6
 
-_NUMBER = r"[-+]?(?:\d[\d_,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_QUANTITY = re.compile(rf"^\s*(?P<number>{_NUMBER})\s*(?P<unit>.*?)\s*$")
+# the fraction's digits follow a literal point: `\d[\d_,]*\.?\d*` split a run of digits every way
+_NUMBER = r"[-+]?(?:\d[\d_,]*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_QUANTITY = re.compile(rf"(?P<number>{_NUMBER})\s*(?P<unit>.*)")  # matched on stripped text: linear
+
+
+# a part's number starts where no digit, point or separator precedes it: a search over a run of digits
+# then tries each run once instead of every suffix of it (quadratic)
+_DURATION_PART = re.compile(rf"(?<![\d_,.])({_NUMBER})\s*([a-zA-Zµ]+)")
 
 
 def _split(text: str, what: str, example: str, field: str | None) -> tuple[float, str]:
-    match = _QUANTITY.match(text)
+    match = _QUANTITY.fullmatch(text.strip())
     if match is None:
         raise InputError(
             f"not a {what}", field=field, value=text, expected=f"a number with a unit, e.g. {example}"
@@ -144,7 +150,7 @@ def parse_count(value: object, *, field: str | None = None) -> float:
             "is not a count", field=field, value=value, expected='a number such as 2048 or "1.4T"'
         )
     number, unit = _split(value, "count", '"1.4T" or 2048', field)
-    unit = re.sub(r"\s*(tokens?|tok|sequences?|seqs?|steps?|params?|jobs?)$", "", unit).strip()
+    unit = re.sub(r"(tokens?|tok|sequences?|seqs?|steps?|params?|jobs?)$", "", unit).strip()
     scale = SI_PREFIXES.get(unit)
     if scale is None:
         raise InputError(
@@ -215,8 +221,8 @@ def parse_duration_s(value: object, *, field: str | None = None) -> float:
         )
     if not isinstance(value, str) or not value.strip():
         raise InputError("is not a duration", field=field, value=value, expected='e.g. "30min", "14d", "5s"')
-    parts = re.findall(rf"({_NUMBER})\s*([a-zA-Zµ]+)", value)
-    if not parts or re.sub(rf"({_NUMBER})\s*([a-zA-Zµ]+)", "", value).strip():
+    parts = _DURATION_PART.findall(value)
+    if not parts or _DURATION_PART.sub("", value).strip():
         raise InputError(
             "is not a duration", field=field, value=value, expected='e.g. "30min", "14d", "1h30min"'
         )

@@ -112,11 +112,14 @@ def test_the_step_pays_for_offload_and_memory_drops() -> None:
     moved = estimate_steps(_workload(offload_optimizer=1.0, offload_activations=0.5), grid, machine)
     assert plain.breakdown_s["offload"][0] == 0
     assert moved.breakdown_s["offload"][0] > 0
+
     # the offload adds its exposed part (and the stragglers' share of a longer step grows with it)
     def before_stragglers(estimate):  # type: ignore[no-untyped-def]
         return estimate.step_time_s[0] - estimate.breakdown_s["stragglers"][0]
 
-    assert before_stragglers(moved) == pytest.approx(before_stragglers(plain) + moved.breakdown_s["offload"][0])
+    assert before_stragglers(moved) == pytest.approx(
+        before_stragglers(plain) + moved.breakdown_s["offload"][0]
+    )
     assert (
         _stage(_workload(offload_optimizer=1.0, offload_activations=0.5), layout).total_bytes
         < _stage(_workload(), layout).total_bytes

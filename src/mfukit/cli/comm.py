@@ -431,6 +431,8 @@ def check_command(
     given_nodes = overrides.get("cluster.num_nodes")
     if run.hosts and (given_nodes or "cluster.num_gpus" not in overrides):
         overrides["cluster.num_nodes"] = len(run.hosts)  # the file names its hosts: check_run judges on them
+    elif not given_nodes and "cluster.num_gpus" not in overrides and run.num_ranks:
+        overrides["cluster.num_gpus"] = run.num_ranks  # no device list: the header or busbw/algbw says
     elif not given_nodes and "cluster.num_gpus" not in overrides:
         overrides["cluster.num_nodes"] = 1
     cluster = cluster_from_flags(overrides, default_nodes=1)

@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from mfukit import __version__
-from mfukit.errors import ExitCode, MfukitError
+from mfukit.errors import ExitCode, MfukitError, from_os_error
 
 # name -> "module:attribute" of the click command; the order is the order of `mfukit --help`.
 COMMANDS: dict[str, str] = {
@@ -59,20 +59,23 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the subcommand; map mfukit errors to their exit codes and anything else to 101."""
+        """Run the subcommand; map mfukit errors and refused paths or outputs to their exit codes (2, 3, 74)
+        and anything else to 101."""
         debug = bool(ctx.params.get("debug"))
         try:
             code = super().invoke(ctx)
+            sys.stdout.flush()  # a full disk under stdout shows here, not at exit past every handler
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
         except MfukitError as error:
-            if debug:
-                traceback.print_exc()
-            click.echo(f"error: {error.render()}", err=True)
-            ctx.exit(int(error.exit_code))
+            _fail(ctx, error, debug)
         except BrokenPipeError:  # the reader went away (`mfukit ... | head`): stop quietly
             _silence_stdout()
             ctx.exit(0)
+        except OSError as error:  # the filesystem refused a path or an output: name it, no traceback
+            if error.filename is None:  # stdout itself: what is still buffered cannot be written either
+                _silence_stdout()
+            _fail(ctx, from_os_error(error), debug)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             ctx.exit(130)
@@ -89,6 +92,13 @@ class LazyGroup(click.Group):
         if isinstance(code, int) and code:
             ctx.exit(code)
         return code
+
+
+def _fail(ctx: click.Context, error: MfukitError, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    click.echo(f"error: {error.render()}", err=True)
+    ctx.exit(int(error.exit_code))
 
 
 def _silence_stdout() -> None:
@@ -112,7 +122,8 @@ def cli(debug: bool) -> None:
 
     Every command prints a table (default), JSON (--format json, an envelope with inputs, assumptions,
     result and warnings) or CSV. Exit codes: 0 ok; 1 the answer is negative (infeasible, failed check,
-    error findings); 2 bad input; 3 a needed component is missing; 101 internal error.
+    error findings); 2 bad input (an unusable path too); 3 a needed component is missing; 74 an output could not
+    be written (disk full, I/O error); 101 internal error.
     """
 
 

@@ -27,10 +27,12 @@ PIPED_WIDTH = 160
 
 def console(file: TextIO | None = None) -> Console:
     """A console on ``file`` (stdout by default). Width: COLUMNS when set, the terminal's, or 160 columns
-    when piped so that tables are not folded; colour only on a terminal (and never with NO_COLOR)."""
+    when piped so that tables are not folded; colour only on a terminal (and never with NO_COLOR). Text is
+    printed as it is: square brackets in it are never read as rich markup."""
     stream = file or sys.stdout
     width = None if os.environ.get("COLUMNS") or stream.isatty() else PIPED_WIDTH
-    return Console(file=stream, highlight=False, soft_wrap=False, width=width)
+    # markup off: every string printed quotes user text somewhere (file names, log lines, `[nccl_env]`)
+    return Console(file=stream, highlight=False, soft_wrap=False, width=width, markup=False)
 
 
 def render(output: Output, fmt: Format, file: TextIO | None = None) -> None:

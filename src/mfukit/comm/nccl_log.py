@@ -16,30 +16,39 @@ from dataclasses import dataclass, field, replace
 from mfukit.core.findings import Finding, worst
 
 _PREFIX = re.compile(
-    r"(?P<host>[A-Za-z0-9_.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:[\w./-]+:\d+\s+)?"
+    r"(?<![A-Za-z0-9_.\-])(?P<host>[A-Za-z0-9_.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+(?:[\w./-]+:\d+\s+)?"
     r"NCCL\s+(?P<level>INFO|WARN|TRACE|ABORT)\s?(?P<msg>.*)"
 )
 _VERSION = re.compile(r"NCCL version (?P<version>\d+\.\d+\.\d+)(?P<build>\S*)")
-_USING_NETWORK = re.compile(r"^Using network (?P<name>.+?)\s*$")
+# `.*\S` then `\s*$`, not a lazy `.+?` before `\s*$` (quadratic on a run of spaces)
+_USING_NETWORK = re.compile(r"^Using network (?P<name>.*\S)\s*$")
 _IB_USING = re.compile(r"^NET/IB ?: Using (?P<list>.*?)(?:;|$)")
 _IB_DEVICE = re.compile(r"\[\d+\](?P<name>[A-Za-z0-9_]+):(?P<port>\d+)/(?P<layer>IB|RoCE)")
 _IB_NONE = re.compile(r"^NET/IB ?: No device found")
 _SOCKET_USING = re.compile(r"^NET/Socket ?: Using (?P<list>.*)")
 _CHANNEL_PEER = re.compile(
     r"^Channel (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)\[[^\]]*\] -> (?P<dst>\d+)\[[^\]]*\]"
-    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$"
+    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.*\S)\s*$"
 )
-_RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<total>\d+) :\s+(?P<ranks>(?:\d+\s*)+)$")
+# No nested quantifier: `(?:\d+\s*)+` split "1011" as 1|0|1|1 every way, 2^n tries on a bad line.
+_RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<total>\d+) :\s+(?P<ranks>\d+(?:\s+\d+)*)\s*$")
 _TREES = re.compile(r"^Trees ")
 _CONNECTED = re.compile(r"^Connected all rings(?:, use ring PXN (?P<pxn>\d) GDR (?P<gdr>\d))?")
 _NVLS = re.compile(r"NVLS multicast support is (?P<not>not )?available")
-_CHANNELS = re.compile(r"(?P<n>\d+) (?P<kind>coll|collnet|nvls|p2p) channels(?! per peer)")
+_CHANNELS = re.compile(r"(?<!\d)(?P<n>\d+) (?P<kind>coll|collnet|nvls|p2p) channels(?! per peer)")
 _INIT = re.compile(r"rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<dev>\d+).* Init COMPLETE")
-_ENV = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set (?:by environment )?to (?P<value>.*?)\.?\s*$")
+_ENV = re.compile(r"^(?P<var>NCCL_[A-Z0-9_]+) set (?:by environment )?to ")  # the value: _env_value
 _WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|Timeout\(ms\)=\d+|timed out after")
 _ERROR_WORDS = re.compile(
     r"unhandled (?:system|cuda) error|ncclSystemError|ncclRemoteError|ncclInternalError"
 )
+
+
+def _env_value(rest: str) -> str:
+    """``IB.`` -> ``IB``: the value less its sentence's full stop, by string operations (a lazy group
+    before ``\\.?\\s*$`` was quadratic on a long line of spaces)."""
+    value = rest.rstrip()
+    return value.removesuffix(".").strip()
 
 
 @dataclass
@@ -150,7 +159,7 @@ class _Collector:
         elif _IB_NONE.match(message):
             report.ib_missing = True
         elif (sockets := _SOCKET_USING.match(message)) is not None:
-            for name in re.findall(r"\[\d+\]([^:\s]+):", sockets["list"]):
+            for name in re.findall(r"\[\d+\]([^:\s\[]+):", sockets["list"]):
                 if name not in report.socket_interfaces:
                     report.socket_interfaces.append(name)
         elif (peer := _CHANNEL_PEER.match(message)) is not None:
@@ -173,7 +182,7 @@ class _Collector:
             report.init_complete += 1
             self.nranks.add(int(init["nranks"]))
         elif (env := _ENV.match(message)) is not None:
-            report.env[env["var"]] = env["value"].strip()
+            report.env[env["var"]] = _env_value(message[env.end() :])
         if "channels" in message:
             for count in _CHANNELS.finditer(message):
                 report.channels[count["kind"]] = max(report.channels.get(count["kind"], 0), int(count["n"]))

@@ -23,13 +23,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mfukit.comm.collectives import Collective, collective_named
+import numpy as np
+
+from mfukit.comm.collectives import Collective, busbw_factor, collective_named
 from mfukit.errors import InputError, UnknownNameError
 
 _TAGS = re.compile(r"\[\d+(?:,\d+)*\](?:<std(?:out|err)>:?)?")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SRUN_LABEL = re.compile(r"^\s*\d+:\s")
-_NCCL_MESSAGE = re.compile(r"(?:\S+:\d+:\d+\s+(?:\[\d+\]\s+)?)?NCCL (?:INFO|WARN|TRACE|ABORT)\b")
+# the host:pid:tid prefix starts a token (lookbehind), so a search over a long token stays linear
+_NCCL_MESSAGE = re.compile(r"(?:(?<!\S)\S+:\d+:\d+\s+(?:\[\d+\]\s+)?)?NCCL (?:INFO|WARN|TRACE|ABORT)\b")
 _NCCL_ENV = re.compile(r"\b(NCCL_[A-Z0-9_]+) set (?:by environment )?to (\S+?)\.?(?:\s|$)")
 _NCCL_VERSION = re.compile(r"\b[NR]CCL version (\d+\.\d+\.\d+)")
 _HEADER_VALUES = re.compile(
@@ -571,6 +574,33 @@ def _settle_collective(run: NcclTestsRun, name_hint: str | None) -> None:
         run.warnings.append(f"collective inferred as {run.collective} from busbw/algbw = {ratio:.2f}")
 
 
+MAX_INFERRED_RANKS = 1 << 16
+"""Largest rank count read off busbw/algbw: past it neighbouring counts' factors differ less than the
+columns' two printed decimals resolve."""
+
+
+def _ranks_from_columns(run: NcclTestsRun, collective: Collective) -> tuple[int, float] | None:
+    """(ranks, busbw/algbw) when the columns give the rank count: nccl-tests prints busbw = algbw x
+    factor(n) (2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter, alltoall; nccl-tests
+    doc/PERFORMANCE.md), so the median ratio over sizes with algbw >= 1 GB/s (three or more printed
+    digits) is the n whose factor is closest, within 1 %. None for a collective whose factor is 1."""
+    ratios = sorted(
+        r.busbw_bytes_per_s / r.algbw_bytes_per_s
+        for row in run.rows
+        for r in row.results
+        if r.algbw_bytes_per_s >= 1e9
+    )
+    counts = np.arange(2, MAX_INFERRED_RANKS + 1)
+    factors = busbw_factor(collective, counts)
+    if not ratios or float(factors[0]) == float(factors[-1]):
+        return None
+    ratio = ratios[len(ratios) // 2]
+    best = int(np.argmin(np.abs(factors - ratio)))
+    if abs(float(factors[best]) - ratio) > 0.01 * ratio:
+        return None
+    return int(counts[best]), ratio
+
+
 def _name_candidates(text: str) -> list[str]:
     """Every run of adjacent words of a file or binary name: ``nccl_all_reduce_perf.log`` -> ..., ``all_reduce``."""
     base = text.replace("\\", "/").rsplit("/", 1)[-1]
@@ -582,7 +612,14 @@ def _check(run: NcclTestsRun) -> None:
     """Warnings about what the run itself says: validation off, wrong elements, algbw definitions."""
     if run.collective is not None and not run.devices and run.inferred_ranks is None:
         threads, gpus = run.header.get("nThread"), run.header.get("nGpus")
-        if threads and gpus:
+        from_columns = _ranks_from_columns(run, run.collective)
+        if from_columns is not None:
+            run.inferred_ranks, ratio = from_columns
+            run.warnings.append(
+                f"no device list: {run.inferred_ranks} ranks, from the file's busbw/algbw = {ratio:.4f} "
+                f"(nccl-tests' factor for {run.collective})"
+            )
+        elif threads and gpus:
             run.inferred_ranks = threads * gpus
             run.warnings.append(
                 f"no device list: assuming {threads * gpus} rank(s) (nThread x nGpus of one process)"

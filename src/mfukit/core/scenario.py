@@ -18,7 +18,7 @@ from pydantic import Field, ValidationError, field_validator
 
 from mfukit import units
 from mfukit.core.parallelism import Parallelism
-from mfukit.core.schema import Count, Fraction, PositiveInt, Seconds, Strict, Usd, input_error_from
+from mfukit.core.schema import Count, Fraction, GpuCount, PositiveInt, Seconds, Strict, Usd, input_error_from
 from mfukit.errors import InputError
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
@@ -118,8 +118,8 @@ class TrainingSection(Strict):
 class ClusterSection(Strict):
     system: str | None = Field(default=None, description="node preset from the catalog")
     gpu: str | None = Field(default=None, description="accelerator; picks its default node when no system")
-    num_gpus: PositiveInt | None = None
-    num_nodes: PositiveInt | None = None
+    num_gpus: GpuCount | None = None
+    num_nodes: GpuCount | None = None
     storage: str | None = None
     failure_rate_per_1000_node_days: float | None = Field(default=None, ge=0)
     nics_per_node: int | None = Field(default=None, ge=0, description="override the system's NIC count")
@@ -246,7 +246,7 @@ def read_document(path: Path) -> dict[str, Any]:
     """A TOML or YAML file as a dict; a missing, unreadable or malformed file is an InputError."""
     source = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a UTF-8 BOM (Windows editors) is not content
     except FileNotFoundError:
         raise InputError("file not found", source=source, hint="check the path") from None
     except (OSError, UnicodeDecodeError) as error:
@@ -260,6 +260,8 @@ def read_document(path: Path) -> dict[str, Any]:
             raise InputError(
                 f"malformed YAML{where}: {getattr(error, 'problem', error)}", source=source
             ) from None
+        except RecursionError:
+            raise _too_deep(source) from None
     else:
         try:
             data = tomllib.loads(text)
@@ -267,9 +269,17 @@ def read_document(path: Path) -> dict[str, Any]:
             raise InputError(
                 f"malformed TOML: {error}", source=source, hint="check quoting and brackets"
             ) from None
+        except RecursionError:
+            raise _too_deep(source) from None
     if not isinstance(data, dict):
         raise InputError("must hold a table of sections at the top level", source=source)
     return data
+
+
+def _too_deep(source: str) -> InputError:
+    return InputError(
+        "nests arrays or tables too deeply to read", source=source, hint="a scenario needs two levels at most"
+    )
 
 
 def load_scenario(path: Path | None, overrides: Mapping[str, Any] | None = None) -> Scenario:

@@ -11,16 +11,50 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, TypeVar, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from mfukit import units
 from mfukit.errors import InputError, suggest
 
 
 class Strict(BaseModel):
-    """Base of every input schema: unknown fields are errors, instances are immutable."""
+    """Base of every input schema: unknown fields are errors, instances are immutable, and a boolean is
+    never taken as a number (pydantic's lax mode reads ``num_gpus = true`` as 1)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, bool) and info.field_name is not None:
+            field = cls.model_fields.get(info.field_name)
+            if field is not None and not _accepts_bool(field.annotation):
+                raise ValueError(f"{str(value).lower()} is a boolean, not a number")
+        return value
+
+
+def _accepts_bool(annotation: Any) -> bool:
+    """Whether a field typed ``annotation`` takes a boolean as it is (bool, Any, or a union with either)."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is bool or annotation is Any:
+        return True
+    if origin is typing.Literal:
+        return any(isinstance(arg, bool) for arg in args)
+    if origin is Annotated:
+        return _accepts_bool(args[0])
+    if origin in (Union, types.UnionType):
+        return any(_accepts_bool(arg) for arg in args)
+    numeric = isinstance(annotation, type) and issubclass(annotation, int | float | str)
+    return not numeric and annotation is not type(None)
 
 
 class _Internal(float):
@@ -57,6 +91,10 @@ IntCount = Annotated[int, BeforeValidator(lambda v: units.parse_int_count(v) if 
 Fraction = Annotated[float, _unit_field(units.parse_fraction)]
 Usd = Annotated[float, _unit_field(units.parse_usd)]
 PositiveInt = Annotated[int, Field(ge=1)]
+MAX_GPUS = 10**8
+"""Bound on a count of GPUs or nodes: far above any cluster built (the largest announced hold ~10^5-10^6
+GPUs), low enough that every formula over it stays finite (2^63 GPUs overflowed ``ft plan``)."""
+GpuCount = Annotated[int, Field(ge=1, le=MAX_GPUS)]
 
 
 ModelT = TypeVar("ModelT", bound=BaseModel)

@@ -179,7 +179,28 @@ def measure(
     training: TrainingSection | None,
     cluster: Cluster | None,
 ) -> MfuEstimate:
-    """MFU from the first log that allows it (see the module docstring for the order of methods)."""
+    """MFU from the first log that allows it (see the module docstring for the order of methods); an MFU
+    outside 0-100 % is no measurement (the log, the model or the GPU count is wrong) and is not returned."""
+    estimate = _measure(logs, model, training, cluster)
+    values = [v for v in (estimate.measured, estimate.steady_state) if v is not None]
+    if all(0.0 < v <= 1.0 for v in values):
+        return estimate
+    shown = ", ".join(f"{v:.1%}" for v in values)
+    return MfuEstimate(
+        None,
+        None,
+        f"not computed: {estimate.method} gives an MFU of {shown}, outside 0-100 %; check the model, the "
+        "global batch and the GPU count against the job",
+        estimate.source,
+    )
+
+
+def _measure(
+    logs: list[TrainingLog],
+    model: ModelSpec | None,
+    training: TrainingSection | None,
+    cluster: Cluster | None,
+) -> MfuEstimate:
     reasons: list[str] = []
     for log in logs:
         steps = _steady([s for s in log.steps if s.rank in (None, 0)])

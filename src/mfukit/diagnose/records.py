@@ -235,6 +235,29 @@ class GpuSample:
     power_violation_s: float | None = None
     xid: int | None = None
 
+    def __post_init__(self) -> None:
+        """A count, clock, power or duration below zero is no reading (a wrapped counter, a bad export):
+        it is dropped here, where every telemetry source builds its samples, not printed as it is."""
+        for name in _NON_NEGATIVE_SAMPLE_FIELDS:
+            value = getattr(self, name)
+            if value is not None and not value >= 0:  # NaN too
+                object.__setattr__(self, name, None)
+
+
+_NON_NEGATIVE_SAMPLE_FIELDS = (
+    "sm_clock_hz",
+    "max_sm_clock_hz",
+    "power_w",
+    "power_limit_w",
+    "utilization",
+    "throttle_reasons",
+    "ecc_uncorrected",
+    "ecc_corrected",
+    "thermal_violation_s",
+    "power_violation_s",
+    "xid",
+)
+
 
 @dataclass
 class GpuSeries:

@@ -18,7 +18,7 @@ from mfukit.diagnose.sources.telemetry import BLANK_SENTINEL
 
 MHZ = 1e6
 _LINE = re.compile(r"^(DCGM_\w+)\{(.*?)\}\s+(\S+)")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+_LABEL = re.compile(r'(?<!\w)(\w+)="((?:[^"\\]|\\.)*)"')  # a name starts a word: linear
 _FIELDS: dict[str, str] = {
     "DCGM_FI_DEV_SM_CLOCK": "sm_clock_hz",
     "DCGM_FI_DEV_MAX_SM_CLOCK": "max_sm_clock_hz",

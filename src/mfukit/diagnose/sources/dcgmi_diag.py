@@ -16,7 +16,6 @@ from mfukit.diagnose.sources import Source
 from mfukit.diagnose.sources.jsonstream import open_text
 
 Status = Literal["pass", "fail", "warn", "skip"]
-_ROW = re.compile(r"^\|\s*(.*?)\s*\|\s*(.*?)\s*\|\s*$")
 _STATUS = re.compile(r"^(Pass|Fail|Warn(?:ing)?|Skip)\b", re.IGNORECASE)
 _GPU = re.compile(r"GPU[:\s]+(\d+)")
 
@@ -29,6 +28,16 @@ def detect(path: Path, head: str) -> bool:
         and "+---" in head
         and ("Deployment" in head or "Hardware" in head or "Stress" in head)
     )
+
+
+def _row(line: str) -> tuple[str, str] | None:
+    r"""``| name | cell |`` -> (name, cell), by string operations (linear; a regex of lazy groups
+    before ``\s*\|\s*$`` was quadratic on a long line); None for any other line."""
+    text = line.strip()
+    if len(text) < 2 or text[0] != "|" or text[-1] != "|":
+        return None
+    name, bar, cell = text[1:-1].partition("|")
+    return (name.strip(), cell.strip()) if bar else None
 
 
 def _status(text: str) -> Status | None:
@@ -51,10 +60,10 @@ def parse(path: Path) -> list[DiagResult]:
     results: list[DiagResult] = []
     last_test = ""
     for line in text.splitlines():
-        row = _ROW.match(line.strip())
+        row = _row(line)
         if row is None:
             continue
-        name, cell = row.group(1), row.group(2)
+        name, cell = row
         status = _status(cell)
         if status is not None and name:
             last_test = name

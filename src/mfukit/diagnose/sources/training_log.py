@@ -12,16 +12,20 @@ from __future__ import annotations
 import ast
 import calendar
 import json
+import math
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from mfukit.diagnose.records import LogEvent, StepRecord, TrainingLog
 from mfukit.diagnose.sources import Source
 from mfukit.diagnose.sources.jsonstream import open_text
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-NUMBER = r"[-+]?\d[\d,]*\.?\d*(?:[eE][-+]?\d+)?"
+# the fraction's digits follow a literal point: `\d[\d,]*\.?\d*` split a run of digits every way
+NUMBER = r"[-+]?\d[\d,]*(?:\.\d*)?(?:[eE][-+]?\d+)?"
 WALL = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d+))?")
 
 MEGATRON_ITER = re.compile(r"iteration\s+(\d+)/\s*\d+\s*\|")
@@ -417,15 +421,21 @@ def parse(path: Path) -> list[TrainingLog]:
         from mfukit.diagnose.sources.train_ledger import checkpoint_events
 
         parser.events.extend(checkpoint_events(path))
+    steps, out_of_range = _in_range(parser.steps)
     if parser.bad_lines:
         problems.append(f"{parser.bad_lines} lines could not be read and were skipped")
+    if out_of_range:
+        problems.append(
+            f"{out_of_range} steps logged an impossible value (a time, rate or count below zero, or an MFU "
+            "outside 0-100 %): those values were ignored"
+        )
     if framework == "lightning" or (framework == "huggingface" and not parser.summary):
         problems.append("step times come from the progress bar's smoothed rate: single slow steps are damped")
-    if not parser.steps:
+    if not steps:
         problems.append("no training steps found in the log")
     return [
         TrainingLog(
-            str(path), framework, parser.steps, parser.events, parser.global_batch, problems, parser.timers_ms
+            str(path), framework, steps, parser.events, parser.global_batch, problems, parser.timers_ms
         )
     ]
 
@@ -441,6 +451,30 @@ def read_line(framework: str, line: str) -> StepRecord | LogEvent | None:
     if parser.steps:
         return parser.steps[0]
     return parser.events[0] if parser.events else None
+
+
+_POSITIVE = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "samples_per_s", "mfu", "tflops_per_gpu")
+"""Step fields that a step that ran cannot log as zero or less (a zero step time would divide by zero)."""
+
+
+def _in_range(steps: list[StepRecord]) -> tuple[list[StepRecord], int]:
+    """The steps with every impossible value (non-positive time or rate, negative data time, NaN, an MFU
+    above 1) set to None, and how many steps had one: a log's number is evidence only when it can be."""
+    kept: list[StepRecord] = []
+    changed = 0
+    for step in steps:
+        bad: dict[str, Any] = {
+            name: None
+            for name in _POSITIVE
+            if (value := getattr(step, name)) is not None and not (math.isfinite(value) and value > 0)
+        }
+        if step.mfu is not None and step.mfu > 1.0:
+            bad["mfu"] = None
+        if step.data_time_s is not None and not (math.isfinite(step.data_time_s) and step.data_time_s >= 0):
+            bad["data_time_s"] = None
+        changed += bool(bad)
+        kept.append(replace(step, **bad) if bad else step)
+    return kept, changed
 
 
 SOURCE = Source(

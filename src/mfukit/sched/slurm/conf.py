@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import hostlist
+
 from mfukit.sched.engine import ClusterSpec, Partition, Qos
 from mfukit.sched.policies.base import PriorityWeights
 from mfukit.sched.policies.slurm import Controller, SlurmPolicy
@@ -66,9 +68,8 @@ def node_names(count: int) -> list[str]:
 
 
 def _hostlist(names: list[str]) -> str:
-    first, last = names[0], names[-1]
-    digits = len(first) - 3
-    return first if len(names) == 1 else f"gpu[{first[3:]:0>{digits}}-{last[3:]}]"
+    """``gpu01 gpu02 gpu03`` -> ``gpu[01-03]``, by python-hostlist (what Slurm sites use to collect)."""
+    return str(hostlist.collect_hostlist(names))
 
 
 def render(

@@ -77,6 +77,13 @@ def scheduler_lines(text: str) -> list[str]:
     return [line for line in text.splitlines(keepends=True) if any(kind.search(line) for kind in _READ)]
 
 
+def _nodes(hosts: str, path: Path, line: int) -> tuple[str, ...]:
+    try:
+        return expand_hostlist(hosts)
+    except ValueError as error:
+        raise InputError(f"line {line}: {error}", source=str(path)) from None
+
+
 def read_controller_log(path: Path) -> ControllerLog:
     try:
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -87,7 +94,7 @@ def read_controller_log(path: Path) -> ControllerLog:
     completed: dict[int, float] = {}
     released: dict[int, float] = {}
     last = float("-inf")
-    for line in lines:
+    for number, line in enumerate(lines, start=1):
         match = _STAMP.match(line)
         if match is None:
             continue
@@ -110,7 +117,7 @@ def read_controller_log(path: Path) -> ControllerLog:
             continue  # the pass began before the log does
         elif kind is _ALLOCATE or kind is _STARTED:
             job_id = int(found.group(1))
-            current.started[job_id] = expand_hostlist(found.group(2))
+            current.started[job_id] = _nodes(found.group(2), path, number)
             current.job_clock_s.setdefault(job_id, [at])
             started[job_id] = at
         elif kind is _TEST:
@@ -122,7 +129,7 @@ def read_controller_log(path: Path) -> ControllerLog:
         else:
             begin, end = parse_timestamp(found.group(2)), parse_timestamp(found.group(3))
             assert begin is not None and end is not None
-            current.planned[int(found.group(1))] = (begin, end, expand_hostlist(found.group(4)))
+            current.planned[int(found.group(1))] = (begin, end, _nodes(found.group(4), path, number))
     if not passes:
         raise InputError(
             "no scheduler pass found: is it a slurmctld log with SlurmctldDebug=debug and DebugFlags=Backfill?",

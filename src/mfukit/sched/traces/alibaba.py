@@ -49,14 +49,15 @@ def read_alibaba(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
             rows.skip(f"status {record.get('status')!r} (not finished)")
             continue
         plan_gpu = record.get("plan_gpu", "")
-        if not plan_gpu or plan_gpu.lower() == "nan" or float(plan_gpu or 0) <= 0:
-            rows.skip("CPU-only task (no plan_gpu)")
-            continue
         try:
+            share = _finite(plan_gpu, "plan_gpu") if plan_gpu and plan_gpu.lower() != "nan" else 0.0
+            if share <= 0:
+                rows.skip("CPU-only task (no plan_gpu)")
+                continue
             start = parse_timestamp(record["start_time"])
             end = parse_timestamp(record["end_time"])
-            gpus = math.ceil(float(record["inst_num"]) * float(plan_gpu) / 100.0)
-        except (KeyError, ValueError) as error:
+            gpus = math.ceil(_finite(record["inst_num"], "inst_num") * share / 100.0)
+        except (KeyError, ValueError, OverflowError) as error:
             rows.reject(line_no, f"unreadable field: {error}")
             continue
         if start is None or end is None or end < start:
@@ -80,3 +81,14 @@ def read_alibaba(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
         *factory.assumptions(),
     ]
     return rows.finish(jobs, "alibaba", assumptions)
+
+
+def _finite(text: str, column: str) -> float:
+    """A finite non-negative number from ``column`` (``1O0`` with a letter O, inf or -1 are ValueErrors)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{column} {text!r} is not a number") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{column} {text!r} is not a finite non-negative number")
+    return value

@@ -21,6 +21,9 @@ from mfukit.sched import job as states
 from mfukit.sched.job import Job
 
 MAX_LISTED = 10
+MAX_TIME_S = 1e11
+"""Largest time a trace may give (seconds: epoch year ~5100, or ~3,000 years after a trace's start):
+beyond it a number is a corrupted field, and sums over such times overflow or lose every second."""
 
 
 @dataclass
@@ -80,7 +83,11 @@ def parse_timestamp(text: str) -> float | None:
     except ValueError:
         pass
     else:
-        return number if math.isfinite(number) else None
+        if math.isnan(number):
+            return None
+        if not abs(number) <= MAX_TIME_S:
+            raise ValueError(f"time {value!r} is out of range (|t| <= {MAX_TIME_S:g} s)")
+        return number
     try:
         moment = datetime.fromisoformat(value.replace(" ", "T"))
     except ValueError:
@@ -128,9 +135,15 @@ def csv_records(path: Path, delimiter: str = ",") -> Iterator[tuple[int, list[st
     """(line number, fields) of every non-empty row of a delimited text file."""
     try:
         with path.open(encoding="utf-8", errors="replace", newline="") as handle:
-            for line_no, fields in enumerate(csv.reader(handle, delimiter=delimiter), start=1):
-                if fields and any(field.strip() for field in fields):
-                    yield line_no, fields
+            reader = csv.reader(handle, delimiter=delimiter)
+            try:
+                for fields in reader:
+                    if fields and any(field.strip() for field in fields):
+                        yield reader.line_num, fields
+            except csv.Error as error:  # a field past the csv module's limit (128 KiB), a NUL byte
+                raise InputError(
+                    f"line {reader.line_num}: not a CSV row: {error}", source=str(path)
+                ) from None
     except OSError as error:
         raise InputError(f"cannot read the trace: {error}", source=str(path)) from None
 

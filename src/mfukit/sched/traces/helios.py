@@ -7,10 +7,12 @@ Columns are found by name; ``vc`` (virtual cluster) becomes the partition.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from mfukit.sched.job import COMPLETED, PENDING, RUNNING
 from mfukit.sched.traces.common import (
+    MAX_TIME_S,
     Rows,
     TraceRead,
     named_records,
@@ -52,10 +54,10 @@ def read_helios(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
         try:
             submit = parse_timestamp(get("submit"))
             start, end = parse_timestamp(get("start")), parse_timestamp(get("end"))
-            duration = float(get("duration")) if get("duration") else None
-            gpus = int(float(get("gpus") or 0))
-            nodes = int(float(get("nodes"))) if get("nodes") else None
-            limit = float(get("limit")) if get("limit") else None
+            duration = _finite(get("duration"), "duration") if get("duration") else None
+            gpus = int(_finite(get("gpus") or "0", "gpu_num"))
+            nodes = int(_finite(get("nodes"), "node_num")) if get("nodes") else None
+            limit = _finite(get("limit"), "time_limit") if get("limit") else None
         except ValueError as error:
             rows.reject(line_no, str(error))
             continue
@@ -87,3 +89,11 @@ def read_helios(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
             continue
         jobs.append(job)
     return rows.finish(jobs, "helios", factory.assumptions())
+
+
+def _finite(text: str, column: str) -> float:
+    """A finite non-negative number (at most MAX_TIME_S) from ``column``; anything else a ValueError."""
+    value = float(text)
+    if not (math.isfinite(value) and 0 <= value <= MAX_TIME_S):
+        raise ValueError(f"{column} {text!r} is not a finite non-negative number")
+    return value

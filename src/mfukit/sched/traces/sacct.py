@@ -16,17 +16,25 @@ and keeps its time limit, partition, QOS and user.
 
 from __future__ import annotations
 
+import calendar
+import datetime
+import functools
 import json
+import math
 import re
+import sys
 from pathlib import Path
 from typing import Any
+
+import hostlist
 
 from mfukit.errors import InputError
 from mfukit.sched.job import COMPLETED, ENDED_STATES, PENDING, RUNNING, Job
 from mfukit.sched.traces.common import (
+    MAX_TIME_S,
     Rows,
     TraceRead,
-    named_records,
+    column_index,
     normalize_state,
     parse_timestamp,
 )
@@ -62,24 +70,20 @@ def gpus_in_tres(tres: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def expand_hostlist(text: str) -> tuple[str, ...]:
-    """Slurm hostlist to names: ``gpu[01-03,05],login1`` -> gpu01 gpu02 gpu03 gpu05 login1."""
-    names: list[str] = []
-    for part in re.findall(r"[^,\[]+(?:\[[^\]]*\])?[^,]*", text.strip()):
-        match = re.fullmatch(r"([^\[]*)\[([^\]]*)\](.*)", part)
-        if match is None:
-            if part and part not in {"None assigned", "(null)"}:
-                names.append(part)
-            continue
-        prefix, ranges, suffix = match.groups()
-        for item in ranges.split(","):
-            low, _, high = item.partition("-")
-            if not high:
-                names.append(f"{prefix}{low}{suffix}")
-                continue
-            width = len(low)
-            names.extend(f"{prefix}{number:0{width}d}{suffix}" for number in range(int(low), int(high) + 1))
-    return tuple(names)
+    """Slurm hostlist to names: ``gpu[01-03,05],login1`` -> gpu01 gpu02 gpu03 gpu05 login1, by
+    python-hostlist (the expander Slurm sites use). Cached: a trace names the same few node sets over and
+    over, and every job on one set then shares one tuple of interned names. A list that is not a host
+    list (``gpu[a-3]``, or one of more than 100,000 names) is a ValueError naming it."""
+    value = text.strip()
+    if not value or value in {"None assigned", "(null)"}:
+        return ()
+    try:
+        names = hostlist.expand_hostlist(value)
+    except hostlist.BadHostlist as error:
+        raise ValueError(f"NodeList {value!r} is not a Slurm host list ({error})") from None
+    return tuple(sys.intern(name) for name in names)
 
 
 def slurm_duration_s(text: str) -> float | None:
@@ -95,7 +99,10 @@ def slurm_duration_s(text: str) -> float | None:
         seconds = parts[0] * 60.0 + parts[1]
     else:
         seconds = parts[0] * 3600.0 + parts[1] * 60.0 + parts[2]
-    return seconds + (float(days) * 86400.0 if days else 0.0)
+    total = seconds + (float(days) * 86400.0 if days else 0.0)
+    if not (math.isfinite(total) and total >= 0):
+        raise ValueError(f"time limit {text!r} is not a duration")
+    return total
 
 
 class _Attempts:
@@ -149,7 +156,7 @@ class _Attempts:
         job.start_s = job.first_start_s = start
         job.end_s = end
         job.state = state if end is not None else RUNNING
-        job.node_names = expand_hostlist(str(record.get("nodelist") or ""))
+        job.node_names = record["node_names"]
         flags = str(record.get("flags") or "")
         job.backfilled = "SchedBackfill" in flags or "STARTED_ON_BACKFILL" in flags  # -P / --json spelling
         self.attempts.append(job)
@@ -169,43 +176,101 @@ class _Attempts:
 
 
 def read_sacct_parsable(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
+    """Stream the rows: ``sacct -P`` text is ``|``-separated and never quoted, so a row is one split
+    (faster than the csv module, and a ``"`` in a job name stays a character). A job step is dropped
+    before any field of it is parsed; each attempt keeps only its Job."""
     attempts = _Attempts(factory, rows)
     expected = "sacct -P output with its header (no -n) and --format as in `mfukit sched analyze --help`"
-
-    def lacking(found: set[str]) -> list[str]:
-        return [key for key in ("id", "submit", "start", "tres") if key not in found]
-
-    for line_no, get in named_records(path, ALIASES, lacking, expected, delimiter="|"):
-        try:
-            limit_min = get("limit_min")
-            if limit_min.isdigit():
-                limit_s: float | None = float(limit_min) * 60.0
-            else:
-                limit_s = slurm_duration_s(get("limit"))
-            record = {
-                "id": get("id"),
-                "name": get("name"),
-                "partition": get("partition"),
-                "account": get("account"),
-                "user": get("user"),
-                "qos": get("qos"),
-                "state": get("state"),
-                "submit": parse_timestamp(get("submit")),
-                "eligible": parse_timestamp(get("eligible")),
-                "start": parse_timestamp(get("start")),
-                "end": parse_timestamp(get("end")),
-                "elapsed": float(get("elapsed")) if get("elapsed") else None,
-                "nodes": int(get("nodes") or 0),
-                "gpus": gpus_in_tres(get("tres")),
-                "nodelist": get("nodelist"),
-                "limit_s": limit_s,
-                "flags": get("flags"),
-            }
-        except ValueError as error:
-            rows.reject(line_no, str(error))
-            continue
-        attempts.add(line_no, record)
+    try:
+        handle = path.open(encoding="utf-8", errors="replace", newline="")
+    except OSError as error:
+        raise InputError(f"cannot read the trace: {error}", source=str(path)) from None
+    with handle:
+        columns: dict[str, int] | None = None
+        for line_no, line in enumerate(handle, start=1):
+            fields = line.rstrip("\r\n").split("|")
+            if not line.strip():
+                continue
+            if columns is None:
+                columns = column_index(fields, ALIASES)
+                lacking = [key for key in ("id", "submit", "start", "tres") if key not in columns]
+                if lacking:
+                    raise InputError(
+                        f"line {line_no}: the header lacks {', '.join(lacking)}",
+                        source=str(path),
+                        expected=expected,
+                    )
+                width = max(columns.values()) + 1
+                positions = [(key, columns.get(key)) for key in ALIASES]
+                continue
+            if len(fields) < width:
+                fields += [""] * (width - len(fields))
+            get = {key: (fields[at].strip() if at is not None else "") for key, at in positions}
+            if "." in get["id"]:
+                rows.skip("job step (use sacct -X)")
+                continue
+            try:
+                record = _parsable_record(get)
+            except ValueError as error:
+                rows.reject(line_no, str(error))
+                continue
+            attempts.add(line_no, record)
+        if columns is None:
+            raise InputError("the file is empty", source=str(path), expected=expected)
     return attempts.finish("sacct-p")
+
+
+def _parsable_record(get: dict[str, str]) -> dict[str, Any]:
+    limit_min = get["limit_min"]
+    limit_s = float(limit_min) * 60.0 if limit_min.isdigit() else slurm_duration_s(get["limit"])
+    elapsed = _count(get["elapsed"], "ElapsedRaw") if get["elapsed"] else None
+    return {
+        "id": get["id"],
+        "name": get["name"],
+        "partition": sys.intern(get["partition"]),
+        "account": sys.intern(get["account"]),
+        "user": sys.intern(get["user"]),
+        "qos": sys.intern(get["qos"]),
+        "state": get["state"],
+        "submit": _sacct_time(get["submit"]),
+        "eligible": _sacct_time(get["eligible"]),
+        "start": _sacct_time(get["start"]),
+        "end": _sacct_time(get["end"]),
+        "elapsed": elapsed,
+        "nodes": int(_count(get["nodes"], "NNodes")) if get["nodes"] else 0,
+        "gpus": gpus_in_tres(get["tres"]),
+        "node_names": expand_hostlist(get["nodelist"]),
+        "limit_s": limit_s,
+        "flags": get["flags"],
+    }
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _day_s(date: str) -> float:
+    """Epoch seconds of a ``YYYY-MM-DD`` day at 00:00 UTC (a trace spans a few thousand days at most)."""
+    return calendar.timegm(datetime.date.fromisoformat(date).timetuple())
+
+
+def _sacct_time(text: str) -> float | None:
+    """sacct's ``YYYY-MM-DDTHH:MM:SS`` (UTC when the site prints naive times) by slicing, with the day
+    cached: four of these per row were the reader's largest cost through datetime; any other spelling
+    (epoch, a zone, Unknown) goes through parse_timestamp."""
+    if len(text) == 19 and text[10] == "T" and text[13] == ":" and text[16] == ":":
+        try:
+            hours, minutes, seconds = int(text[11:13]), int(text[14:16]), int(text[17:19])
+            if hours < 24 and minutes < 60 and seconds < 60:
+                return _day_s(text[:10]) + hours * 3600.0 + minutes * 60.0 + seconds
+        except ValueError:
+            pass  # parse_timestamp names the field
+    return parse_timestamp(text)
+
+
+def _count(text: str, column: str) -> float:
+    """A non-negative finite number from a numeric column; anything else is a ValueError naming it."""
+    value = float(text)
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{column} {text!r} is not a non-negative number")
+    return value
 
 
 def _number(value: Any) -> float | None:
@@ -216,13 +281,16 @@ def _number(value: Any) -> float | None:
         value = value.get("number")
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    number = float(value)
+    if not (math.isfinite(number) and abs(number) <= MAX_TIME_S):  # a count or a time: both far below
+        raise ValueError(f"{value!r} is not a finite number within +-{MAX_TIME_S:g}")
+    return number
 
 
 def _gpus_json(tres: Any) -> int:
     for item in tres or []:
         if item.get("type") == "gres" and str(item.get("name", "")).split(":")[0] == "gpu":
-            return int(item.get("count") or 0)
+            return int(_number(item.get("count")) or 0)
     return 0
 
 
@@ -233,6 +301,10 @@ def read_sacct_json(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
         raise InputError(f"cannot read the trace: {error}", source=str(path)) from None
     except json.JSONDecodeError as error:
         raise InputError(f"malformed JSON at line {error.lineno}: {error.msg}", source=str(path)) from None
+    except RecursionError:
+        raise InputError(
+            "nests arrays or objects too deeply to be sacct --json output", source=str(path)
+        ) from None
     if not isinstance(document, dict) or not isinstance(document.get("jobs"), list):
         raise InputError("is not `sacct --json` output (no top-level 'jobs' list)", source=str(path))
     attempts = _Attempts(factory, rows)
@@ -261,11 +333,11 @@ def read_sacct_json(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
                 "elapsed": _number(times.get("elapsed")),
                 "nodes": int(_number(item.get("allocation_nodes")) or 0),
                 "gpus": _gpus_json(tres.get("allocated")) or _gpus_json(tres.get("requested")),
-                "nodelist": item.get("nodes", ""),
+                "node_names": expand_hostlist(str(item.get("nodes") or "")),
                 "limit_s": limit_min * 60.0 if limit_min else None,
                 "flags": ",".join(item.get("flags", [])),
             }
-        except (AttributeError, TypeError, ValueError) as error:
+        except (AttributeError, TypeError, ValueError, OverflowError) as error:
             rows.reject(index, f"job entry {index}: {error}")
             continue
         attempts.add(index, record)

@@ -9,10 +9,11 @@ processors when 5 is unknown), 9 requested time (the time limit), 11 status (1 c
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from mfukit.sched.job import CANCELLED, COMPLETED, FAILED
-from mfukit.sched.traces.common import Rows, TraceRead
+from mfukit.sched.traces.common import MAX_TIME_S, Rows, TraceRead
 from mfukit.sched.traces.shape import JobFactory
 
 NUM_FIELDS = 18
@@ -34,6 +35,9 @@ def read_swf(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
                 values = [float(field) for field in fields[:NUM_FIELDS]]
             except ValueError:
                 rows.reject(line_no, "has a field that is not a number")
+                continue
+            if not all(math.isfinite(value) and abs(value) <= MAX_TIME_S for value in values):
+                rows.reject(line_no, f"has a field that is NaN, infinite or beyond {MAX_TIME_S:g}")
                 continue
             job_id, submit_s, run_s = int(values[0]), values[1], values[3]
             gpus = int(values[4]) if values[4] > 0 else int(values[7])
