@@ -50,7 +50,17 @@ def _command(path: Path) -> list[str] | None:
             return ["sched", "analyze", "{}", "--gpus", "64"]
         return ["sched", "simulate", "{}", "--nodes", "8", "--skip-bad-rows"]
     if parts[:1] == ("diagnose",):
+        if name.endswith(".config.json"):  # a job's HF model config: diagnose reads it as --model
+            return [
+                "diagnose", str(DATA / "diagnose" / "cases" / "deepspeed_h100x32" / "rank0.log"), "--model", "{}",
+            ]  # fmt: skip
         return ["diagnose", "{}"]
+    if parts[:1] == ("k8s",):
+        return None  # the JobSet CRD the emitted manifests are validated against, not a user input
+    if parts[:1] == ("watch",):
+        if path.suffix == ".toml":
+            return ["estimate", "{}"]  # the job the watch tests follow: its scenario names the layout
+        return None  # promtool's rule tests, read by promtool
     if parts[:1] == ("models",):
         return [
             "estimate",

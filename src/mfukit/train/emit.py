@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from rich.markup import escape
 
 from mfukit import catalog, units
 from mfukit.core import jobtext
@@ -225,7 +224,7 @@ def _emit(
         assumptions=assumptions,
         warnings=warnings,
         tables=[table],
-        notes=[escape(f"submit with: {submit}")],
+        notes=[f"submit with: {submit}"],  # printed with rich markup off (cli.render)
     )
 
 
