@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from run_support import processes_of
 
 from mfukit.cli.main import cli
 from mfukit.train import ownership
@@ -23,21 +24,6 @@ pytestmark = [pytest.mark.torch, pytest.mark.slow]
 TINY = Path(__file__).parents[2] / "examples" / "tiny-cpu.toml"
 START_LIMIT_S = 120.0
 ORPHAN_LIMIT_S = 15.0
-
-
-def processes_of(out: Path) -> dict[int, str]:
-    """The live processes whose command line names this run's config.json (torchrun's agent, its workers)."""
-    config = str(out / "config.json").encode()
-    found = {}
-    for proc in Path("/proc").iterdir():
-        try:
-            command = (proc / "cmdline").read_bytes()
-            state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if config in command.split(b"\0") and state != "Z":
-            found[int(proc.name)] = command.replace(b"\0", b" ").decode(errors="replace")
-    return found
 
 
 def test_sigkill_of_the_launcher_leaves_no_torchrun_or_worker(tmp_path: Path) -> None:

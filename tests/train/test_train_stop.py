@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from run_support import processes_of
 
 from mfukit.train.ledger import read_records
 
@@ -24,21 +25,6 @@ pytestmark = [pytest.mark.torch, pytest.mark.slow]
 TINY = Path(__file__).parents[2] / "examples" / "tiny-cpu.toml"
 START_LIMIT_S = 120.0
 STOP_LIMIT_S = 60.0
-
-
-def _processes_of(out: Path) -> dict[int, str]:
-    """Pid and command line of the live processes (torchrun's agent, its workers) of the run in ``out``."""
-    config = str(out / "config.json").encode()
-    found = {}
-    for proc in Path("/proc").iterdir():
-        try:
-            command = (proc / "cmdline").read_bytes()
-            state = (proc / "stat").read_text().rpartition(")")[2].split()[0]
-        except (OSError, IndexError):
-            continue
-        if config in command.split(b"\0") and state != "Z":
-            found[int(proc.name)] = command.replace(b"\0", b" ").decode(errors="replace")
-    return found
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
@@ -59,18 +45,18 @@ def test_a_signal_to_mfukit_ends_torchrun_and_its_workers(tmp_path: Path, sig: s
             assert process.poll() is None, process.communicate()[1]
             assert time.monotonic() < deadline, "the run never finished its first step"
             time.sleep(0.2)
-        running = _processes_of(out).values()
+        running = processes_of(out).values()
         assert sum("torch.distributed.run" in c for c in running) == 1
         assert sum("-m mfukit.train.worker" in c and "torch.distributed.run" not in c for c in running) == 2
 
         process.send_signal(sig)
         stdout, stderr = process.communicate(timeout=STOP_LIMIT_S)
-        survivors = _processes_of(out)  # read before the clean-up below removes any
+        survivors = processes_of(out)  # read before the clean-up below removes any
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
-        for pid in _processes_of(out):  # what a failed stop left: end it here, then fail below
+        for pid in processes_of(out):  # what a failed stop left: end it here, then fail below
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
