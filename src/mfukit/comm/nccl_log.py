@@ -30,8 +30,9 @@ _CHANNEL_PEER = re.compile(
     r"^Channel (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)\[[^\]]*\] -> (?P<dst>\d+)\[[^\]]*\]"
     r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.*\S)\s*$"
 )
-# No nested quantifier: `(?:\d+\s*)+` split "1011" as 1|0|1|1 every way, 2^n tries on a bad line.
-_RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<total>\d+) :\s+(?P<ranks>\d+(?:\s+\d+)*)\s*$")
+# No quantified group: `(?:\d+\s*)+` split "1011" as 1|0|1|1 every way, 2^n tries on a bad line; the ranks are
+# one class run that starts with a digit (ranks separated by blanks, blanks allowed at the end)
+_RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<total>\d+) :\s+(?P<ranks>\d[\d\s]*)$")
 _TREES = re.compile(r"^Trees ")
 _CONNECTED = re.compile(r"^Connected all rings(?:, use ring PXN (?P<pxn>\d) GDR (?P<gdr>\d))?")
 _NVLS = re.compile(r"NVLS multicast support is (?P<not>not )?available")

@@ -28,7 +28,8 @@ import numpy as np
 from mfukit.comm.collectives import Collective, busbw_factor, collective_named
 from mfukit.errors import InputError, UnknownNameError
 
-_TAGS = re.compile(r"\[\d+(?:,\d+)*\](?:<std(?:out|err)>:?)?")
+# mpirun's rank tag "[1,0]<stdout>:": digits and commas in one class run, ending on a digit (no repeated group)
+_TAGS = re.compile(r"\[\d[\d,]*(?<=\d)\](?:<std(?:out|err)>:?)?")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _SRUN_LABEL = re.compile(r"^\s*\d+:\s")
 # the host:pid:tid prefix starts a token (lookbehind), so a search over a long token stays linear

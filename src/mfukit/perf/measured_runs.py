@@ -251,7 +251,9 @@ def _recompute(row: _Row, stack: str) -> tuple[Recompute, bool]:
     return ("selective" if stack in ("megatron-core", "nemo") else "none"), sp
 
 
-def _measured(row: _Row, workload: Workload, layout: Parallelism, n_gpus: int) -> tuple[float, Accounting]:
+def _measured(
+    row: _Row, workload: Workload, layout: Parallelism, n_gpus: int, accelerator: Accelerator
+) -> tuple[float, Accounting]:
     """Tokens/s per GPU the run measured, from the first measured column the row fills."""
     seq = workload.seq_len
     if row.has("tokens_per_sec_per_gpu"):
@@ -269,7 +271,6 @@ def _measured(row: _Row, workload: Workload, layout: Parallelism, n_gpus: int) -
         return tflops / model_flops, "model"
     peak = row.number("peak_tflops_used") * 1e12 if row.has("peak_tflops_used") else None
     if peak is None:
-        _, accelerator = _machine(row)
         peak = accelerator.peak_flops(workload.precision)
     return row.number("measured_mfu_pct") / 100 * peak / model_flops, "model"
 
@@ -343,7 +344,9 @@ def _case(row: _Row) -> Case | SkippedRow:
         offload_activations=1.0 if "activation" in offload else 0.0,
         **stack_fields,
     )
-    measured, accounting = _measured(row, replace(workload, global_batch_sequences=published), layout, n_gpus)
+    measured, accounting = _measured(
+        row, replace(workload, global_batch_sequences=published), layout, n_gpus, accelerator
+    )
     per_stage = model.num_hidden_layers // pp
     first, last = split or (per_stage, per_stage)
     memory = row.number("peak_mem_gib_per_gpu") * 2.0**30 if row.has("peak_mem_gib_per_gpu") else None

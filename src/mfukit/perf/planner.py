@@ -37,15 +37,7 @@ from mfukit.perf.layouts import (
 from mfukit.perf.memory import Sharding
 from mfukit.perf.memory_grid import GridMemory, grid_memory
 from mfukit.perf.step_time import Machine, StepEstimate, evaluate, machine_for, prepare
-from mfukit.perf.uncertainty import (
-    Interval,
-    Regime,
-    cached_interval,
-    family_of,
-    precision_class,
-    sharding_class_of,
-    stack_owner,
-)
+from mfukit.perf.uncertainty import Interval, cached_interval, regime_named, sharding_class_of
 
 Objective = Literal["mfu", "time"]
 REASONS = ("divisibility", "batch", "schedule", "compatibility", "memory", "headroom")
@@ -315,12 +307,12 @@ def layout_intervals(workload: Workload, grid: LayoutGrid, machine: Machine) -> 
     for sharding, gpus in zip(grid.sharding.tolist(), grid.world_size.tolist(), strict=True):
         key = (int(sharding), int(gpus))
         if key not in found:
-            regime = Regime(
-                family=family_of(accelerator),
-                stack=stack_owner(workload.framework),
-                sharding=sharding_class_of(SHARDINGS[key[0]]),
-                num_gpus=key[1],
-                precision=precision_class(workload.precision),
+            regime = regime_named(
+                accelerator,
+                workload.framework,
+                sharding_class_of(SHARDINGS[key[0]]),
+                key[1],
+                workload.precision,
             )
             found[key] = cached_interval(regime)
         out.append(found[key])
@@ -433,8 +425,8 @@ def search(
             progress(done + 1, len(gpu_counts))
 
     def key(plan: Plan) -> float:
-        factor = plan.conservative_mfu / plan.mfu if plan.mfu > 0 else 1.0
-        return -(plan.mfu if objective == "mfu" else plan.tokens_per_s) * factor
+        low = plan.interval.low_factor if plan.interval else 1.0  # the interval's lower bound, as scored
+        return -(plan.mfu if objective == "mfu" else plan.tokens_per_s) * low
 
     candidates.sort(key=key)
     return SearchResult(

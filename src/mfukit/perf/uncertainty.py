@@ -17,6 +17,7 @@ runs inside their 80 % interval, the interval built without their own source).
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from collections.abc import Sequence
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mfukit.core.files import write_text_atomic
 from mfukit.core.parallelism import Parallelism
 from mfukit.errors import InputError
 from mfukit.perf.calibration_data import measured_mfu, source_family
@@ -114,10 +116,15 @@ def stack_owner(stack: str) -> str:
 
 
 def regime_of(accelerator: str, stack: str, layout: Parallelism, num_gpus: int, precision: str) -> Regime:
+    return regime_named(accelerator, stack, sharding_class(layout), num_gpus, precision)
+
+
+def regime_named(accelerator: str, stack: str, sharding: str, num_gpus: int, precision: str) -> Regime:
+    """The regime of a run or layout from its names (``sharding``: a :func:`sharding_class`)."""
     return Regime(
         family=family_of(accelerator),
         stack=stack_owner(stack),
-        sharding=sharding_class(layout),
+        sharding=sharding,
         num_gpus=num_gpus,
         precision=precision_class(precision),
     )
@@ -171,29 +178,29 @@ class Interval:
 
 
 def write_residuals(path: Path, residuals: Sequence[Residual]) -> None:
-    """The residual table: one row per measured run with its regime and ln(measured / predicted)."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    with temporary.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(COLUMNS)
-        for r in residuals:
-            if not math.isfinite(r.log_error):  # a fold that predicted nothing: no residual to keep
-                continue
-            regime = r.regime
-            writer.writerow(
-                [
-                    r.source,
-                    r.row_id,
-                    regime.family,
-                    regime.stack,
-                    regime.sharding,
-                    regime.num_gpus,
-                    regime.precision,
-                    f"{r.measured_mfu:.4f}",
-                    f"{r.log_error:.5f}",
-                ]
-            )
-    temporary.replace(path)
+    """The residual table: one row per measured run with its regime and ln(measured / predicted); a run a
+    fold predicted nothing for (no finite residual) is left out. Written whole or not at all."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for r in residuals:
+        if not math.isfinite(r.log_error):
+            continue
+        regime = r.regime
+        writer.writerow(
+            [
+                r.source,
+                r.row_id,
+                regime.family,
+                regime.stack,
+                regime.sharding,
+                regime.num_gpus,
+                regime.precision,
+                f"{r.measured_mfu:.4f}",
+                f"{r.log_error:.5f}",
+            ]
+        )
+    write_text_atomic(path, buffer.getvalue())
     load_residuals.cache_clear()
     cached_interval.cache_clear()
 

@@ -24,8 +24,8 @@ from typing import TypeVar
 import numpy as np
 
 from mfukit.errors import InputError
-from mfukit.perf import flops
 from mfukit.perf.calibrate import fit, write_file
+from mfukit.perf.calibration_data import measured_mfu, mfu_at
 from mfukit.perf.efficiency import (
     EFFICIENCY_FILE,
     EfficiencyFile,
@@ -78,13 +78,6 @@ class SourceSummary:
     in_sample: bool
 
 
-def mfu_of(case: Case, tokens_per_s_per_gpu: float) -> float:
-    """MFU of ``tokens_per_s_per_gpu`` on the case's model (full s² attention FLOPs, mfukit's convention)."""
-    workload = case.workload
-    per_token = flops.model_flops_per_token(workload.model, workload.seq_len, "full")
-    return tokens_per_s_per_gpu * per_token / case.accelerator.peak_flops(workload.precision)
-
-
 def check_runs(cases: Sequence[Case], file: EfficiencyFile | None = None) -> list[RowCheck]:
     """Every case predicted under ``file`` (the constants in effect), with its interval."""
     constants = file or efficiency_file()
@@ -98,8 +91,8 @@ def check_runs(cases: Sequence[Case], file: EfficiencyFile | None = None) -> lis
         checks.append(
             RowCheck(
                 case,
-                mfu_of(case, case.measured_tokens_per_s_per_gpu),
-                mfu_of(case, tokens),
+                measured_mfu(case),
+                mfu_at(case, tokens),
                 interval,
                 in_sample,
             )
