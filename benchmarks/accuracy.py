@@ -34,7 +34,7 @@ from mfukit.perf.calibration_data import load_cases, measured_mfu
 from mfukit.perf.efficiency import efficiency_file
 from mfukit.perf.loso import leave_one_source_out, predict_with, stderr_progress
 from mfukit.perf.measured_runs import Case
-from mfukit.perf.uncertainty import Residual, case_regime, interval_for, load_residuals, residual_of
+from mfukit.perf.uncertainty import Residual, annotated, case_regime, interval_for, load_residuals, residual_of
 
 RESULTS = Path(__file__).parent / "results" / "accuracy.json"
 TARGET_MEDIAN, TARGET_P90 = 0.07, 0.15
@@ -152,9 +152,9 @@ def main() -> None:
         leave_one_source_out(cases, progress=stderr_progress) if "--refit" in sys.argv else _from_table(cases)
     )
     held_out = held_out_tokens / measured - 1
-    residuals = [
-        residual_of(c, float(np.log(m / p))) for c, m, p in zip(cases, measured, held_out_tokens, strict=True)
-    ]
+    residuals = annotated(
+        [residual_of(c, float(np.log(m / p))) for c, m, p in zip(cases, measured, held_out_tokens, strict=True)]
+    )
     inside = np.asarray([_inside(c, p, residuals) for c, p in zip(cases, held_out_tokens, strict=True)])
     constant = _constant_answer(cases)
     by_source: dict[str, list[int]] = collections.defaultdict(list)

@@ -1,19 +1,23 @@
-"""Prediction intervals from leave-one-source-out residuals: matched on the regime, widened beyond it."""
+"""Prediction intervals from leave-one-source-out residuals: matched on the regime, from past extrapolations
+beyond it, scaled to the coverage measured on held-out runs."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mfukit.perf.uncertainty import (
-    EXTRAPOLATION_WIDENING,
     MIN_ROWS,
+    TARGET_COVERAGE,
     Regime,
     Residual,
+    annotated,
     interval_for,
     load_residuals,
+    scaled,
     write_residuals,
 )
 
@@ -46,19 +50,56 @@ def test_too_few_runs_fall_back_to_a_broader_regime_and_say_what_matched() -> No
     assert "band" not in interval.basis()
 
 
-def test_a_regime_no_run_shares_is_extrapolated_and_widened() -> None:
+def test_a_regime_no_run_shares_is_extrapolated_and_rests_on_past_extrapolations() -> None:
     pool = _pool([0.1] * MIN_ROWS, [-0.1] * MIN_ROWS, REGIME)
-    inside = interval_for(REGIME, residuals=pool)
     zero3 = Regime("ampere", "megatron-core", "sharded weights", 512, "16-bit")
     outside = interval_for(zero3, residuals=pool)
     assert outside.extrapolated and "sharded weights" in outside.reason
-    assert math.log(outside.high_factor) == pytest.approx(
-        EXTRAPOLATION_WIDENING * math.log(inside.high_factor)
-    )
     larger = interval_for(
         Regime("ampere", "megatron-core", "sharded optimizer", 4096, "16-bit"), residuals=pool
     )
     assert larger.extrapolated and "beyond the largest measured" in larger.reason
+    # runs whose own held-out prediction extrapolated (sources c and d: a stack no other source ran) were
+    # 40 % off: an extrapolated prediction's band is theirs, not the matched runs' 10 %
+    novel = Regime("ampere", "nanotron", "replicated", 64, "16-bit")
+    matched = [
+        Residual(name, i, REGIME, e)
+        for name, e in (("a", 0.1), ("b", -0.1), ("e", 0.0))
+        for i in range(MIN_ROWS)
+    ]
+    wider = annotated(
+        matched
+        + [Residual("c", i, novel, 0.4) for i in range(MIN_ROWS)]
+        + [Residual("d", i, novel, -0.4) for i in range(MIN_ROWS)]
+    )
+    assert {r.source for r in wider if r.extrapolated} == {"c", "d"}
+    band = interval_for(zero3, residuals=wider)
+    assert band.matched_on == ("runs whose own prediction extrapolated",)
+    assert math.log(band.high_factor) / band.scale == pytest.approx(0.4, rel=1e-6)
+
+
+def test_the_band_is_scaled_until_the_held_out_runs_reach_the_target_coverage() -> None:
+    # three sources, each biased its own way: the band pooled from two of them misses the third's runs; the
+    # scale is the smallest that puts 80 % of the runs (sources weighted equally) inside their own bands
+    sources = {"a": 0.05, "b": -0.05, "c": 0.25}
+    pool = annotated(
+        [
+            Residual(name, i, REGIME, bias + 0.01 * (i % 3))
+            for name, bias in sources.items()
+            for i in range(MIN_ROWS)
+        ]
+    )
+    interval = interval_for(REGIME, residuals=pool)
+    assert interval.scale > 1.0
+    bands = np.asarray([[r.band_low, r.band_high] for r in pool])
+    errors = np.asarray([r.log_error for r in pool])
+
+    def coverage(scale: float) -> float:
+        inside = scaled(bands, scale)
+        return float(np.mean((errors >= inside[:, 0]) & (errors <= inside[:, 1])))
+
+    assert coverage(interval.scale) >= TARGET_COVERAGE > coverage(interval.scale - 0.05)
+    assert interval.low_factor < 1.0 < interval.high_factor
 
 
 def test_a_held_out_source_does_not_inform_its_own_interval() -> None:
@@ -72,7 +113,7 @@ def test_the_residual_table_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "loso_residuals.csv"
     pool = _pool([0.01, 0.02], [-0.03], REGIME)
     write_residuals(path, pool)
-    assert load_residuals(path) == tuple(pool)
+    assert load_residuals(path) == tuple(annotated(pool))
 
 
 def test_the_shipped_table_covers_every_calibration_source() -> None:

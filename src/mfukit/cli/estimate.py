@@ -111,7 +111,7 @@ def _output(inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memory: Memo
     if plan.interval is not None and plan.interval.extrapolated:
         warnings.append(
             f"the prediction extrapolates beyond the measured runs ({plan.interval.reason}): its interval is "
-            "widened; validate it on a short run (`mfukit validate` with your measured rows)"
+            "the spread of past extrapolations; validate it on a short run (`mfukit validate` with your measured rows)"
         )
     for note in (plan.batch_note(workload), beyond_measured(result.efficiency, plan.mfu, workload.precision)):
         if note:

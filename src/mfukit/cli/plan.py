@@ -223,7 +223,7 @@ def compact_layout(plan: Plan) -> str:
 
 def compact_mfu(plan: Plan) -> str:
     """``44.0 % (38-48)``; ``*`` marks a plan beyond every measured run of its GPU family and stack, or in a
-    regime no measured run shares (its interval widened)."""
+    regime no measured run shares (its interval from past extrapolations)."""
     text = units.format_percent(plan.mfu)
     if plan.mfu_interval is None or plan.interval is None:
         return text

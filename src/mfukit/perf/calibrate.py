@@ -78,6 +78,16 @@ _FIELD_BOUNDS = {
     # a rank's step time varying by 0.01-20 % (1 sigma): what measured clusters show (Lin et al. OSDI 2025)
     "sync_jitter_cv": (math.log(1e-4), math.log(0.2)),
     "attention_speedup": (math.log(0.3), math.log(3.0)),
+    # A stack's host costs, kept to what profilers of these stacks show with room to spare: a layer's forward
+    # launches tens of kernels at 5-20 us each (at most 2 ms), a micro-batch's own Python work (data, loss,
+    # schedule) takes well under 10 ms, one collective's or p2p send/recv's launch and NCCL setup 10-100 us
+    # (at most 2 ms and 0.5 ms). A fold whose data cannot pin a constant down would otherwise load onto it
+    # what it got wrong elsewhere: without these bounds a fold without vTrain's runs fitted 61 ms per p2p
+    # transfer and 100 ms per micro-batch to Megatron-DeepSpeed, and predicted vTrain 74 % off (20 % with).
+    "host_layer_s": (math.log(1e-7), math.log(2e-3)),
+    "microbatch_overhead_s": (math.log(1e-7), math.log(1e-2)),
+    "collective_overhead_s": (math.log(1e-7), math.log(2e-3)),
+    "p2p_overhead_s": (math.log(1e-7), math.log(5e-4)),
 }
 # At most this many rows of one (source, accelerator) group enter a fit, chosen by a hash of their ids: the
 # groups are weighted equally anyway, and the sweeps of thousands of rows would only slow the solver.

@@ -3,15 +3,21 @@
 Every measured run in the calibration data was predicted by constants fitted without its source
 (:mod:`mfukit.perf.loso`); ``data/loso_residuals.csv`` keeps ln(measured / predicted) of each with the run's
 regime: GPU family, software stack, sharding (replicated, sharded optimizer, sharded weights), scale band and
-precision. A prediction's 80 % interval is the 10th-90th percentile of the residuals of the runs that share
-its regime, each source weighted equally (a sweep of a thousand rows counts as one source). Where fewer than
+precision. A prediction's band is the 10th-90th percentile of the residuals of the runs that share its
+regime, each source weighted equally (a sweep of a thousand rows counts as one source). Where fewer than
 :data:`MIN_ROWS` runs of :data:`MIN_SOURCES` sources share the whole regime, the scale band is dropped, then
 the precision, the sharding, the stack; what was dropped is said. A prediction whose regime no measured run
 shares (another GPU family or stack, or beyond the largest measured scale of its family and stack) is
-*extrapolated*: its interval is widened by :data:`EXTRAPOLATION_WIDENING` and it says so.
+*extrapolated*: its band comes from the runs whose own held-out prediction was an extrapolation (how wrong
+the model was when it last stepped outside what it had seen), and it says so.
 
-No peer tool prints intervals; ``benchmarks/accuracy.py`` measures their coverage (the share of held-out
-runs inside their 80 % interval, the interval built without their own source).
+The band is then scaled (in ln space, about the estimate) by the factor that makes :data:`TARGET_COVERAGE`
+of the held-out runs of the *other* source families fall inside their own bands, sources weighted equally
+(split-conformal calibration, Vovk et al. 2005; Angelopoulos & Bates 2021, section 2): residuals of one
+source share a bias, so pooling runs gives bands too narrow for a new source, and this factor measures by
+how much. Each run's own band (built without its family) and whether it was an extrapolation are computed
+once, when the table is written. ``benchmarks/accuracy.py`` measures the coverage leave-one-source-out: a
+source's rows are judged by bands whose factor was fitted without that source.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import io
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -45,11 +51,15 @@ COLUMNS = (
     "precision",
     "measured_mfu",
     "log_error",
+    "extrapolated",
+    "band_low",
+    "band_high",
 )
 MIN_ROWS = 12
 MIN_SOURCES = 2
 LOW_QUANTILE, HIGH_QUANTILE = 0.10, 0.90  # an 80 % interval
-EXTRAPOLATION_WIDENING = 1.5
+TARGET_COVERAGE = 0.80
+SCALES = np.round(np.arange(0.5, 8.0001, 0.05), 2)  # the band scale factors tried, smallest first
 # the keys a regime is matched on, most specific first; each level drops one
 LEVELS: tuple[tuple[str, ...], ...] = (
     ("family", "stack", "sharding", "band", "precision"),
@@ -143,6 +153,11 @@ class Residual:
     regime: Regime
     log_error: float  # ln(measured / predicted)
     measured_mfu: float = 0.0  # full s^2 attention FLOPs over the peak of the run's precision
+    # set by :func:`annotated` when the table is written: whether the run's own held-out prediction was an
+    # extrapolation, and its own band (ln factors, before :func:`scaled`) from the other source families' runs
+    extrapolated: bool = False
+    band_low: float = math.nan
+    band_high: float = math.nan
 
 
 def residual_of(case: Case, log_error: float) -> Residual:
@@ -162,6 +177,7 @@ class Interval:
     reason: str
     # the highest MFU any measured run of the regime's GPU family, stack and precision reached (None: none)
     highest_measured_mfu: float | None = None
+    scale: float = 1.0  # the calibrated factor the band was scaled by (ln space)
 
     def around(self, value: float) -> tuple[float, float]:
         return value * self.low_factor, value * self.high_factor
@@ -173,19 +189,79 @@ class Interval:
 
     def basis(self) -> str:
         keys = ", ".join(self.matched_on) if self.matched_on else "every run"
-        text = f"{self.rows} held-out runs of {self.sources} sources sharing {keys}"
+        text = f"{self.rows} held-out runs of {self.sources} sources sharing {keys}, spread x{self.scale:.2f}"
         return f"{text}; extrapolated: {self.reason}" if self.extrapolated else text
 
 
+class _Table:
+    """A residual table as arrays, for matching a regime without one Python loop per run."""
+
+    def __init__(self, residuals: Sequence[Residual]) -> None:
+        self.residuals = tuple(residuals)
+        self.sources = np.asarray([r.source for r in residuals], dtype=object)
+        self.families = np.asarray([source_family(r.source) for r in residuals], dtype=object)
+        self.log_error = np.asarray([r.log_error for r in residuals], dtype=np.float64)
+        self.extrapolated = np.asarray([r.extrapolated for r in residuals], dtype=bool)
+        self.band = np.asarray([(r.band_low, r.band_high) for r in residuals], dtype=np.float64).reshape(
+            -1, 2
+        )
+        self.num_gpus = np.asarray([r.regime.num_gpus for r in residuals], dtype=np.int64)
+        self.mfu = np.asarray([r.measured_mfu for r in residuals], dtype=np.float64)
+        self.keys = {
+            names: np.asarray([r.regime.key(names) for r in residuals], dtype=object).reshape(
+                len(residuals), -1
+            )
+            for names in (*LEVELS[:-1], ("family", "stack", "precision"))
+        }
+
+    def where(self, regime: Regime, names: tuple[str, ...], pool: np.ndarray) -> np.ndarray:
+        if not names:
+            return pool
+        same: np.ndarray = np.all(self.keys[names] == np.asarray(regime.key(names), dtype=object), axis=1)
+        both: np.ndarray = pool & same
+        return both
+
+    def source_count(self, mask: np.ndarray) -> int:
+        return len(set(self.sources[mask].tolist()))
+
+
+def annotated(residuals: Sequence[Residual]) -> list[Residual]:
+    """Each run's own held-out band and whether it was an extrapolation, judged as a prediction in its regime
+    would be with the run's source family left out (the flags first: an extrapolated band rests on them)."""
+    table = _Table(residuals)
+    flags: dict[tuple[str, Regime], bool] = {}
+    for r, family in _each(table):
+        if (family, r.regime) not in flags:
+            flags[(family, r.regime)] = _extrapolation_of(table, r.regime, table.families != family)[2] != ""
+    flagged = _Table(
+        [replace(r, extrapolated=flags[key]) for r, key in zip(residuals, _keys(table), strict=True)]
+    )
+    bands: dict[tuple[str, Regime], tuple[float, float]] = {}
+    for r, family in _each(flagged):
+        if (family, r.regime) not in bands:
+            bands[(family, r.regime)] = _band(flagged, r.regime, flagged.families != family)[:2]
+    return [
+        replace(r, band_low=bands[key][0], band_high=bands[key][1])
+        for r, key in zip(flagged.residuals, _keys(flagged), strict=True)
+    ]
+
+
+def _each(table: _Table) -> list[tuple[Residual, str]]:
+    return [(r, str(family)) for r, family in zip(table.residuals, table.families.tolist(), strict=True)]
+
+
+def _keys(table: _Table) -> list[tuple[str, Regime]]:
+    return [(family, r.regime) for r, family in _each(table)]
+
+
 def write_residuals(path: Path, residuals: Sequence[Residual]) -> None:
-    """The residual table: one row per measured run with its regime and ln(measured / predicted); a run a
-    fold predicted nothing for (no finite residual) is left out. Written whole or not at all."""
+    """The residual table: one row per measured run with its regime, ln(measured / predicted), whether its
+    prediction extrapolated and its own band (:func:`annotated`); a run a fold predicted nothing for (no finite
+    residual) is left out. Written whole or not at all."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(COLUMNS)
-    for r in residuals:
-        if not math.isfinite(r.log_error):
-            continue
+    for r in annotated([r for r in residuals if math.isfinite(r.log_error)]):
         regime = r.regime
         writer.writerow(
             [
@@ -198,11 +274,15 @@ def write_residuals(path: Path, residuals: Sequence[Residual]) -> None:
                 regime.precision,
                 f"{r.measured_mfu:.4f}",
                 f"{r.log_error:.5f}",
+                int(r.extrapolated),
+                f"{r.band_low:.5f}",
+                f"{r.band_high:.5f}",
             ]
         )
     write_text_atomic(path, buffer.getvalue())
     load_residuals.cache_clear()
     cached_interval.cache_clear()
+    _table_of.cache_clear()
 
 
 def residuals_path() -> Path:
@@ -234,10 +314,17 @@ def load_residuals(path: Path | None = None) -> tuple[Residual, ...]:
                         regime,
                         float(row["log_error"]),
                         float(row["measured_mfu"]),
+                        row["extrapolated"] == "1",
+                        float(row["band_low"]),
+                        float(row["band_high"]),
                     )
                 )
-    except (KeyError, ValueError, OSError) as error:
-        raise InputError(f"the residual table {where} cannot be read: {error}", source=str(where)) from None
+    except (KeyError, ValueError, OSError, TypeError) as error:
+        raise InputError(
+            f"the residual table {where} cannot be read: {error}",
+            source=str(where),
+            hint="write it again: python -m mfukit.perf.calibrate",
+        ) from None
     if not all(math.isfinite(r.log_error) for r in out):
         raise InputError(f"the residual table {where} holds a non-finite residual", source=str(where))
     return tuple(out)
@@ -253,6 +340,18 @@ def _weighted_quantiles(
     return low, high
 
 
+def _source_weights(sources: np.ndarray) -> np.ndarray:
+    """1 / (the source's row count) for each row: every source weighs the same in total."""
+    names, inverse, counts = np.unique(sources.astype(str), return_inverse=True, return_counts=True)
+    del names
+    return 1.0 / counts[inverse]
+
+
+@cache
+def _table_of(residuals: tuple[Residual, ...]) -> _Table:
+    return _Table(residuals)
+
+
 @cache
 def cached_interval(regime: Regime) -> Interval:
     """:func:`interval_for` of the installed residual table, once per regime (the planner asks per layout)."""
@@ -263,66 +362,95 @@ def interval_for(
     regime: Regime, *, exclude_source: str | None = None, residuals: Sequence[Residual] | None = None
 ) -> Interval:
     """The 80 % interval of a prediction in ``regime`` (``exclude_source``: built without the runs of that
-    source and its siblings, as coverage is measured)."""
+    source and its siblings, its scale fitted without them, as coverage is measured)."""
+    table = _table_of(tuple(load_residuals() if residuals is None else residuals))
     held_out = None if exclude_source is None else source_family(exclude_source)
-    pool = [
-        r
-        for r in (load_residuals() if residuals is None else residuals)
-        if source_family(r.source) != held_out
-    ]
-    if not pool:
+    pool = table.families != held_out
+    if not pool.any():
         return Interval(0.5, 1.5, 0, 0, (), True, "no residual table (run python -m mfukit.perf.calibrate)")
-    level, names, members = _matching(regime, pool)
-    sources = {r.source for r in members}
-    sizes = {source: sum(r.source == source for r in members) for source in sources}
-    values = np.asarray([r.log_error for r in members])
-    weights = np.asarray([1.0 / sizes[r.source] for r in members])
-    low, high = _weighted_quantiles(values, weights, (LOW_QUANTILE, HIGH_QUANTILE))
-    reason = _extrapolation(regime, pool, level)
-    if reason:
-        centre = 0.5 * (low + high)
-        low, high = (
-            centre + EXTRAPOLATION_WIDENING * (low - centre),
-            centre + EXTRAPOLATION_WIDENING * (high - centre),
-        )
-    peers = [
-        r.measured_mfu
-        for r in pool
-        if (r.regime.family, r.regime.stack, r.regime.precision)
-        == (regime.family, regime.stack, regime.precision)
-    ]
+    band_low, band_high, names, members, reason = _band(table, regime, pool)
+    scale = band_scale(table, pool)
+    low, high = (float(end) for end in scaled(np.asarray([[band_low, band_high]]), scale)[0])
+    peers = table.where(regime, ("family", "stack", "precision"), pool)
     return Interval(
-        highest_measured_mfu=max(peers) if peers else None,
-        low_factor=math.exp(min(low, 0.0)),
-        high_factor=math.exp(max(high, 0.0)),
-        rows=len(members),
-        sources=len(sources),
+        highest_measured_mfu=float(table.mfu[peers].max()) if peers.any() else None,
+        low_factor=math.exp(low),
+        high_factor=math.exp(high),
+        rows=int(members.sum()),
+        sources=table.source_count(members),
         matched_on=names,
         extrapolated=bool(reason),
         reason=reason,
+        scale=scale,
     )
 
 
-def _matching(regime: Regime, pool: Sequence[Residual]) -> tuple[int, tuple[str, ...], list[Residual]]:
-    """The most specific level at which enough runs of enough sources share the regime, and those runs."""
-    for level, names in enumerate(LEVELS):
-        wanted = regime.key(names)
-        members = [r for r in pool if r.regime.key(names) == wanted]
-        if len(members) >= MIN_ROWS and len({r.source for r in members}) >= MIN_SOURCES:
-            return level, names, members
-    return len(LEVELS) - 1, (), list(pool)
+def scaled(band: np.ndarray, scale: float) -> np.ndarray:
+    """Bands (rows of ln low, ln high) stretched ``scale`` times about their centres, then widened to hold the
+    estimate itself (0): intervals in ln factors."""
+    centre = band.mean(axis=1)
+    half = 0.5 * (band[:, 1] - band[:, 0])
+    return np.stack([np.minimum(centre - scale * half, 0.0), np.maximum(centre + scale * half, 0.0)], axis=1)
 
 
-def _extrapolation(regime: Regime, pool: Sequence[Residual], level: int) -> str:
-    """Why a regime lies outside the measured runs ('' when it does not)."""
-    same = [r for r in pool if r.regime.family == regime.family and r.regime.stack == regime.stack]
-    if not any(r.regime.family == regime.family for r in pool):
+def band_scale(table: _Table, pool: np.ndarray) -> float:
+    """The smallest of :data:`SCALES` that puts :data:`TARGET_COVERAGE` of the ``pool`` runs inside their own
+    :func:`scaled` bands, sources weighted equally (1.0 where no run has a band: a table of runs alone)."""
+    usable = pool & np.isfinite(table.band).all(axis=1)
+    if not usable.any():
+        return 1.0
+    errors = table.log_error[usable]
+    weights = _source_weights(table.sources[usable])
+    for scale in SCALES.tolist():
+        interval = scaled(table.band[usable], scale)
+        inside = (errors >= interval[:, 0]) & (errors <= interval[:, 1])
+        if float((weights * inside).sum() / weights.sum()) >= TARGET_COVERAGE:
+            return float(scale)
+    return float(SCALES[-1])
+
+
+def _band(
+    table: _Table, regime: Regime, pool: np.ndarray
+) -> tuple[float, float, tuple[str, ...], np.ndarray, str]:
+    """The unscaled band (10th and 90th percentiles of ln(measured / predicted)) of a prediction in ``regime``
+    from the ``pool`` runs: the names matched, the runs it rests on, and why it extrapolates ('' if not)."""
+    names, members, reason = _extrapolation_of(table, regime, pool)
+    if reason:
+        extrapolations = pool & table.extrapolated
+        if table.source_count(extrapolations) >= MIN_SOURCES:
+            names, members = ("runs whose own prediction extrapolated",), extrapolations
+    values = table.log_error[members]
+    low, high = _weighted_quantiles(
+        values, _source_weights(table.sources[members]), (LOW_QUANTILE, HIGH_QUANTILE)
+    )
+    return low, high, names, members, reason
+
+
+def _extrapolation_of(
+    table: _Table, regime: Regime, pool: np.ndarray
+) -> tuple[tuple[str, ...], np.ndarray, str]:
+    """The most specific level at which enough runs of enough sources share the regime, those runs, and why
+    the regime lies outside the measured runs ('' when it does not)."""
+    level, members = len(LEVELS) - 1, pool
+    names: tuple[str, ...] = ()
+    for index, candidate in enumerate(LEVELS):
+        found = table.where(regime, candidate, pool)
+        if found.sum() >= MIN_ROWS and table.source_count(found) >= MIN_SOURCES:
+            level, names, members = index, candidate, found
+            break
+    return names, members, _reason(table, regime, pool, level)
+
+
+def _reason(table: _Table, regime: Regime, pool: np.ndarray, level: int) -> str:
+    family = table.where(regime, ("family",), pool)
+    same = table.where(regime, ("family", "stack"), pool)
+    if not family.any():
         return f"no measured run on the {regime.family} GPU family"
-    if not same:
+    if not same.any():
         return f"no measured run of {regime.stack} on {regime.family}"
-    if not any(r.regime.sharding == regime.sharding for r in same):
+    if not table.where(regime, ("family", "stack", "sharding"), pool).any():
         return f"no measured run of {regime.stack} with {regime.sharding} on {regime.family}"
-    largest = max(r.regime.num_gpus for r in same)
+    largest = int(table.num_gpus[same].max())
     if regime.num_gpus > largest:
         return f"{regime.num_gpus:,} GPUs is beyond the largest measured {regime.stack} run on {regime.family} ({largest:,})"
     return (
