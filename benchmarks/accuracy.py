@@ -34,7 +34,14 @@ from mfukit.perf.calibration_data import load_cases, measured_mfu
 from mfukit.perf.efficiency import efficiency_file
 from mfukit.perf.loso import leave_one_source_out, predict_with, stderr_progress
 from mfukit.perf.measured_runs import Case
-from mfukit.perf.uncertainty import Residual, annotated, case_regime, interval_for, load_residuals, residual_of
+from mfukit.perf.uncertainty import (
+    Residual,
+    annotated,
+    case_regime,
+    interval_for,
+    load_residuals,
+    residual_of,
+)
 
 RESULTS = Path(__file__).parent / "results" / "accuracy.json"
 TARGET_MEDIAN, TARGET_P90 = 0.07, 0.15

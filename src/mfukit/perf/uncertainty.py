@@ -11,8 +11,9 @@ shares (another GPU family or stack, or beyond the largest measured scale of its
 *extrapolated*: its band comes from the runs whose own held-out prediction was an extrapolation (how wrong
 the model was when it last stepped outside what it had seen), and it says so.
 
-The band is then scaled (in ln space, about the estimate) by the factor that makes :data:`TARGET_COVERAGE`
-of the held-out runs of the *other* source families fall inside their own bands, sources weighted equally
+The band is then stretched (in ln space, about its centre) by the factor that makes :data:`TARGET_COVERAGE`
+of the held-out runs of the *other* source families, of the same kind (matched or extrapolated), fall
+inside their own bands, sources weighted equally
 (split-conformal calibration, Vovk et al. 2005; Angelopoulos & Bates 2021, section 2): residuals of one
 source share a bias, so pooling runs gives bands too narrow for a new source, and this factor measures by
 how much. Each run's own band (built without its family) and whether it was an extrapolation are computed
@@ -369,7 +370,7 @@ def interval_for(
     if not pool.any():
         return Interval(0.5, 1.5, 0, 0, (), True, "no residual table (run python -m mfukit.perf.calibrate)")
     band_low, band_high, names, members, reason = _band(table, regime, pool)
-    scale = band_scale(table, pool)
+    scale = band_scale(table, pool & (table.extrapolated == bool(reason)))
     low, high = (float(end) for end in scaled(np.asarray([[band_low, band_high]]), scale)[0])
     peers = table.where(regime, ("family", "stack", "precision"), pool)
     return Interval(
@@ -395,7 +396,10 @@ def scaled(band: np.ndarray, scale: float) -> np.ndarray:
 
 def band_scale(table: _Table, pool: np.ndarray) -> float:
     """The smallest of :data:`SCALES` that puts :data:`TARGET_COVERAGE` of the ``pool`` runs inside their own
-    :func:`scaled` bands, sources weighted equally (1.0 where no run has a band: a table of runs alone)."""
+    :func:`scaled` bands, sources weighted equally (1.0 where no run has a band: a table of runs alone).
+    :func:`interval_for` passes the runs of the prediction's kind, extrapolated or matched: an extrapolated
+    band already rests on the errors of extrapolations, and one factor for both would stretch it for the
+    matched runs' sake."""
     usable = pool & np.isfinite(table.band).all(axis=1)
     if not usable.any():
         return 1.0
