@@ -45,7 +45,8 @@ docs: $(VENV)/.installed-base
 	$(BIN)/python -m mfukit.cli.reference > docs/cli.md
 	$(BIN)/python -m mfukit.cli.scenario_reference > docs/scenario.md
 
-# Reruns the README's example commands and rewrites their outputs (a test checks they are current).
+# Reruns the example commands of README.md and docs/*.md and rewrites their outputs (a test checks they
+# are current).
 readme: $(VENV)/.installed-base
 	$(BIN)/python scripts/readme.py
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Rerun the README's example commands and rewrite their outputs (``make readme``); ``--check`` only reports
-the blocks that are stale (the test in tests/cli/test_readme_examples.py runs it).
+"""Rerun the example commands of the README and docs/*.md and rewrite their outputs (``make readme``);
+``--check`` only reports the blocks that are stale (the test in tests/cli/test_readme_examples.py runs it).
 
 A checked block is a fenced block right after an HTML comment ``<!-- readme: full -->`` or
 ``<!-- readme: excerpt -->``; its lines ``$ mfukit ...`` (a trailing ``\\`` continues one) are run in
@@ -38,6 +38,11 @@ VOLATILE = [
 ]
 
 
+def documents() -> list[Path]:
+    """The pages whose examples are checked: the README and every page of docs/."""
+    return [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
 @dataclass
 class Block:
     mode: str  # "full" or "excerpt"
@@ -53,9 +58,9 @@ def _normal(line: str) -> str:
     return text
 
 
-def blocks(text: list[str]) -> list[Block]:
-    """The checked blocks of the README (skipped ones are left out); a ``$ mfukit`` block without a marker
-    is an error, so that no example goes unchecked."""
+def blocks(text: list[str], name: str = "README.md") -> list[Block]:
+    """The checked blocks of a page (skipped ones are left out); a ``$ mfukit`` block without a marker is an
+    error, so that no example goes unchecked."""
     found: list[Block] = []
     index = 0
     while index < len(text):
@@ -66,7 +71,7 @@ def blocks(text: list[str]) -> list[Block]:
             if body and body[0].startswith("$ mfukit"):
                 if marker is None:
                     raise SystemExit(
-                        f"README.md:{index + 1}: a `$ mfukit` block needs a <!-- readme: ... --> marker"
+                        f"{name}:{index + 1}: a `$ mfukit` block needs a <!-- readme: ... --> marker"
                     )
                 if not marker.group(1).startswith("skip"):
                     found.append(Block(marker.group(1), index + 1, close, body))
@@ -77,13 +82,13 @@ def blocks(text: list[str]) -> list[Block]:
 
 
 def _commands(lines: list[str]) -> list[tuple[str, list[str]]]:
-    """(command, the README's output lines after it) for each ``$`` line of a block."""
+    """(command, the page's output lines after it) for each ``$`` line of a block."""
     result: list[tuple[str, list[str]]] = []
     index = 0
     while index < len(lines):
         line = lines[index]
         if not line.startswith("$ "):
-            raise SystemExit(f"README block line {line!r} is not after a `$` command")
+            raise SystemExit(f"example block line {line!r} is not after a `$` command")
         command = line[2:]
         while command.rstrip().endswith("\\"):
             index += 1
@@ -123,7 +128,7 @@ def _label(line: str) -> str:
 
 
 def excerpt(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
-    """The README's excerpt lines rewritten from ``new`` by label, and the labels no longer in it."""
+    """A page's excerpt lines rewritten from ``new`` by label, and the labels no longer in it."""
     by_label: dict[str, str] = {}
     for line in new:
         by_label.setdefault(_label(line), line)
@@ -135,7 +140,7 @@ def excerpt(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
             continue
         found = by_label.get(_label(line))
         shortened = line.rstrip()[:-3].rstrip() if line.rstrip().endswith("...") else None
-        if found is None and shortened:  # a line cut short in the README: the output line it begins
+        if found is None and shortened:  # a line cut short in the page: the output line it begins
             found = line if any(_normal(other).startswith(_normal(shortened)) for other in new) else None
         if found is None and _normal(line) in {_normal(other) for other in new}:
             found = line  # a wrapped continuation line, unchanged
@@ -147,12 +152,12 @@ def excerpt(old: list[str], new: list[str]) -> tuple[list[str], list[str]]:
     return rewritten, missing
 
 
-def regenerate(text: list[str]) -> tuple[list[str], list[str]]:
-    """The README with every checked block's outputs rerun, and what could not be rewritten."""
+def regenerate(text: list[str], name: str = "README.md") -> tuple[list[str], list[str]]:
+    """The page ``name`` with every checked block's outputs rerun, and what could not be rewritten."""
     os.chdir(ROOT)
     updated = list(text)
     problems: list[str] = []
-    for block in reversed(blocks(text)):
+    for block in reversed(blocks(text, name)):
         body: list[str] = []
         exit_code = 0
         for command, old in _commands(block.lines):
@@ -162,9 +167,7 @@ def regenerate(text: list[str]) -> tuple[list[str], list[str]]:
                 output = old if same else new
             else:
                 output, missing = excerpt(old, new)
-                problems.extend(
-                    f"README.md:{block.start}: `{command}` no longer prints {m!r}" for m in missing
-                )
+                problems.extend(f"{name}:{block.start}: `{command}` no longer prints {m!r}" for m in missing)
             body.extend(_command_lines(block.lines, command))
             body.extend(output)
         updated[block.start : block.end] = body
@@ -172,7 +175,7 @@ def regenerate(text: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _command_lines(lines: list[str], command: str) -> list[str]:
-    """The README's own lines of ``command`` (with its continuation lines and comment)."""
+    """The page's own lines of ``command`` (with its continuation lines and comment)."""
     for index, line in enumerate(lines):
         if not line.startswith("$ "):
             continue
@@ -189,21 +192,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="report stale blocks, write nothing (exit 1)")
     args = parser.parse_args()
-    text = README.read_text(encoding="utf-8").split("\n")
-    updated, problems = regenerate(text)
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    if args.check:
-        stale = updated != text
-        if stale:
-            print("README.md examples are stale: run `make readme`", file=sys.stderr)
-        return 1 if stale or problems else 0
-    if updated != text:
-        from mfukit.core.files import write_text_atomic
+    failed = False
+    for path in documents():
+        name = path.relative_to(ROOT).as_posix()
+        text = path.read_text(encoding="utf-8").split("\n")
+        updated, problems = regenerate(text, name)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        failed = failed or bool(problems)
+        if updated == text:
+            continue
+        if args.check:
+            print(f"{name} examples are stale: run `make readme`", file=sys.stderr)
+            failed = True
+        else:
+            from mfukit.core.files import write_text_atomic
 
-        write_text_atomic(README, "\n".join(updated))
-        print("rewrote README.md")
-    return 1 if problems else 0
+            write_text_atomic(path, "\n".join(updated))
+            print(f"rewrote {name}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

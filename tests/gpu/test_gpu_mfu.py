@@ -1,7 +1,7 @@
 """The MFU of a ~1B preset in bf16 on one H100/H200-class GPU (device only; skipped without CUDA).
 
 Runs tests/gpu/mfu_check.py (under 10 minutes) and checks what it measured. Its JSON lands in
-$MFUKIT_GPU_RESULT when set (the README records the figure with the date and GPU).
+$MFUKIT_GPU_RESULT when set (docs/training.md records the figure with the date and GPU).
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def test_nic_bytes_are_what_the_model_times() -> None:
 
 def test_uneven_groups_use_the_ranks_each_node_holds() -> None:
     """DP 217 of TP 2 on 8-GPU nodes: 4 DP ranks in a node, so each NIC carries about a quarter of a rank's
-    ring traffic (the LLaMA-65B sizing of the README)."""
+    ring traffic (the LLaMA-65B sizing of docs/sizing.md)."""
     result = traffic(Parallelism(tp=2, dp=217), topology("dgx-a100-80gb", 434))
     assert result.ranks_per_domain == 4
     assert result.inter_node_bytes_per_step == pytest.approx(2 * 216 / 217 * P * 4 / 4, rel=0.01)

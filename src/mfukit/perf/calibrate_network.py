@@ -5,7 +5,8 @@ plugin over the SRD transport), two physical numbers say how collectives behave 
 NICs' line rate they move (nccl-tests' busbw over the line rate) and an extra latency per network step of
 every algorithm. Both are fitted, after the GPU and framework constants, on the runs that crossed
 that network: the multi-node runs whose pipeline stays inside a node (a pipeline's send/receive stalls
-across the network are a framework effect the collective model does not describe; the README shows them).
+across the network are a framework effect the collective model does not describe; the accuracy table of
+docs/performance-model.md shows them).
 The loss is the same soft-L1 of the log error as the rest
 of the calibration, each run weighted equally.
 """
