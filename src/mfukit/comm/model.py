@@ -11,7 +11,7 @@ The model is alpha-beta per algorithm, ``t = latency + S / algbw``:
   a leaf in the other); NVLS moves ``S`` per GPU each way through the NVSwitch, which reduces in flight;
   CollNet/SHARP moves ``S`` per node each way whatever the node count. What each GPU's NIC share carries
   per byte of message is one function, :func:`nic_bytes_per_byte`; the network term of those algorithms
-  is the NIC share's bandwidth over it, and ``comm.traffic`` uses the same bytes for the gradient traffic.
+  is the NIC share's bandwidth over it, and ``perf.traffic`` uses the same bytes for the gradient traffic.
 * **protocol factors and latencies** are NCCL's own (``comm/data/nccl.toml``, src/graph/tuning.cc):
   LL keeps half of each 8-byte word for flags and is capped by llMaxBw, LL128 keeps 120 of 128 bytes,
   Simple moves full lines but pays more per step; each step costs NCCL's hwLat on NVLink, PCI or the

@@ -1,7 +1,7 @@
 """The five gates of the MFU-first framework, each pass / fail / unknown with its value and target.
 
 1. MFU baseline: measured MFU against the framework's target (> 45 % on H100-class clusters).
-2. Network: the data-parallel gradient traffic of one step (``comm.traffic``: sharding, micro-batches),
+2. Network: the data-parallel gradient traffic of one step (``perf.traffic``: sharding, micro-batches),
    at the bus bandwidth the job reaches (an nccl-tests all_reduce run judged by comm's model, else the
    traced collectives), must fit in the compute that can hide it (:mod:`.network`); with no measurement,
    comm's collective model decides only a fail (the fabric cannot hide it even when healthy); without the

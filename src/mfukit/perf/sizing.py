@@ -23,7 +23,6 @@ import numpy.typing as npt
 
 from mfukit import units
 from mfukit.comm.topology import from_system
-from mfukit.comm.traffic import GradientTraffic, model_gradient_traffic, nics_to_hide
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, layout_problems
@@ -32,6 +31,7 @@ from mfukit.errors import InputError
 from mfukit.perf.flops import AttentionConvention, model_flops_per_token
 from mfukit.perf.layouts import Ints, batch_change_note, round_batch
 from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
+from mfukit.perf.traffic import GradientTraffic, model_gradient_traffic, nics_to_hide
 
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep")
 # What a Megatron-LM run of this size uses unless the scenario says otherwise.
