@@ -377,3 +377,22 @@ class NcclLog:
 
     file: str
     report: NcclLogReport
+
+
+Record = (
+    RankTrace
+    | PipelineTimeline
+    | TrainingLog
+    | JobConfig
+    | GpuSeries
+    | DiagResult
+    | XidEvent
+    | SlurmJob
+    | NcclTestsResult
+    | BenchMatmul
+    | BenchCheckpoint
+    | TrainLedger
+    | NcclLog
+    | DamagedInput
+)
+"""What a source's ``parse`` returns, one of these per observation."""

@@ -80,5 +80,5 @@ SOURCE = Source(
     kind="train_ledger",
     description="mfukit train goodput ledger (ledger.jsonl, with the metrics.jsonl beside it)",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )
