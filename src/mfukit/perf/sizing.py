@@ -8,8 +8,10 @@ dividing the layers, DP dividing the global batch in sequences (which caps DP: 4
 Among layouts with the fewest GPUs the one with the least model parallelism wins (smaller PP, then TP:
 fewer pipeline bubbles and TP collectives at the same MFU assumption).
 
-Until the performance model exists, MFU is an input: the accelerator's sourced ``typical_mfu`` or the
-user's ``--mfu``, taken as constant across GPU counts.
+Here MFU is an input, taken as constant across GPU counts: the user's ``--mfu``, or the accelerator's
+sourced ``typical_mfu`` where the performance model cannot predict one (no global batch).
+:mod:`mfukit.perf.sizing_model` sizes with the MFU the performance model predicts at each count instead,
+on this module's candidates, rounding and memory check.
 """
 
 from __future__ import annotations
