@@ -11,8 +11,8 @@ from mfukit.core.scenario import load_scenario
 from mfukit.ft.plan import interval_grid_s, optimum_intervals_s
 from mfukit.ft.setup import ft_inputs
 from mfukit.perf.inputs import perf_inputs, search_space
+from mfukit.perf.plan_report import breakdown_chart, labels, scaling_chart
 from mfukit.perf.planner import search
-from mfukit.report.plan import breakdown_chart, labels, scaling_chart
 
 ROOT = Path(__file__).parents[2]
 SMALL = {"model.preset": "gpt3-1.3b", "cluster.gpu": "a100-80gb-sxm", "cluster.num_gpus": 16,

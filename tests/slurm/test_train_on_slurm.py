@@ -21,8 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from mfukit.cli.main import cli
+from mfukit.ft.ledger import STOPPED, account, read_records
 from mfukit.train.commit import CheckpointStore
-from mfukit.train.ledger import STOPPED, account, read_records
 
 pytestmark = [pytest.mark.slurm, pytest.mark.torch]
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from mfukit.ft.ledger import read_records
 from mfukit.train.commit import META_NAME, QUARANTINE_PREFIX, CheckpointStore
-from mfukit.train.ledger import read_records
 from mfukit.train.prepare import TrainRequest
 from mfukit.train.run import TrainOutcome, run_training
 

@@ -19,8 +19,8 @@ import pytest
 
 from mfukit.ft.failures import job_failures, load_failure_model
 from mfukit.ft.interval import recommended_interval_s
+from mfukit.ft.ledger import read_records
 from mfukit.train.commit import CheckpointStore
-from mfukit.train.ledger import read_records
 from mfukit.train.prepare import TrainRequest
 from mfukit.train.run import TrainOutcome, run_training
 

@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from run_support import processes_of
 
 from mfukit.cli.main import cli
+from mfukit.ft.ledger import read_records
 from mfukit.train import ownership
-from mfukit.train.ledger import read_records
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from run_support import processes_of
 
-from mfukit.train.ledger import read_records
+from mfukit.ft.ledger import read_records
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 

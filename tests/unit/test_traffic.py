@@ -1,4 +1,4 @@
-"""Gradient traffic per step (comm/traffic.py): the ring formulas for the bytes, comm's collective model
+"""Gradient traffic per step (perf/traffic.py): the ring formulas for the bytes, comm's collective model
 for what crosses the NIC."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from mfukit import catalog
 from mfukit.comm.model import predict
 from mfukit.comm.topology import CommTopology, from_system
-from mfukit.comm.traffic import GradientTraffic, gradient_traffic, nics_to_hide, ring_factor
 from mfukit.core.parallelism import Parallelism
+from mfukit.perf.traffic import GradientTraffic, gradient_traffic, nics_to_hide, ring_factor
 
 P = 1e9  # parameters on one GPU
 

@@ -9,8 +9,8 @@ import pytest
 
 from mfukit.core.scenario import FtSection
 from mfukit.ft.failures import job_failures, load_failure_model
+from mfukit.ft.ledger import STOPPED, Goodput, Recovery, account
 from mfukit.train.ettr import expected_ettr, predicted_ettr
-from mfukit.train.ledger import STOPPED, Goodput, Recovery, account
 from mfukit.train.prepare import TrainRequest, prepare
 
 MICRO = Path(__file__).parents[1] / "data" / "train" / "micro.toml"

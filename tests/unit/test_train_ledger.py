@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mfukit.train.ledger import EventLog, account, read_records
+from mfukit.ft.ledger import EventLog, account, read_records
 
 
 def step(number: int, attempt: int, start: float, duration: float = 1.0) -> dict[str, Any]:

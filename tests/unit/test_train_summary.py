@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mfukit.ft.ledger import EventLog
 from mfukit.train.launch import Finished
-from mfukit.train.ledger import EventLog
 from mfukit.train.prepare import TrainRequest, prepare
 from mfukit.train.run import summarize
 

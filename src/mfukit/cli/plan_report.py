@@ -14,12 +14,14 @@ from mfukit.errors import InputError
 from mfukit.ft.plan import FtPlan
 from mfukit.ft.plan import plan as ft_plan
 from mfukit.ft.setup import ft_inputs
+from mfukit.ft.views import plan_section
 from mfukit.perf.estimate import plan_memory
 from mfukit.perf.inputs import PerfInputs
 from mfukit.perf.memory import MemoryEstimate
 from mfukit.perf.network import NetworkCheck
+from mfukit.perf.plan_report import PlanReport, write_plan_report
 from mfukit.perf.planner import Plan, SearchResult
-from mfukit.report.plan import PlanReport, write_plan_report
+from mfukit.report.html import Section
 
 
 def fault_tolerance(scenario: Scenario, inputs: PerfInputs, best: Plan) -> tuple[FtPlan | None, str]:
@@ -57,8 +59,10 @@ def plan_report(
         summary.append(
             ("time to train (no failures)", f"{best.time_to_train_s / units.SECONDS_PER_DAY:,.1f} days")
         )
+    ft_section = Section("Fault tolerance", paragraphs=[ft_note])
     if ft is not None:
         summary.append(("expected ETTR", f"{ft.expected_at_optimum.ettr:.3f}"))
+        ft_section = plan_section(ft)
     paragraph = (
         f"Each GPU moves {units.format_bytes_si(network.inter_node_bytes_per_step)} of data-parallel traffic "
         f"through its NIC per step ({network.pattern}); hiding it behind compute takes "
@@ -82,8 +86,7 @@ def plan_report(
         network_tables=[network_checked, tiers],
         network_paragraph=paragraph,
         breakdown_names=BREAKDOWN_NAMES,
-        ft_plan=ft,
-        ft_note=ft_note,
+        fault_tolerance=ft_section,
         assumptions=output.assumptions,
         warnings=output.warnings,
     )

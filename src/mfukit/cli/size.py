@@ -107,7 +107,7 @@ def size(
         )
     output = _output(sizing, goodput_source, rule)
     if report_dir is not None and sizing.chosen is not None:
-        from mfukit.report.sizing import write_sizing_report
+        from mfukit.perf.sizing_report import write_sizing_report
 
         output.files.append(write_sizing_report(sizing, output, report_dir))
     return emit(output, fmt)

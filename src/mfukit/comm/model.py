@@ -11,7 +11,7 @@ The model is alpha-beta per algorithm, ``t = latency + S / algbw``:
   a leaf in the other); NVLS moves ``S`` per GPU each way through the NVSwitch, which reduces in flight;
   CollNet/SHARP moves ``S`` per node each way whatever the node count. What each GPU's NIC share carries
   per byte of message is one function, :func:`nic_bytes_per_byte`; the network term of those algorithms
-  is the NIC share's bandwidth over it, and ``comm.traffic`` uses the same bytes for the gradient traffic.
+  is the NIC share's bandwidth over it, and ``perf.traffic`` uses the same bytes for the gradient traffic.
 * **protocol factors and latencies** are NCCL's own (``comm/data/nccl.toml``, src/graph/tuning.cc):
   LL keeps half of each 8-byte word for flags and is capped by llMaxBw, LL128 keeps 120 of 128 bytes,
   Simple moves full lines but pays more per step; each step costs NCCL's hwLat on NVLink, PCI or the
@@ -153,14 +153,15 @@ def nic_bytes_per_byte(algorithm: NicAlgorithm, collective: Collective, group: G
 
 
 class _Costs:
-    """The per-algorithm formulas for one collective on one group of one topology."""
+    """The per-algorithm formulas for one collective on one group of one topology. Locals follow the
+    formulas' notation: ``p`` GPUs in the group, ``g`` of them per scale-up domain, ``d`` domains."""
 
     def __init__(self, collective: Collective, topology: CommTopology, group: Group, tuning: NcclConstants):
-        self.c = collective
-        self.t = topology
-        self.g = group
-        self.k = tuning
-        _p, g, d = group.num_gpus, group.gpus_per_domain, group.num_domains
+        self.collective = collective
+        self.topology = topology
+        self.group = group
+        self.tuning = tuning
+        g, d = group.gpus_per_domain, group.num_domains
         self.intra_bw = topology.intra_bytes_per_s if g > 1 else math.inf
         self.net_bw = g * topology.nic_bytes_per_s_per_gpu if d > 1 else math.inf
         leaf = topology.nodes_per_leaf
@@ -181,13 +182,17 @@ class _Costs:
     # ---------------------------------------------------------------- helpers
 
     def base(self, algorithm: NcclAlgorithm, protocol: Protocol) -> float:
-        return self.k.latency_us.base.of(algorithm, protocol)
+        return self.tuning.latency_us.base.of(algorithm, protocol)
 
     def intra(self, algorithm: NcclAlgorithm, protocol: Protocol) -> float:
         return self.intra_lat.of(algorithm, protocol)
 
     def inter(self, algorithm: NcclAlgorithm, protocol: Protocol) -> float:
-        return self.k.latency_us.net.of(algorithm, protocol) + self.extra_hop_s + self.t.net_step_latency_s
+        return (
+            self.tuning.latency_us.net.of(algorithm, protocol)
+            + self.extra_hop_s
+            + self.topology.net_step_latency_s
+        )
 
     def network(self, oversub: float) -> tuple[str, float]:
         name = "leaf uplinks (oversubscribed)" if oversub > 1.0 else "network (NICs)"
@@ -197,18 +202,18 @@ class _Costs:
         """The algbw the NICs allow ``algorithm``: each GPU's NIC share over the bytes it carries per byte
         of message (:func:`nic_bytes_per_byte`), behind the leaf uplinks' oversubscription."""
         name, _ = self.network(self.ring_oversub)
-        share = nic_bytes_per_byte(algorithm, self.c, self.g)
+        share = nic_bytes_per_byte(algorithm, self.collective, self.group)
         # Every domain moves the same bytes through its NICs, and a partial domain has only its GPUs' NICs:
         # NCCL builds the same channels on every node (nChannels is the minimum over ranks; NVLS trees have
         # minLocalRanks heads, one NIC each), so the least-populated domain bounds the whole collective.
-        nic = self.t.nic_bytes_per_s_per_gpu / self.ring_oversub
-        nic *= self.g.smallest_domain_gpus / self.g.gpus_per_domain
-        if self.g.partial and self.ring_oversub == 1.0:
-            name = f"network (NICs of the {self.g.smallest_domain_gpus}-GPU partial node)"
+        nic = self.topology.nic_bytes_per_s_per_gpu / self.ring_oversub
+        nic *= self.group.smallest_domain_gpus / self.group.gpus_per_domain
+        if self.group.partial and self.ring_oversub == 1.0:
+            name = f"network (NICs of the {self.group.smallest_domain_gpus}-GPU partial node)"
         return name, nic / share if share > 0 else math.inf
 
     def scale_up(self) -> tuple[str, float]:
-        return ("NVLink" if self.t.scale_up_kind == "nvlink" else "PCIe"), self.intra_bw
+        return ("NVLink" if self.topology.scale_up_kind == "nvlink" else "PCIe"), self.intra_bw
 
     def sizes(self, message_bytes: Floats, value: float) -> Floats:
         return np.full_like(message_bytes, value, dtype=np.float64)
@@ -216,34 +221,40 @@ class _Costs:
     # ---------------------------------------------------------------- NCCL algorithms
 
     def ring(self, protocol: Protocol, s: Floats) -> Estimate | None:
-        p, g, d = self.g.num_gpus, self.g.gpus_per_domain, self.g.num_domains
-        factor = float(busbw_factor(self.c, p))
+        p, g, d = self.group.num_gpus, self.group.gpus_per_domain, self.group.num_domains
+        factor = float(busbw_factor(self.collective, p))
         net_name, net_algbw = self.network_algbw("ring")
         name, busbw = min([self.scale_up(), (net_name, net_algbw * factor)], key=lambda x: x[1])
         if protocol == "ll":
-            multi = d > 1 or self.c in ("all_reduce", "reduce")
-            busbw *= self.k.protocol.ring_ll if multi else self.k.protocol.ring_ll_single_node
+            multi = d > 1 or self.collective in ("all_reduce", "reduce")
+            busbw *= self.tuning.protocol.ring_ll if multi else self.tuning.protocol.ring_ll_single_node
             if busbw > self.ll_max:
                 name, busbw = "LL protocol ceiling (llMaxBw)", self.ll_max
         elif protocol == "ll128":
-            if self.t.scale_up_kind != "nvlink":
+            if self.topology.scale_up_kind != "nvlink":
                 return None
-            busbw *= self.k.protocol.ring_ll128 if g >= 2 else self.k.protocol.ring_ll128_one_gpu_per_node
+            busbw *= (
+                self.tuning.protocol.ring_ll128
+                if g >= 2
+                else self.tuning.protocol.ring_ll128_one_gpu_per_node
+            )
         algbw = busbw / factor
-        if self.c in ("broadcast", "reduce"):
+        if self.collective in ("broadcast", "reduce"):
             # NCCL prices a pipelined chain at nRanks steps; Simple steps at the Tree/Simple step cost.
             step_algorithm: NcclAlgorithm = "tree" if protocol == "simple" else "ring"
             step = self.inter(step_algorithm, protocol) if d > 1 else self.intra(step_algorithm, protocol)
             latency = self.base("ring", protocol) + p * step
         else:
-            steps = 2 * (p - 1) if self.c == "all_reduce" else p - 1
-            inter_steps = 0 if d == 1 else min(steps, 2 * d if self.c == "all_reduce" else d - 1)
+            steps = 2 * (p - 1) if self.collective == "all_reduce" else p - 1
+            inter_steps = 0 if d == 1 else min(steps, 2 * d if self.collective == "all_reduce" else d - 1)
             intra_step = self.intra("ring", protocol)
             if d > 1:
                 # a ring that crosses the network moves at its slowest hop: NCCL charges every step the
                 # network's per-message overhead, and a transport's own extra latency with it
-                overhead = self.k.net_overhead_us[self.t.cpu] * (3.0 if protocol == "simple" else 1.0)
-                intra_step = max(intra_step, overhead * 1e-6 + self.t.net_step_latency_s)
+                overhead = self.tuning.net_overhead_us[self.topology.cpu] * (
+                    3.0 if protocol == "simple" else 1.0
+                )
+                intra_step = max(intra_step, overhead * 1e-6 + self.topology.net_step_latency_s)
             latency = (
                 self.base("ring", protocol)
                 + (steps - inter_steps) * intra_step
@@ -252,26 +263,28 @@ class _Costs:
         return Estimate("ring", protocol, latency, self.sizes(s, algbw), name)
 
     def tree(self, protocol: Protocol, s: Floats) -> Estimate:
-        g, d = self.g.gpus_per_domain, self.g.num_domains
+        g, d = self.group.gpus_per_domain, self.group.num_domains
         net_name, net_algbw = self.network_algbw("tree")
         name, busbw = min([self.scale_up(), (net_name, 2.0 * net_algbw)], key=lambda x: x[1])
-        busbw *= self.k.protocol.tree
+        busbw *= self.tuning.protocol.tree
         if protocol == "ll":
-            busbw *= self.k.protocol.tree_ll
+            busbw *= self.tuning.protocol.tree_ll
             if busbw > self.ll_max:
                 name, busbw = "LL protocol ceiling (llMaxBw)", self.ll_max
         elif protocol == "ll128":
-            busbw *= self.k.protocol.tree_ll128_single_node if d == 1 else self.k.protocol.tree_ll128
-        algbw = busbw / 2.0 * self.k.tree_correction_factor(protocol, s)
+            busbw *= (
+                self.tuning.protocol.tree_ll128_single_node if d == 1 else self.tuning.protocol.tree_ll128
+            )
+        algbw = busbw / 2.0 * self.tuning.tree_correction_factor(protocol, s)
         latency = self.base("tree", protocol) + 2.0 * (
             (g - 1) * self.intra("tree", protocol) + int(math.log2(d)) * self.inter("tree", protocol)
         )
         return Estimate("tree", protocol, latency, algbw, name)
 
     def nvls(self, s: Floats) -> Estimate:
-        p = self.g.num_gpus
+        p = self.group.num_gpus
         busbw = self.intra_bw * self.nvls_eff
-        algbw = busbw if self.c == "all_reduce" else busbw / float(busbw_factor(self.c, p))
+        algbw = busbw if self.collective == "all_reduce" else busbw / float(busbw_factor(self.collective, p))
         latency = self.intra("nvls", "simple")
         return Estimate("nvls", "simple", latency, self.sizes(s, algbw), "NVLS (NVLink SHARP)")
 
@@ -280,27 +293,27 @@ class _Costs:
             [("NVLS (NVLink SHARP)", self.intra_bw * self.nvls_eff), self.network_algbw("nvls_tree")],
             key=lambda x: x[1],
         )
-        latency = self.intra("nvls_tree", "simple") + 2 * int(math.log2(self.g.num_domains)) * self.inter(
+        latency = self.intra("nvls_tree", "simple") + 2 * int(math.log2(self.group.num_domains)) * self.inter(
             "nvls_tree", "simple"
         )
         return Estimate("nvls_tree", "simple", latency, self.sizes(s, algbw), name)
 
     def collnet(self, s: Floats) -> Estimate:
-        g = self.g.gpus_per_domain
+        g = self.group.gpus_per_domain
         local = (
             ("NVLS (NVLink SHARP)", self.intra_bw * self.nvls_eff)
-            if self.t.nvls
+            if self.topology.nvls
             else (
                 self.scale_up()[0],
                 self.intra_bw / 2.0,
             )
         )
         net_name, net_algbw = self.network_algbw("collnet")
-        name, algbw = min([local, (net_name, net_algbw * self.k.protocol.collnet)], key=lambda x: x[1])
+        name, algbw = min([local, (net_name, net_algbw * self.tuning.protocol.collnet)], key=lambda x: x[1])
         latency = (
             self.base("collnet_direct", "simple")
             + 2.0 * (min(1, g - 1) * self.intra("collnet_direct", "simple"))
-            + 2.0 * (g - 1) * self.k.protocol.collnet_arity_us * 1e-6
+            + 2.0 * (g - 1) * self.tuning.protocol.collnet_arity_us * 1e-6
             + self.inter("collnet_direct", "simple")
         )
         return Estimate("collnet", "simple", latency, self.sizes(s, algbw), name)
@@ -308,10 +321,10 @@ class _Costs:
     def p2p(self, protocol: Protocol, s: Floats) -> Estimate | None:
         if protocol == "ll128":
             return None
-        same = self.g.num_domains == 1
-        name, bw = self.scale_up() if same else ("network (NICs)", self.t.nic_bytes_per_s_per_gpu)
+        same = self.group.num_domains == 1
+        name, bw = self.scale_up() if same else ("network (NICs)", self.topology.nic_bytes_per_s_per_gpu)
         if protocol == "ll":
-            bw *= self.k.protocol.ring_ll_single_node if same else self.k.protocol.ring_ll
+            bw *= self.tuning.protocol.ring_ll_single_node if same else self.tuning.protocol.ring_ll
             if bw > self.ll_max:
                 name, bw = "LL protocol ceiling (llMaxBw)", self.ll_max
         step = self.intra("ring", protocol) if same else self.inter("ring", protocol)
@@ -338,7 +351,7 @@ class _Costs:
     def rhd(self, s: Floats) -> Estimate:
         """Rabenseifner: recursive-halving reduce-scatter then recursive-doubling all-gather over the
         largest power of two, plus a pre/post step folding the extra ranks (MPICH; Thakur et al. 2005)."""
-        p, g = self.g.num_gpus, self.g.gpus_per_domain
+        p, g = self.group.num_gpus, self.group.gpus_per_domain
         p2 = 2 ** int(math.log2(p))
         local = min(g, p2)
         domains = p2 // local
@@ -352,22 +365,22 @@ class _Costs:
         extra_steps = 0
         if p != p2:
             extra_steps = 2
-            fold = per_gpu_net if self.g.num_domains > 1 else self.intra_bw
-            terms.append((net_name if self.g.num_domains > 1 else self.scale_up()[0], 2.0 / fold))
+            fold = per_gpu_net if self.group.num_domains > 1 else self.intra_bw
+            terms.append((net_name if self.group.num_domains > 1 else self.scale_up()[0], 2.0 / fold))
         latency = self._steps(2 * math.log2(local), 2 * math.log2(domains) + extra_steps)
         return self._by_time("rhd", latency, s, terms)
 
     def hierarchical(self, s: Floats) -> Estimate:
         """Intra-domain reduce-scatter, inter-domain all-reduce of each 1/g shard on g parallel rings,
         intra-domain all-gather: ``2(g-1)/g S / B_nvlink + 2(D-1)/D S / B_node`` in sequence."""
-        g, d = self.g.gpus_per_domain, self.g.num_domains
+        g, d = self.group.gpus_per_domain, self.group.num_domains
         net_name, net_algbw = self.network_algbw("hierarchical")
         terms = [(self.scale_up()[0], 2.0 * (g - 1) / g / self.intra_bw), (net_name, 1.0 / net_algbw)]
         return self._by_time("hierarchical", self._steps(2 * (g - 1), 2 * (d - 1)), s, terms)
 
     def pairwise(self, s: Floats) -> Estimate:
         """Every rank exchanges S/P with every other; the NVLink and NIC shares run concurrently."""
-        p, g = self.g.num_gpus, self.g.gpus_per_domain
+        p, g = self.group.num_gpus, self.group.gpus_per_domain
         net_name, net = self.network(self.a2a_oversub)
         intra = ((g - 1) / p / self.intra_bw) if g > 1 else 0.0
         inter = ((p - g) / p / (net / g)) if p > g else 0.0
@@ -377,7 +390,7 @@ class _Costs:
 
     def bruck(self, s: Floats) -> Estimate:
         """ceil(lg P) rounds of S/2 each (MPICH): fewer steps, more bytes than pairwise."""
-        p, g = self.g.num_gpus, self.g.gpus_per_domain
+        p, g = self.group.num_gpus, self.group.gpus_per_domain
         rounds = math.ceil(math.log2(p))
         local_rounds = min(rounds, math.ceil(math.log2(g)) if g > 1 else 0)
         net_name, net = self.network(self.a2a_oversub)
@@ -392,16 +405,16 @@ class _Costs:
 
     def unavailable(self, algorithm: Algorithm) -> str | None:
         """Why ``algorithm`` cannot run here, or None."""
-        d, g, p = self.g.num_domains, self.g.gpus_per_domain, self.g.num_gpus
-        if self.c not in APPLIES[algorithm]:
-            return f"{algorithm} does not implement {self.c}"
-        if algorithm == "nvls" and (d > 1 or not self.t.nvls or g < 3):
+        d, g, p = self.group.num_domains, self.group.gpus_per_domain, self.group.num_gpus
+        if self.collective not in APPLIES[algorithm]:
+            return f"{algorithm} does not implement {self.collective}"
+        if algorithm == "nvls" and (d > 1 or not self.topology.nvls or g < 3):
             return (
                 "nvls needs NVLink SHARP (an NVSwitch domain, Hopper or newer) and a group inside one domain"
             )
-        if algorithm == "nvls_tree" and (d == 1 or not self.t.nvls or g < 2):
+        if algorithm == "nvls_tree" and (d == 1 or not self.topology.nvls or g < 2):
             return "nvls_tree needs NVLink SHARP and a group spanning several domains"
-        if algorithm == "collnet" and (d == 1 or not self.t.sharp):
+        if algorithm == "collnet" and (d == 1 or not self.topology.sharp):
             return "collnet needs in-network reduction (--sharp) and a group spanning several nodes"
         if algorithm == "hierarchical" and (d == 1 or g == 1):
             return "hierarchical needs several GPUs per domain and several domains"

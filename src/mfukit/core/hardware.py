@@ -68,8 +68,8 @@ class Accelerator(Strict):
     default_system: str | None = None
     typical_mfu: SourcedFraction | None = Field(
         default=None,
-        description="MFU that large published runs on this generation reach; the planning default "
-        "until the performance model predicts one",
+        description="MFU that large published runs on this generation reach: the planning MFU where the "
+        "performance model cannot predict one (no global batch), and where its GPU-count searches start",
     )
     notes: str = ""
     source: Source

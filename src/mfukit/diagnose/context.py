@@ -15,7 +15,7 @@ from mfukit.diagnose.breakdown import RankSummary, median, summaries
 from mfukit.diagnose.findings import Finding, Impact
 from mfukit.diagnose.mfu import Expected, MfuEstimate
 from mfukit.diagnose.network import GradientLoad, NcclCheck, gradient_load, judge_runs
-from mfukit.diagnose.records import NcclTestsResult, RankTrace
+from mfukit.diagnose.records import NcclTestsResult, RankTrace, Record
 from mfukit.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 T = TypeVar("T")
@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 @dataclass
 class Context:
-    records: list[object]
+    records: list[Record]
     mfu: MfuEstimate
     expected: Expected
     model: ModelSpec | None = None

@@ -25,7 +25,7 @@ from mfukit.diagnose.gates import gates as judge_gates
 from mfukit.diagnose.job import Provenance, resolve_job
 from mfukit.diagnose.network import NcclCheck
 from mfukit.diagnose.parsing import collect, parse_files
-from mfukit.diagnose.records import FAILED_STATES, RankTrace, SlurmJob, TrainingLog, XidEvent
+from mfukit.diagnose.records import FAILED_STATES, RankTrace, Record, SlurmJob, TrainingLog, XidEvent
 from mfukit.diagnose.rules import rules
 from mfukit.diagnose.rules.hardware import catalog
 from mfukit.diagnose.sources import sources
@@ -41,7 +41,7 @@ class Diagnosis:
     expected: mfu_module.Expected
     ranks: list[RankSummary]
     time_breakdown: dict[str, object]
-    records: list[object]
+    records: list[Record]
     nccl_checks: list[NcclCheck] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     provenance: list[Provenance] = field(default_factory=list)
@@ -97,7 +97,7 @@ def diagnose(
 ) -> Diagnosis:
     paths = list(paths)
     files = collect(paths)
-    records: list[object] = []
+    records: list[Record] = []
     inputs: list[dict[str, str]] = []
     skipped: list[dict[str, str]] = []
     for path, kind, parsed, error in parse_files(files, progress=progress):

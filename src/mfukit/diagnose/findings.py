@@ -104,7 +104,7 @@ def severity_for(step_fraction: float) -> Severity:
     return "info"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Gate:
     """One MFU-first gate: pass / fail / unknown, the measured value against its target."""
 

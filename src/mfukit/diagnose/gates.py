@@ -1,7 +1,7 @@
 """The five gates of the MFU-first framework, each pass / fail / unknown with its value and target.
 
 1. MFU baseline: measured MFU against the framework's target (> 45 % on H100-class clusters).
-2. Network: the data-parallel gradient traffic of one step (``comm.traffic``: sharding, micro-batches),
+2. Network: the data-parallel gradient traffic of one step (``perf.traffic``: sharding, micro-batches),
    at the bus bandwidth the job reaches (an nccl-tests all_reduce run judged by comm's model, else the
    traced collectives), must fit in the compute that can hide it (:mod:`.network`); with no measurement,
    comm's collective model decides only a fail (the fabric cannot hide it even when healthy); without the
@@ -65,10 +65,25 @@ def _mfu(ctx: Context) -> Gate:
     value = ctx.mfu.measured
     text = f"> {units.format_percent(target, 0)}"
     if value is None:
-        return Gate("mfu_baseline", "MFU baseline", "unknown", None, "—", text, ctx.mfu.method,
-                    "a training log with step times or tokens/s, and --model/--gpu/--gpus or a scenario")  # fmt: skip
-    return Gate("mfu_baseline", "MFU baseline", "pass" if value >= target else "fail", value, units.format_percent(value), text,
-                f"{ctx.mfu.method} ({Path(ctx.mfu.source).name})")  # fmt: skip
+        return Gate(
+            id="mfu_baseline",
+            name="MFU baseline",
+            status="unknown",
+            value=None,
+            value_text="—",
+            target_text=text,
+            why=ctx.mfu.method,
+            decided_by="a training log with step times or tokens/s, and --model/--gpu/--gpus or a scenario",
+        )
+    return Gate(
+        id="mfu_baseline",
+        name="MFU baseline",
+        status="pass" if value >= target else "fail",
+        value=value,
+        value_text=units.format_percent(value),
+        target_text=text,
+        why=f"{ctx.mfu.method} ({Path(ctx.mfu.source).name})",
+    )
 
 
 def _socket_fallback(ctx: Context, name: str) -> Gate | None:
@@ -88,8 +103,15 @@ def _socket_fallback(ctx: Context, name: str) -> Gate | None:
         else ""
     )
     span = f"{nodes} nodes" if nodes and nodes > 1 else "several nodes (the NCCL log says so)"
-    return Gate("network", name, "fail", found.impact.step_fraction, "NET/Socket", "RDMA (NET/IB) between nodes",
-                f"the job spans {span} over TCP sockets: {seen}{cost}")  # fmt: skip
+    return Gate(
+        id="network",
+        name=name,
+        status="fail",
+        value=found.impact.step_fraction,
+        value_text="NET/Socket",
+        target_text="RDMA (NET/IB) between nodes",
+        why=f"the job spans {span} over TCP sockets: {seen}{cost}",
+    )
 
 
 def _network(ctx: Context) -> Gate:
@@ -119,46 +141,82 @@ def _network(ctx: Context) -> Gate:
         if measured is not None:
             ratio = load.transfer_s(measured.busbw_bytes_per_s) / load.window_s
             ok = ratio <= limit and not broken
-            return Gate("network", name, "pass" if ok else "fail", ratio, f"{ratio:.2f}x", target,
-                        f"{what}: {units.format_duration(load.transfer_s(measured.busbw_bytes_per_s))} at "
-                        f"{units.format_rate(measured.busbw_bytes_per_s)} busbw ({measured.source}){model_text}"
-                        + (f"; nccl-tests reports wrong results in {', '.join(broken)}" if broken else ""))  # fmt: skip
+            wrong = f"; nccl-tests reports wrong results in {', '.join(broken)}" if broken else ""
+            return Gate(
+                id="network",
+                name=name,
+                status="pass" if ok else "fail",
+                value=ratio,
+                value_text=f"{ratio:.2f}x",
+                target_text=target,
+                why=f"{what}: {units.format_duration(load.transfer_s(measured.busbw_bytes_per_s))} at "
+                f"{units.format_rate(measured.busbw_bytes_per_s)} busbw ({measured.source}){model_text}{wrong}",
+            )
         if expected is not None:
             ratio = load.transfer_s(expected.busbw_bytes_per_s) / load.window_s
-            return Gate("network", name, "fail" if ratio > limit else "unknown", ratio,
-                        f"{ratio:.2f}x (model)", target,
-                        f"{what}: {units.format_duration(load.transfer_s(expected.busbw_bytes_per_s))} at the "
-                        f"{units.format_rate(expected.busbw_bytes_per_s)} busbw the cluster should give "
-                        f"({expected.source}); "
-                        + ("even a healthy fabric cannot hide it" if ratio > limit else "not measured"),
-                        "nccl-tests all_reduce_perf across the job's nodes, or profiler traces of a few steps")  # fmt: skip
+            verdict = "even a healthy fabric cannot hide it" if ratio > limit else "not measured"
+            return Gate(
+                id="network",
+                name=name,
+                status="fail" if ratio > limit else "unknown",
+                value=ratio,
+                value_text=f"{ratio:.2f}x (model)",
+                target_text=target,
+                why=f"{what}: {units.format_duration(load.transfer_s(expected.busbw_bytes_per_s))} at the "
+                f"{units.format_rate(expected.busbw_bytes_per_s)} busbw the cluster should give "
+                f"({expected.source}); {verdict}",
+                decided_by="nccl-tests all_reduce_perf across the job's nodes, or profiler traces of a few steps",
+            )
     traces = [t for t in ctx.of(RankTrace) if t.steps]
     if traces and not any(t.num_comm_kernels for t in traces):
         worlds = [t.world_size for t in traces if t.world_size]
         single = not worlds or max(worlds) <= 1
-        return Gate("network", name, "unknown", None, "—", "gradient traffic hidden by compute",
-                    "not applicable: " + ("the traced job runs on one GPU and issues no collective"
-                                          if single else f"world size {max(worlds)}, but no communication "
-                                          "kernel was recognised in the traces (see the degraded-input notes)"),
-                    "profiler traces of a multi-GPU job (NCCL/RCCL kernels), or nccl-tests all_reduce_perf "
-                    "across the job's nodes")  # fmt: skip
+        reason = (
+            "the traced job runs on one GPU and issues no collective"
+            if single
+            else f"world size {max(worlds)}, but no communication kernel was recognised in the traces (see "
+            "the degraded-input notes)"
+        )
+        return Gate(
+            id="network",
+            name=name,
+            status="unknown",
+            value=None,
+            value_text="—",
+            target_text="gradient traffic hidden by compute",
+            why=f"not applicable: {reason}",
+            decided_by="profiler traces of a multi-GPU job (NCCL/RCCL kernels), or nccl-tests all_reduce_perf "
+            "across the job's nodes",
+        )
     if ctx.ranks:
         exposed = job_fraction(ctx.ranks, "comm_exposed")
         limit = float(spec["max_exposed_comm_fraction"])
         return Gate(
-            "network", name, "pass" if exposed <= limit else "fail", exposed, units.format_percent(exposed),
-            f"<= {units.format_percent(limit, 0)} exposed",
-            "proxy: exposed communication share of step time (give the model, batch and cluster to weigh the "
-            "gradient traffic against the compute that hides it)",
-        )  # fmt: skip
+            id="network",
+            name=name,
+            status="pass" if exposed <= limit else "fail",
+            value=exposed,
+            value_text=units.format_percent(exposed),
+            target_text=f"<= {units.format_percent(limit, 0)} exposed",
+            why="proxy: exposed communication share of step time (give the model, batch and cluster to weigh "
+            "the gradient traffic against the compute that hides it)",
+        )
     why = (
         f"{len(ctx.nccl_checks)} nccl-tests run(s), but the job's gradient traffic is unknown without its model and batch"
         if ctx.nccl_checks
         else "no model of the job, no trace with a usable step and no nccl-tests result"
     )
-    return Gate("network", name, "unknown", None, "—", "gradient traffic hidden by compute", why,
-                "--model, --gpu, --gpus and the batch (or a scenario), with nccl-tests all_reduce_perf across the "
-                "job's nodes or profiler traces")  # fmt: skip
+    return Gate(
+        id="network",
+        name=name,
+        status="unknown",
+        value=None,
+        value_text="—",
+        target_text="gradient traffic hidden by compute",
+        why=why,
+        decided_by="--model, --gpu, --gpus and the batch (or a scenario), with nccl-tests all_reduce_perf "
+        "across the job's nodes or profiler traces",
+    )
 
 
 def _mtbf_s(ctx: Context) -> tuple[float | None, str]:
@@ -231,24 +289,46 @@ def _failure_rate(ctx: Context) -> Gate:
         else ""
     )
     if fatal and interval is None:  # a node failed under the job and nothing shows it checkpoints
-        return Gate("failure_rate", name, "fail", None, f"{len(fatal)} fatal XID", band,
-                    f"{seen}: a GPU failed during the job, and no checkpoint save is in the artifacts, so the "
-                    "work since the job's start is at risk on every such failure")  # fmt: skip
+        return Gate(
+            id="failure_rate",
+            name=name,
+            status="fail",
+            value=None,
+            value_text=f"{len(fatal)} fatal XID",
+            target_text=band,
+            why=f"{seen}: a GPU failed during the job, and no checkpoint save is in the artifacts, so the work "
+            "since the job's start is at risk on every such failure",
+        )
     if mtbf is None or interval is None or blocking is None:
         missing = [
             what
             for what, have in (("an MTBF", mtbf), ("the checkpoint interval and save time", interval))
             if have is None
         ]
-        return Gate("failure_rate", name, "unknown", None, "—", band, f"missing {' and '.join(missing)}",
-                    "checkpoint-save lines in a training log plus a failure rate (scenario, sacct or XIDs)")  # fmt: skip
+        return Gate(
+            id="failure_rate",
+            name=name,
+            status="unknown",
+            value=None,
+            value_text="—",
+            target_text=band,
+            why=f"missing {' and '.join(missing)}",
+            decided_by="checkpoint-save lines in a training log plus a failure rate (scenario, sacct or XIDs)",
+        )
     optimum = young_interval_s(blocking, mtbf)
     ratio = interval / optimum
     ok = float(spec["min_interval_to_optimum"]) <= ratio <= float(spec["max_interval_to_optimum"])
-    return Gate("failure_rate", name, "pass" if ok else "fail", ratio, f"{ratio:.2f}x optimum", band,
-                f"MTBF {units.format_duration(mtbf)} ({basis}); save {units.format_duration(blocking)} every "
-                f"{units.format_duration(interval)}; Young optimum {units.format_duration(optimum)}"
-                + (f"; {seen}" if seen else ""))  # fmt: skip
+    return Gate(
+        id="failure_rate",
+        name=name,
+        status="pass" if ok else "fail",
+        value=ratio,
+        value_text=f"{ratio:.2f}x optimum",
+        target_text=band,
+        why=f"MTBF {units.format_duration(mtbf)} ({basis}); save {units.format_duration(blocking)} every "
+        f"{units.format_duration(interval)}; Young optimum {units.format_duration(optimum)}"
+        + (f"; {seen}" if seen else ""),
+    )
 
 
 def _scheduling(ctx: Context) -> Gate:
@@ -261,12 +341,27 @@ def _scheduling(ctx: Context) -> Gate:
         (j for j in ctx.of(SlurmJob) if j.start_s and j.end_s and j.num_gpus), key=lambda j: j.start_s or 0.0
     )
     if not jobs:
-        return Gate("scheduling", name, "unknown", None, "—", target, "no job accounting",
-                    "sacct -a -X -P -S <start> -E <end> output (JobID,State,Start,End,AllocTRES)")  # fmt: skip
+        return Gate(
+            id="scheduling",
+            name=name,
+            status="unknown",
+            value=None,
+            value_text="—",
+            target_text=target,
+            why="no job accounting",
+            decided_by="sacct -a -X -P -S <start> -E <end> output (JobID,State,Start,End,AllocTRES)",
+        )
     if len(jobs) == 1 and ctx.cluster is None:
-        return Gate("scheduling", name, "unknown", None, "—", target,
-                    "one job and no cluster size: its utilization would be 100 % by construction",
-                    "sacct over a window with several jobs, and --gpus (or a scenario) for the cluster size")  # fmt: skip
+        return Gate(
+            id="scheduling",
+            name=name,
+            status="unknown",
+            value=None,
+            value_text="—",
+            target_text=target,
+            why="one job and no cluster size: its utilization would be 100 % by construction",
+            decided_by="sacct over a window with several jobs, and --gpus (or a scenario) for the cluster size",
+        )
     lo = min(j.start_s or 0.0 for j in jobs)
     hi = max(j.end_s or 0.0 for j in jobs)
     capacity = ctx.cluster.num_gpus if ctx.cluster else max(j.num_gpus or 0 for j in jobs)
@@ -275,10 +370,16 @@ def _scheduling(ctx: Context) -> Gate:
     gaps = [max(0.0, (b.start_s or 0.0) - (a.end_s or 0.0)) for a, b in itertools.pairwise(jobs)]
     gap = median(gaps) if gaps else 0.0
     ok = utilization >= min_util and gap <= max_gap
-    return Gate("scheduling", name, "pass" if ok else "fail", utilization,
-                f"{units.format_percent(utilization)}, median gap {units.format_duration(gap)}", target,
-                f"{len(jobs)} jobs over {units.format_duration(hi - lo)} on {capacity} GPUs"
-                + ("" if ctx.cluster else " (capacity = the largest job: give --gpus for the cluster size)"))  # fmt: skip
+    return Gate(
+        id="scheduling",
+        name=name,
+        status="pass" if ok else "fail",
+        value=utilization,
+        value_text=f"{units.format_percent(utilization)}, median gap {units.format_duration(gap)}",
+        target_text=target,
+        why=f"{len(jobs)} jobs over {units.format_duration(hi - lo)} on {capacity} GPUs"
+        + ("" if ctx.cluster else " (capacity = the largest job: give --gpus for the cluster size)"),
+    )
 
 
 def _storage(ctx: Context) -> Gate:
@@ -306,13 +407,27 @@ def _storage(ctx: Context) -> Gate:
         failed |= data_fraction > data_limit
         parts.append(data_text)
     if not parts:
-        return Gate("storage", name, "unknown", None, "—", target,
-                    "no checkpoint timing" + (f", and {data_text}" if data_text else " and no trace"),
-                    "a training log with checkpoint saves (or Megatron's save-checkpoint timer, or an mfukit "
-                    "train ledger, or an mfukit bench checkpoint result with the model) and a profiler trace")  # fmt: skip
+        return Gate(
+            id="storage",
+            name=name,
+            status="unknown",
+            value=None,
+            value_text="—",
+            target_text=target,
+            why="no checkpoint timing" + (f", and {data_text}" if data_text else " and no trace"),
+            decided_by="a training log with checkpoint saves (or Megatron's save-checkpoint timer, or an mfukit "
+            "train ledger, or an mfukit bench checkpoint result with the model) and a profiler trace",
+        )
     shown = f"{value:.1f}x" if value is not None else units.format_percent(data_fraction or 0.0)
-    return Gate("storage", name, "fail" if failed else "pass", value if value is not None else data_fraction, shown,
-                target, "; ".join(parts))  # fmt: skip
+    return Gate(
+        id="storage",
+        name=name,
+        status="fail" if failed else "pass",
+        value=value if value is not None else data_fraction,
+        value_text=shown,
+        target_text=target,
+        why="; ".join(parts),
+    )
 
 
 def _data_loader(ctx: Context, limit: float) -> tuple[float | None, str]:

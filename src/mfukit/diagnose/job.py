@@ -22,7 +22,7 @@ from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import ClusterSection, TrainingSection
-from mfukit.diagnose.records import GpuSeries, JobConfig, NcclLog, RankTrace, Setting, TrainingLog
+from mfukit.diagnose.records import GpuSeries, JobConfig, NcclLog, RankTrace, Record, Setting, TrainingLog
 from mfukit.errors import MfukitError
 
 Origin = Literal["flag", "log", "derived", "default"]
@@ -120,7 +120,7 @@ def accelerator_named(device: str) -> str | None:
     return best[1] if best else None
 
 
-def _device(records: list[object], settings: _Settings) -> tuple[str, str] | None:
+def _device(records: list[Record], settings: _Settings) -> tuple[str, str] | None:
     printed = settings.get("device_name")
     if printed is not None:
         return str(printed[0]), printed[1]
@@ -132,7 +132,7 @@ def _device(records: list[object], settings: _Settings) -> tuple[str, str] | Non
     return None
 
 
-def _nccl_ranks(records: list[object]) -> tuple[int, str] | None:
+def _nccl_ranks(records: list[Record]) -> tuple[int, str] | None:
     for record in records:
         if isinstance(record, NcclLog):
             ranks = getattr(record.report, "num_ranks", None)
@@ -187,7 +187,7 @@ def _model_from(settings: _Settings) -> tuple[ModelSpec, str] | None:
 
 
 def resolve_job(
-    records: list[object],
+    records: list[Record],
     *,
     model: ModelSpec | None,
     training: TrainingSection | None,

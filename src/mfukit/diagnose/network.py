@@ -1,7 +1,7 @@
 """The job's network as the diagnosis weighs it: nccl-tests runs judged by comm's collective model, the bus
 bandwidth collectives reach in the traces, and the gradient traffic of one step against both.
 
-Traffic: per GPU and step, and the compute window that can hide it, from ``comm.traffic`` (sharding,
+Traffic: per GPU and step, and the compute window that can hide it, from ``perf.traffic`` (sharding,
 micro-batches, which traffic crosses nodes). A bus bandwidth B turns it into time with nccl-tests' own
 definition: a collective that moves b bus bytes per rank takes b / B (busbw = algbw x 2(n-1)/n for an
 all-reduce, (n-1)/n for reduce-scatter and all-gather; nccl-tests doc/PERFORMANCE.md), and
@@ -26,7 +26,6 @@ from mfukit.comm.check import CheckReport, check_run
 from mfukit.comm.collectives import COLLECTIVES, Collective, busbw_factor
 from mfukit.comm.model import predict
 from mfukit.comm.topology import CommTopology, from_system
-from mfukit.comm.traffic import GradientTraffic, model_gradient_traffic
 from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
@@ -36,6 +35,7 @@ from mfukit.errors import InputError
 from mfukit.perf.estimate import training_plan
 from mfukit.perf.flops import model_flops_per_token
 from mfukit.perf.memory import StepShape
+from mfukit.perf.traffic import GradientTraffic, model_gradient_traffic
 
 
 def topology(cluster: Cluster, num_nodes: int) -> CommTopology:

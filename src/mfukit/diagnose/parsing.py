@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mfukit.diagnose.records import Record
 from mfukit.diagnose.sources import detect, sources
 from mfukit.errors import InputError
 
@@ -64,7 +65,7 @@ def collect(paths: Iterable[Path]) -> list[Path]:
     return files
 
 
-Parsed = tuple[Path, str, list[object], str | None]
+Parsed = tuple[Path, str, list[Record], str | None]
 
 
 def parse_file(path: Path) -> Parsed:
@@ -75,7 +76,7 @@ def parse_file(path: Path) -> Parsed:
     if not found:
         return path, "unrecognised", [], "not a recognised artifact kind"
     kinds: list[str] = []
-    records: list[object] = []
+    records: list[Record] = []
     errors: list[str] = []
     for source in found:
         try:

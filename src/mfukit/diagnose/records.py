@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-if TYPE_CHECKING:  # the parsers of comm (and train's ledger) load only when a file of theirs is read
+if TYPE_CHECKING:  # the parsers of comm (and ft's ledger) load only when a file of theirs is read
     from mfukit.comm.nccl_log import NcclLogReport
     from mfukit.comm.nccl_tests import NcclTestsRun
-    from mfukit.train.ledger import Goodput
+    from mfukit.ft.ledger import Goodput
 
 TimelineCategory = Literal["compute", "comm", "memcpy"]
 
@@ -362,7 +362,7 @@ class BenchCheckpoint:
 @dataclass(frozen=True)
 class TrainLedger:
     """An ``mfukit train`` run directory's goodput ledger (``ledger.jsonl`` with its ``metrics.jsonl``),
-    accounted by ``train.ledger``: restarts, recoveries, saves and where the wall time went."""
+    accounted by ``ft.ledger``: restarts, recoveries, saves and where the wall time went."""
 
     file: str
     goodput: Goodput
@@ -377,3 +377,22 @@ class NcclLog:
 
     file: str
     report: NcclLogReport
+
+
+Record = (
+    RankTrace
+    | PipelineTimeline
+    | TrainingLog
+    | JobConfig
+    | GpuSeries
+    | DiagResult
+    | XidEvent
+    | SlurmJob
+    | NcclTestsResult
+    | BenchMatmul
+    | BenchCheckpoint
+    | TrainLedger
+    | NcclLog
+    | DamagedInput
+)
+"""What a source's ``parse`` returns, one of these per observation."""

@@ -1,16 +1,16 @@
 """The network check of a layout: the data-parallel traffic each GPU moves per step, the NIC rate that
-hides it behind compute, and what the node's NICs provide (:mod:`mfukit.comm.traffic` does the counting)."""
+hides it behind compute, and what the node's NICs provide (:mod:`mfukit.perf.traffic` does the counting)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from mfukit.comm.traffic import model_gradient_traffic, nics_to_hide
 from mfukit.core.model import ModelSpec
 from mfukit.perf.memory import StepShape
 from mfukit.perf.planner import Plan
 from mfukit.perf.step_time import Machine
+from mfukit.perf.traffic import model_gradient_traffic, nics_to_hide
 
 COMM_PARTS = ("tp_comm", "cp_comm", "ep_comm", "fsdp_comm", "pp_comm", "dp_comm")
 

@@ -8,8 +8,10 @@ dividing the layers, DP dividing the global batch in sequences (which caps DP: 4
 Among layouts with the fewest GPUs the one with the least model parallelism wins (smaller PP, then TP:
 fewer pipeline bubbles and TP collectives at the same MFU assumption).
 
-Until the performance model exists, MFU is an input: the accelerator's sourced ``typical_mfu`` or the
-user's ``--mfu``, taken as constant across GPU counts.
+Here MFU is an input, taken as constant across GPU counts: the user's ``--mfu``, or the accelerator's
+sourced ``typical_mfu`` where the performance model cannot predict one (no global batch).
+:mod:`mfukit.perf.sizing_model` sizes with the MFU the performance model predicts at each count instead,
+on this module's candidates, rounding and memory check.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ import numpy.typing as npt
 
 from mfukit import units
 from mfukit.comm.topology import from_system
-from mfukit.comm.traffic import GradientTraffic, model_gradient_traffic, nics_to_hide
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, layout_problems
@@ -32,6 +33,7 @@ from mfukit.errors import InputError
 from mfukit.perf.flops import AttentionConvention, model_flops_per_token
 from mfukit.perf.layouts import Ints, batch_change_note, round_batch
 from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
+from mfukit.perf.traffic import GradientTraffic, model_gradient_traffic, nics_to_hide
 
 LAYOUT_FIELDS = ("tp", "pp", "dp", "cp", "ep")
 # What a Megatron-LM run of this size uses unless the scenario says otherwise.

@@ -19,9 +19,9 @@ from __future__ import annotations
 from mfukit.core.scenario import FtSection
 from mfukit.ft.failures import JobFailures, observed_failures
 from mfukit.ft.interval import expected_run
+from mfukit.ft.ledger import Goodput
 from mfukit.ft.restart import RestartParts, restart_parts
 from mfukit.ft.run import RunModel
-from mfukit.train.ledger import Goodput
 
 
 def _run(goodput: Goodput, failures: JobFailures, restart: RestartParts) -> RunModel | None:

@@ -20,12 +20,12 @@ from typing import Any
 from mfukit import units
 from mfukit.core.files import write_text_atomic
 from mfukit.errors import InputError, MissingComponentError
+from mfukit.ft.ledger import EventLog, Goodput, account, read_records
 from mfukit.train import launch, ownership
 from mfukit.train.commit import CheckpointStore
 from mfukit.train.config import TrainConfig
 from mfukit.train.data import ensure_synthetic, open_token_file
 from mfukit.train.ettr import expected_ettr, predicted_ettr
-from mfukit.train.ledger import EventLog, Goodput, account, read_records
 from mfukit.train.preflight import check_fits
 from mfukit.train.prepare import Prepared, TrainRequest, catalog_peak, prepare, synthetic_token_count
 

@@ -34,13 +34,13 @@ from torch.nn.parallel import DistributedDataParallel
 
 from mfukit.core.files import write_text_atomic
 from mfukit.ft.interval import recommended_interval_s
+from mfukit.ft.ledger import EventLog, read_records
 from mfukit.perf.flops import model_flops_per_token
 from mfukit.train.checkpoint import Checkpointer, TrainState, params_sha256
 from mfukit.train.commit import CheckpointMeta, CheckpointStore, Committed
 from mfukit.train.config import TrainConfig
 from mfukit.train.data import Sampler, TokenFile, ensure_synthetic, windows
 from mfukit.train.faults import FaultInjector, parse_all
-from mfukit.train.ledger import EventLog, read_records
 from mfukit.train.metrics import MetricsLog, StepMetrics, progress_line, say, step_mfu, straggler
 from mfukit.train.model import Transformer, peak_memory_bytes
 from mfukit.train.watchdog import Watchdog

@@ -12,11 +12,12 @@ INFO lines are interleaved with training logs and nccl-tests output, so such a f
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from mfukit.diagnose.records import Record
 from mfukit.diagnose.sources.jsonstream import open_text
 
 HEAD_CHARS = 1 << 16
@@ -27,7 +28,7 @@ class Source:
     kind: str
     description: str
     detect: Callable[[Path, str], bool]
-    parse: Callable[[Path], list[object]]
+    parse: Callable[[Path], Sequence[Record]]
     embedded: bool = False
     """Reads lines that other outputs interleave: considered beside the file's first-matching source."""
 

@@ -124,5 +124,5 @@ SOURCE = Source(
     kind="dcgm",
     description="dcgm-exporter Prometheus scrape",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )

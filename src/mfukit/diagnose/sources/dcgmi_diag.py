@@ -113,5 +113,5 @@ SOURCE = Source(
     kind="dcgmi_diag",
     description="dcgmi diag output (table or -j JSON)",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )

@@ -77,5 +77,5 @@ SOURCE = Source(
     kind="kernel_log",
     description="dmesg / journal lines with NVIDIA XID and NVSwitch SXid errors",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )

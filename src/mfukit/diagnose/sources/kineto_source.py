@@ -20,5 +20,5 @@ SOURCE = Source(
     kind="kineto",
     description="PyTorch profiler (Kineto) trace, one per rank (.json / .json.gz)",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )

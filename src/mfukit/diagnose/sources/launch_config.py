@@ -384,6 +384,6 @@ SOURCE = Source(
     description="launch configuration printed by Megatron-LM/NeMo (argument dump), DeepSpeed (config, flops "
     "profiler), torchtitan (job config)",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
     embedded=True,
 )

@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mfukit.diagnose.records import BenchCheckpoint, BenchMatmul, DamagedInput, NcclTestsResult
+from mfukit.diagnose.records import BenchCheckpoint, BenchMatmul, DamagedInput, NcclTestsResult, Record
 from mfukit.diagnose.sources import Source
 from mfukit.diagnose.sources.jsonstream import open_text
 from mfukit.errors import InputError
@@ -36,7 +36,7 @@ def _number(result: dict[str, Any], key: str, path: Path) -> float:
     return float(value)
 
 
-def _matmul(path: Path, result: dict[str, Any]) -> list[object]:
+def _matmul(path: Path, result: dict[str, Any]) -> list[Record]:
     best = result.get("peak_flops_per_s")
     points = result.get("points")
     environment = result.get("environment") or {}
@@ -57,7 +57,7 @@ def _matmul(path: Path, result: dict[str, Any]) -> list[object]:
     ]
 
 
-def _collectives(path: Path, result: dict[str, Any]) -> list[object]:
+def _collectives(path: Path, result: dict[str, Any]) -> list[Record]:
     from mfukit.comm.nccl_tests import parse_nccl_tests  # loaded only when such a file is read
 
     tables = result.get("nccl_tests")
@@ -70,7 +70,7 @@ def _collectives(path: Path, result: dict[str, Any]) -> list[object]:
         if backend == "gloo"
         else None
     )
-    found: list[object] = []
+    found: list[Record] = []
     for op, text in tables.items():
         name = f"{path}#{op}"
         try:
@@ -82,7 +82,7 @@ def _collectives(path: Path, result: dict[str, Any]) -> list[object]:
     return found
 
 
-def _checkpoint(path: Path, result: dict[str, Any]) -> list[object]:
+def _checkpoint(path: Path, result: dict[str, Any]) -> list[Record]:
     return [
         BenchCheckpoint(
             file=str(path),
@@ -97,7 +97,7 @@ def _checkpoint(path: Path, result: dict[str, Any]) -> list[object]:
 READERS = {"bench.matmul/1": _matmul, "bench.collectives/1": _collectives, "bench.checkpoint/1": _checkpoint}
 
 
-def parse(path: Path) -> list[object]:
+def parse(path: Path) -> list[Record]:
     """The records of a bench result; a damaged one is a :class:`DamagedInput` that says what is wrong."""
     try:
         with open_text(path) as stream:

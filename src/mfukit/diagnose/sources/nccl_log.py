@@ -36,6 +36,6 @@ SOURCE = Source(
     kind="nccl_log",
     description="NCCL_DEBUG=INFO output, alone or interleaved in any log",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
     embedded=True,
 )

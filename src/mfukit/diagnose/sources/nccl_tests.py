@@ -42,5 +42,5 @@ SOURCE = Source(
     kind="nccl_tests",
     description="nccl-tests / rccl-tests output (any era) or its -J JSON report",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )

@@ -140,5 +140,5 @@ SOURCE = Source(
     kind="nsys",
     description="Nsight Systems SQLite export (nsys export --type sqlite)",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )

@@ -251,5 +251,5 @@ SOURCE = Source(
     kind="nvidia_smi",
     description="nvidia-smi --query-gpu CSV series, or nvidia-smi -q",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )

@@ -130,5 +130,5 @@ SOURCE = Source(
     kind="pipeline_timeline",
     description="per-stage pipeline timeline (Megatron timers / StragglerAnalysis Chrome trace)",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )

@@ -73,5 +73,5 @@ SOURCE = Source(
     kind="sacct",
     description="Slurm sacct output (-P pipe-separated, or the default table)",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )

@@ -1,6 +1,6 @@
 """An ``mfukit train`` run directory's goodput ledger: ``ledger.jsonl`` (launch, attempts, saves, commits,
 faults, hangs; one JSON object per line with ``t``, ``kind`` and ``attempt``) read together with the
-``metrics.jsonl`` beside it, and accounted by ``train.ledger.account`` exactly as ``mfukit train`` does:
+``metrics.jsonl`` beside it, and accounted by ``ft.ledger.account`` exactly as ``mfukit train`` does:
 restarts and what each cost, checkpoint saves and their blocking time, the measured ETTR.
 
 The failure-rate gate takes the run's own interruptions and its measured checkpoint interval and save
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mfukit.diagnose.records import DamagedInput, LogEvent, TrainLedger
 from mfukit.diagnose.sources import Source
+from mfukit.ft.ledger import account, read_records
 
 METRICS = "metrics.jsonl"
 LEDGER = "ledger.jsonl"
@@ -32,8 +33,6 @@ def detect(path: Path, head: str) -> bool:
 
 
 def parse(path: Path) -> list[TrainLedger | DamagedInput]:
-    from mfukit.train.ledger import account, read_records
-
     try:
         events, torn_events = read_records(path)
         steps, torn_steps = read_records(path.parent / METRICS)
@@ -56,8 +55,6 @@ def parse(path: Path) -> list[TrainLedger | DamagedInput]:
 def checkpoint_events(metrics_path: Path) -> list[LogEvent]:
     """The saves recorded in the ledger beside ``metrics_path``, as the training log's checkpoint events
     (step, blocking seconds, wall-clock time); none when there is no ledger."""
-    from mfukit.train.ledger import read_records
-
     try:
         events, _ = read_records(metrics_path.parent / LEDGER)
     except (OSError, UnicodeDecodeError):
@@ -83,5 +80,5 @@ SOURCE = Source(
     kind="train_ledger",
     description="mfukit train goodput ledger (ledger.jsonl, with the metrics.jsonl beside it)",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )

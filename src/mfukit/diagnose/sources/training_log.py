@@ -481,5 +481,5 @@ SOURCE = Source(
     kind="training_log",
     description="training log: Megatron-LM, DeepSpeed, torchtitan, HF Trainer, Lightning, mfukit train metrics.jsonl, generic",
     detect=detect,
-    parse=parse,  # type: ignore[arg-type]
+    parse=parse,
 )

@@ -1,12 +1,12 @@
 """The goodput ledger: where the wall-clock time of a run went, from its own event log.
 
-Workers and the launcher append events (one JSON object per line, written with a single ``write`` on a
-file opened in append mode, so concurrent ranks never interleave inside a line) to ``ledger.jsonl``;
-rank 0 appends one line per step to ``metrics.jsonl``. :func:`account` splits the wall time of the latest
-launch into the buckets of Google's goodput taxonomy (ml-goodput-measurement: productive step time,
-wasted progress from disruption, infrastructure recovery, checkpoint save time) and gives the measured
-ETTR = productive time / wall time (Kokolis et al., HPCA'25: "the ratio of productive runtime to
-available wallclock time of a job run").
+The workers and the launcher of ``mfukit train`` append events (one JSON object per line, written with a
+single ``write`` on a file opened in append mode, so concurrent ranks never interleave inside a line) to
+``ledger.jsonl``; rank 0 appends one line per step to ``metrics.jsonl``. :func:`account` splits the wall
+time of the latest launch into the buckets of Google's goodput taxonomy (ml-goodput-measurement:
+productive step time, wasted progress from disruption, infrastructure recovery, checkpoint save time) and
+gives the measured ETTR = productive time / wall time (Kokolis et al., HPCA'25: "the ratio of productive
+runtime to available wallclock time of a job run").
 
 * productive: the duration of the last execution of every step (the one whose result survived);
 * rework: every earlier execution of a step, redone after a restart from an older checkpoint;

@@ -1,5 +1,6 @@
 """The ``mfukit plan`` report: the top layouts, where their step time goes, memory against HBM, MFU and
-time to train against the GPU count, the network check and the fault-tolerance plan of the best layout."""
+time to train against the GPU count, the network check and the fault-tolerance plan of the best layout
+(a section the caller renders with ft's views, since ft sits above perf)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,12 @@ from pathlib import Path
 
 from mfukit import units
 from mfukit.core.results import Table
-from mfukit.ft.plan import FtPlan
-from mfukit.ft.views import plan_section
 from mfukit.perf.layouts import SHORT_SHARDING
 from mfukit.perf.memory import MemoryEstimate, sharding_of
 from mfukit.perf.planner import Plan
+from mfukit.perf.sizing_report import memory_bars, memory_chart
 from mfukit.report.html import Chart, Report, Section, write_report
 from mfukit.report.plots import PALETTE, figure
-from mfukit.report.sizing import memory_bars, memory_chart
 
 BREAKDOWN_COLOURS = [*PALETTE, "#9cc3e6", "#f2b179", "#8fd19e", "#e79a9a"]
 
@@ -38,8 +37,8 @@ class PlanReport:
     network_tables: list[Table]
     network_paragraph: str
     breakdown_names: dict[str, str]
-    ft_plan: FtPlan | None
-    ft_note: str
+    fault_tolerance: Section
+    """the fault-tolerance plan of the best layout, or why there is none"""
     assumptions: list[str]
     warnings: list[str]
 
@@ -197,10 +196,7 @@ def write_plan_report(content: PlanReport, out_dir: Path) -> Path:
     sections.append(
         Section("Network check", paragraphs=[content.network_paragraph], tables=content.network_tables)
     )
-    if content.ft_plan is not None:
-        sections.append(plan_section(content.ft_plan))
-    else:
-        sections.append(Section("Fault tolerance", paragraphs=[content.ft_note]))
+    sections.append(content.fault_tolerance)
     report = Report(
         title=content.title,
         summary=content.summary,
