@@ -160,7 +160,10 @@ def main() -> None:
     )
     held_out = held_out_tokens / measured - 1
     residuals = annotated(
-        [residual_of(c, float(np.log(m / p))) for c, m, p in zip(cases, measured, held_out_tokens, strict=True)]
+        [
+            residual_of(c, float(np.log(m / p)))
+            for c, m, p in zip(cases, measured, held_out_tokens, strict=True)
+        ]
     )
     inside = np.asarray([_inside(c, p, residuals) for c, p in zip(cases, held_out_tokens, strict=True)])
     constant = _constant_answer(cases)

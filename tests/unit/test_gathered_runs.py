@@ -16,7 +16,13 @@ from mfukit.perf.calibration_data import held_out_source
 
 FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "calibration"
 # the Megatron-stack file of shared/reference, in the calibration data
-MEGATRON_CSV = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "calibration" / "megatron_published_runs.csv"
+MEGATRON_CSV = (
+    Path(__file__).resolve().parents[2]
+    / "benchmarks"
+    / "data"
+    / "calibration"
+    / "megatron_published_runs.csv"
+)
 GATHERED = FOLDER / "gathered_runs.csv"
 OPTIONAL = ["framework", "attention", "offload"]
 FRAMEWORKS = {"megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "fsdp", "nanotron"}

@@ -13,7 +13,13 @@ from mfukit.errors import InputError
 from mfukit.perf.measured_runs import read_runs
 
 # the Megatron-stack rows of shared/reference (calibration data), read here as a site's file
-MEGATRON_CSV = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "calibration" / "megatron_published_runs.csv"
+MEGATRON_CSV = (
+    Path(__file__).resolve().parents[2]
+    / "benchmarks"
+    / "data"
+    / "calibration"
+    / "megatron_published_runs.csv"
+)
 HEADER = MEGATRON_CSV.open().readline().strip().split(",")
 
 
