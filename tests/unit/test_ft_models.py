@@ -166,3 +166,13 @@ def test_erlang_b_and_spares() -> None:
     never = RestartParts(0, 300, 300, 0, 0, 10, None)
     assert no_spare_probability(never, 1e-3, 1e5) == pytest.approx(0.9)  # 100 replacements, 10 spares
     assert spares_for(never, 1e-3, 0.01) is None
+
+
+def test_the_recommended_interval_in_whole_steps_never_falls_below_the_persist() -> None:
+    from mfukit.ft.setup import _whole_steps
+
+    # 56.8 s of background persist at 6.83 s a step: 8.3 steps; rounding to 8 (54.6 s) would stall every
+    # save on the one before, so the interval is 9 steps
+    assert _whole_steps(56.8, 6.83, floor_s=56.8) == pytest.approx(9 * 6.83)
+    assert _whole_steps(100.0, 6.83, floor_s=56.8) == pytest.approx(15 * 6.83)  # nearest above the floor
+    assert _whole_steps(3.0, 6.83) == pytest.approx(6.83)  # at least one step

@@ -57,16 +57,21 @@ class FtInputs:
         interval = interval_s
         if interval is None:
             interval = _whole_steps(
-                recommended_interval_s(blocking_s, save.persist_s, mtbf, self.step_time_s), self.step_time_s
+                recommended_interval_s(blocking_s, save.persist_s, mtbf, self.step_time_s),
+                self.step_time_s,
+                save.persist_s,
             )
         blocking_s, persist_s = effective_save(interval, blocking_s, save.persist_s)
         return Policy(interval, blocking_s, persist_s, hot_spares)
 
 
-def _whole_steps(interval_s: float, step_time_s: float | None) -> float:
+def _whole_steps(interval_s: float, step_time_s: float | None, floor_s: float = 0.0) -> float:
+    """``interval_s`` as the nearest whole number of steps, but never fewer steps than ``floor_s`` takes (an
+    async save's background persist: rounding below it would stall every save on the one before)."""
     if not step_time_s:
         return interval_s
-    return max(1, round(interval_s / step_time_s)) * step_time_s
+    steps = max(1, round(interval_s / step_time_s), math.ceil(floor_s / step_time_s - 1e-9))
+    return steps * step_time_s
 
 
 def _straggler_loss(scenario: Scenario, cluster: Cluster, source: str) -> float:

@@ -9,7 +9,8 @@ regime, each source weighted equally (a sweep of a thousand rows counts as one s
 the precision, the sharding, the stack; what was dropped is said. A prediction whose regime no measured run
 shares (another GPU family or stack, or beyond the largest measured scale of its family and stack) is
 *extrapolated*: its band comes from the runs whose own held-out prediction was an extrapolation (how wrong
-the model was when it last stepped outside what it had seen), and it says so.
+the model was when it last stepped outside what it had seen), its interval is never narrower than that of
+the nearest measured runs, and it says so.
 
 The band is then stretched (in ln space, about its centre) by the factor that makes :data:`TARGET_COVERAGE`
 of the held-out runs of the *other* source families, of the same kind (matched or extrapolated), fall
@@ -372,6 +373,14 @@ def interval_for(
     band_low, band_high, names, members, reason = _band(table, regime, pool)
     scale = band_scale(table, pool & (table.extrapolated == bool(reason)))
     low, high = (float(end) for end in scaled(np.asarray([[band_low, band_high]]), scale)[0])
+    if reason:
+        # never narrower than the interval of the nearest measured runs (the broader regime matched): an
+        # extrapolation is at least as uncertain as the runs it steps away from
+        nearest = _extrapolation_of(table, regime, pool)[1]
+        near = scaled(
+            np.asarray([_quantile_band(table, nearest)]), band_scale(table, pool & ~table.extrapolated)
+        )
+        low, high = min(low, float(near[0, 0])), max(high, float(near[0, 1]))
     peers = table.where(regime, ("family", "stack", "precision"), pool)
     return Interval(
         highest_measured_mfu=float(table.mfu[peers].max()) if peers.any() else None,
@@ -423,11 +432,14 @@ def _band(
         extrapolations = pool & table.extrapolated
         if table.source_count(extrapolations) >= MIN_SOURCES:
             names, members = ("runs whose own prediction extrapolated",), extrapolations
-    values = table.log_error[members]
-    low, high = _weighted_quantiles(
-        values, _source_weights(table.sources[members]), (LOW_QUANTILE, HIGH_QUANTILE)
-    )
+    low, high = _quantile_band(table, members)
     return low, high, names, members, reason
+
+
+def _quantile_band(table: _Table, members: np.ndarray) -> tuple[float, float]:
+    """The 10th and 90th percentiles of the ``members`` runs' residuals, each source weighted equally."""
+    weights = _source_weights(table.sources[members])
+    return _weighted_quantiles(table.log_error[members], weights, (LOW_QUANTILE, HIGH_QUANTILE))
 
 
 def _extrapolation_of(
