@@ -1,15 +1,18 @@
 """Sharded checkpoints with torch.distributed.checkpoint (DCP), committed by :mod:`mfukit.train.commit`.
 
-* ``sync``: ``dcp.save`` into the staging directory; the loop is blocked for the whole write.
-* ``async``: ``dcp.async_save`` copies the state to host memory (the only blocking part), then writes it
-  from a background thread. It runs on its own gloo process group, so its planning collectives can never
+* ``sync``: ``dcp.save`` into the staging directory, then the commit; the loop is blocked for all of it.
+* ``async``: ``dcp.async_save`` copies the state to host memory (:class:`mfukit.train.dcp_io.HostStager`:
+  buffers reused across saves, one copying thread), then writes it from a background thread. The copy is
+  the blocking part. It runs on its own gloo process group, so its planning collectives can never
   interleave with (or hang) the training collectives (IBM's DCP async guidance); the copy happens before
-  the next optimizer step touches the parameters (the pitfall of pytorch#144657). One save is in flight
-  at a time: the next one first waits for the previous upload, and that wait counts as blocking.
-* Hashes: rank 0 records every file's sha256 in the commit record (:func:`mfukit.train.commit.hash_files`).
-  A synchronous save hashes in its commit (it blocks anyway); an async save hashes in a background
-  thread chained after its upload, so the training loop never waits for it (unless the next save comes
-  before the hash is done: then, like an unfinished upload, the wait counts as that save's blocking).
+  the next optimizer step touches the parameters (the pitfall of pytorch#144657). Rank 0 commits in a
+  background thread of its own once the upload is done (the commit record's fsyncs, the rename, the
+  pruning of old checkpoints), so the training loop only notes the commit at its next step. One save is
+  in flight at a time: the next one first waits for the previous upload and commit, and that wait counts
+  as blocking.
+* Hashes: every file's sha256 is computed by the writer as it writes the file
+  (:class:`mfukit.train.dcp_io.HashingWriter`), in DCP's writer threads, and rank 0 records them in the
+  commit record. Nothing is hashed in the training loop or read back after the write.
 * Load: DCP loads in place into the model and optimizer as this world size shards them, so a checkpoint
   written by 4 ranks resumes on 2 (DCP reshards on load); the sampler position and step travel with it.
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +30,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.filesystem import FileSystemWriter
-from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -39,13 +40,8 @@ from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
 from torch.distributed.checkpoint.state_dict_saver import async_save, save
 from torch.distributed.checkpoint.stateful import Stateful
 
-from mfukit.train.commit import (
-    CheckpointMeta,
-    CheckpointStore,
-    Committed,
-    background_hasher,
-    hash_when_written,
-)
+from mfukit.train.commit import CheckpointMeta, CheckpointStore, Committed
+from mfukit.train.dcp_io import HashingWriter, HostStager
 from mfukit.train.faults import FaultInjector
 
 
@@ -88,10 +84,18 @@ def params_sha256(model: nn.Module) -> str | None:
 @dataclass
 class _Pending:
     step: int
-    staging: Path
     future: Future[Any]
-    """the upload; on rank 0, the upload then the hashing of its files (its result: the hashes)"""
-    meta: CheckpointMeta
+    """the upload; on rank 0, the upload then the commit (its result: the :class:`_Commit`)"""
+
+
+@dataclass(frozen=True)
+class _Commit:
+    """What rank 0's commit of a save did."""
+
+    committed: Committed
+    pruned: list[Path]
+    commit_s: float
+    """from the save's start to its commit"""
 
 
 Record = Callable[..., None]
@@ -134,8 +138,12 @@ class Checkpointer:
         """start of the latest committed save to its commit, on rank 0 (for an async save: blocking + persist)"""
         # one stager for the whole run: it keeps its host buffers, so later saves only copy (pinned on CUDA)
         pinned = torch.cuda.is_available() and any(p.is_cuda for p in model.parameters())
-        self.stager = DefaultStager(StagingOptions(pinned, False, False, False)) if mode == "async" else None
-        self.hasher = background_hasher() if mode == "async" and self.rank == 0 else None
+        self.stager = HostStager(pinned=pinned) if mode == "async" else None
+        self.committer = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="mfukit-checkpoint-commit")
+            if mode == "async" and self.rank == 0
+            else None
+        )
 
     def _state(self) -> dict[str, Any]:
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
@@ -157,19 +165,21 @@ class Checkpointer:
             saved_unix_s=time.time(),
             params_sha256=params_sha256(self.model) if self.verify else None,
         )
-        writer = FileSystemWriter(staging, sync_files=True, thread_count=self.writer_threads)
+        writer = HashingWriter(staging, thread_count=self.writer_threads)
         if self.mode == "async":
-            future = async_save(
+            response = async_save(
                 self._state(), storage_writer=writer, process_group=self.group, async_stager=self.stager
             )
-            if not isinstance(future, Future):  # an AsyncSaveResponse: the upload is what commits
-                future = future.upload_completion
-            if self.hasher is not None:
-                future = self.hasher.submit(hash_when_written, future, staging)
-            self.pending = _Pending(step, staging, future, meta)
+            upload = response if isinstance(response, Future) else response.upload_completion
+            future = (
+                upload
+                if self.committer is None
+                else self.committer.submit(self._commit_when_written, upload, staging, meta, writer)
+            )
+            self.pending = _Pending(step, future)
         else:
             save(self._state(), storage_writer=writer, process_group=self.group)
-            self._commit(step, staging, meta, None)  # the commit hashes the files (this save blocks anyway)
+            self._note(step, self._commit(staging, meta, writer) if self.rank == 0 else None)
         blocking_s = time.perf_counter() - started
         self.last_blocking_s = blocking_s
         if self.rank == 0:
@@ -177,17 +187,17 @@ class Checkpointer:
         return blocking_s
 
     def poll(self) -> None:
-        """Commit the in-flight async save if its upload has finished (called every step)."""
+        """Note the in-flight async save if it is written (and, on rank 0, committed); called every step."""
         if self.pending is not None and self.pending.future.done():
             self.wait()
 
     def wait(self) -> None:
-        """Block until the in-flight save (if any) is written, then commit it."""
+        """Block until the in-flight save (if any) is written and committed, then note it."""
         if self.pending is None:
             return
         pending, self.pending = self.pending, None
-        done = pending.future.result()  # re-raises a failed upload
-        self._commit(pending.step, pending.staging, pending.meta, done if isinstance(done, dict) else None)
+        done = pending.future.result()  # re-raises a failed upload or commit
+        self._note(pending.step, done if self.rank == 0 else None)
 
     def close(self) -> None:
         """Finish the in-flight save and free the staging buffers."""
@@ -195,25 +205,39 @@ class Checkpointer:
         if self.stager is not None:
             self.stager.close()
             self.stager = None
-        if self.hasher is not None:
-            self.hasher.shutdown()
-            self.hasher = None
+        if self.committer is not None:
+            self.committer.shutdown()
+            self.committer = None
 
-    def _commit(self, step: int, staging: Path, meta: CheckpointMeta, sha256: dict[str, str] | None) -> None:
+    def _commit_when_written(
+        self, upload: Future[Any], staging: Path, meta: CheckpointMeta, writer: HashingWriter
+    ) -> _Commit:
+        """Rank 0's background commit of an async save, once its upload (every rank's files) is done."""
+        upload.result()  # re-raises a failed upload
+        return self._commit(staging, meta, writer)
+
+    def _commit(self, staging: Path, meta: CheckpointMeta, writer: HashingWriter) -> _Commit:
+        """Rank 0, after every rank's files are written: the commit record, the rename, the pruning."""
+        self.faults.crash_before_commit(meta.step)
+        if writer.sha256 is None:
+            raise RuntimeError(f"the save of step {meta.step} finished without the hashes of its files")
+        done = self.store.commit(staging, meta, writer.sha256)
+        commit_s = time.time() - meta.saved_unix_s
+        return _Commit(done, self.store.prune(), commit_s)
+
+    def _note(self, step: int, commit: _Commit | None) -> None:
+        """The training loop's side of a finished save (``commit``: rank 0's)."""
         self.committed.append(step)
-        if self.rank != 0:
+        if commit is None:
             return
-        self.faults.crash_before_commit(step)
-        done: Committed = self.store.commit(staging, meta, sha256)
-        self.last_commit_s = time.time() - meta.saved_unix_s
-        removed = self.store.prune()
+        self.last_commit_s = commit.commit_s
         self.record(
             "commit",
             step=step,
-            path=str(done.path),
-            bytes=done.meta.total_bytes,
-            save_s=self.last_commit_s,
-            pruned=[p.name for p in removed],
+            path=str(commit.committed.path),
+            bytes=commit.committed.meta.total_bytes,
+            save_s=commit.commit_s,
+            pruned=[p.name for p in commit.pruned],
         )
 
     def load(self, committed: Committed) -> float:

@@ -3,9 +3,9 @@
 1. Every rank writes its shards into ``<root>/.staging-step-NNNNNNNN/`` (DCP, files fsynced).
 2. Rank 0, after all shards and DCP's ``.metadata`` are on disk, writes ``mfukit-checkpoint.json`` (step,
    world size, torch version, config hash, sampler position, every file with its size and its sha256)
-   last, through a temporary file, fsync and rename. The hashes (:func:`hash_files`) are computed after
-   the files are written: for an async save in the background, after the upload, never in the training
-   loop.
+   last, through a temporary file, fsync and rename. The hashes are computed by the writer as it writes
+   each file (:class:`mfukit.train.dcp_io.HashingWriter`), never in the training loop; an async save
+   commits in a background thread once its upload is done.
 3. Rank 0 renames the staging directory to ``<root>/step-NNNNNNNN`` (atomic on POSIX) and fsyncs the root.
 4. Older committed checkpoints beyond the newest ``keep`` are deleted.
 
@@ -22,15 +22,11 @@ hashes existed carry none and are loaded unverified.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
-import sys
-import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,8 +78,8 @@ class Torn:
 
 
 def hash_files(directory: Path) -> dict[str, str]:
-    """sha256 of every file in ``directory`` but the commit record (hashlib releases the GIL while it
-    hashes, so a background thread does not slow the training loop)."""
+    """sha256 of every file in ``directory`` but the commit record, read back in chunks (the check of
+    :meth:`CheckpointStore.verify`; a save hashes its files as it writes them)."""
     digests: dict[str, str] = {}
     for entry in sorted(directory.iterdir()):
         if entry.name == META_NAME or not entry.is_file():
@@ -94,31 +90,6 @@ def hash_files(directory: Path) -> dict[str, str]:
                 digest.update(chunk)
         digests[entry.name] = digest.hexdigest()
     return digests
-
-
-HASH_THREAD_NICE = 19
-"""The hashing thread's nice value: it takes only CPU time the training loop leaves."""
-
-
-def background_hasher() -> ThreadPoolExecutor:
-    """The one thread that hashes async saves, at the lowest CPU priority (Linux applies ``nice`` per
-    thread: setpriority on the thread's id), so on a busy host it yields to the training loop."""
-
-    def lower_priority() -> None:
-        if sys.platform.startswith("linux"):
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), HASH_THREAD_NICE)
-
-    return ThreadPoolExecutor(
-        max_workers=1, thread_name_prefix="mfukit-checkpoint-hash", initializer=lower_priority
-    )
-
-
-def hash_when_written(written: Future[Any], directory: Path) -> dict[str, str]:
-    """:func:`hash_files` of ``directory`` once ``written`` (an async save's upload) is done: the work of
-    the background thread that hashes an async save, off the training loop."""
-    written.result()  # re-raises a failed upload
-    return hash_files(directory)
 
 
 def _fsync_directory(path: Path) -> None:
@@ -148,7 +119,8 @@ class CheckpointStore:
 
     def commit(self, staging: Path, meta: CheckpointMeta, sha256: dict[str, str] | None = None) -> Committed:
         """Rank 0, after every shard is written: metadata last, then the atomic rename. ``sha256``: the
-        files' hashes if already computed off the training loop (:func:`hash_files`), else computed here."""
+        files' hashes if the writer computed them (:class:`mfukit.train.dcp_io.HashingWriter`), else they are
+        read back and hashed here (:func:`hash_files`)."""
         files = {
             entry.name: entry.stat().st_size for entry in sorted(staging.iterdir()) if entry.name != META_NAME
         }
