@@ -28,7 +28,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mfukit import catalog
@@ -36,9 +36,15 @@ from mfukit.core.hardware import Accelerator
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute
 from mfukit.core.scenario import Precision, TrainingSection
-from mfukit.perf.calibration_data import calibration_dir, nanotron_stage_layers, ultrascale_model
+from mfukit.perf.calibration_data import (
+    calibration_dir,
+    held_out_source,
+    nanotron_stage_layers,
+    ultrascale_model,
+)
 from mfukit.perf.inputs import training_workload
-from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory, headroom_bytes
+from mfukit.perf.measured_runs import read_runs
+from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory, headroom_bytes, stack_memory_fields
 
 GIB = 2.0**30
 RESULTS = Path(__file__).parent / "results" / "memory_accuracy.json"
@@ -47,13 +53,16 @@ SCHEMA = {"source_group", "tp", "pp", "dp", "zero_stage_or_fsdp", "peak_mem_gib_
 STACKS = {
     "ultrascale_playbook": "nanotron",
     "torchtitan": "torchtitan",
-    "llmfoundry_mpt": "llm-foundry",
+    "llmfoundry_mpt": "fsdp",
     "korthikanti2022": "megatron-deepspeed",  # Megatron-LM of 2022: its own fused kernels, no TE
     "megatron_core_h100_2024": "megatron-core",
     "nemo_megatron_bridge": "nemo",
     "vtrain_multi": "megatron-deepspeed",
     "vtrain_single": "megatron-deepspeed",
 }
+# LLM Foundry runs on FSDP (its `training.framework`) with fused kernels of its own: perf/data/memory_stacks.toml
+MEMORY_STACKS = {"llmfoundry_mpt": "llm-foundry"}
+GATHERED = "gathered_runs.csv"  # read by the calibration's own reader, which knows its trailing columns
 # recompute a source's row leaves unknown but its recipes state: NeMo's performance recipes for these runs list
 # recompute_layers = 0 (NVIDIA/NeMo scripts/performance/recommended_model_configs/model_configs_h100.csv);
 # the Megatron-LM README calls selective recompute "the default and recommended in almost all cases"
@@ -185,13 +194,20 @@ def case_of(row: dict[str, str]) -> Case | None:
         count = int(accumulation.group(1))
     else:
         count = max(1, sequences // (layout.dp * micro))
+    framework = row.get("framework") or STACKS.get(source)
+    if framework is None:
+        return None
     training = TrainingSection(
         seq_len=_int(row["seq_len"]),
         precision=precision_of(row["precision"]),
-        framework=STACKS.get(source, "unknown"),
+        framework=framework,
         attention="eager" if source in NO_FLASH else "flash",
     )
     workload = training_workload(model, training, sequences)
+    if (
+        source in MEMORY_STACKS
+    ):  # the source's own memory behaviour where its framework name folds into another
+        workload = replace(workload, **stack_memory_fields(MEMORY_STACKS[source]))
     first = (
         nanotron_stage_layers(model, layout.pp)[0]
         if source == "ultrascale_playbook" and layout.pp > 1
@@ -206,6 +222,25 @@ def case_of(row: dict[str, str]) -> Case | None:
     )
     estimate = estimate_memory(model, layout, shape)
     return Case(source, row["row_id"], model, layout, estimate, accelerator, shape, lenient)
+
+
+def gathered_cases(path: Path) -> dict[str, Case]:
+    """The runs of ``gathered_runs.csv`` as the calibration reads them (perf.measured_runs: its framework,
+    attention, offload and sharding columns), keyed by row id; rows the reader skips are absent."""
+    out: dict[str, Case] = {}
+    for run in read_runs(path)[0]:
+        workload, layout = run.workload, run.layout
+        shape = workload.memory_shape(
+            micro_batch_size=run.micro_batch_size,
+            num_microbatches=run.num_microbatches,
+            gpus_per_node=run.system.gpus_per_node,
+            first_stage_layers=run.first_layers if layout.pp > 1 else None,
+        )
+        estimate = estimate_memory(workload.model, layout, shape)
+        out[str(run.row_id)] = Case(
+            run.source, str(run.row_id), workload.model, layout, estimate, run.accelerator, shape, False
+        )
+    return out
 
 
 def korthikanti_parts(row: dict[str, str], case: Case) -> list[tuple[str, float, float]]:
@@ -250,6 +285,7 @@ def main(extra: list[str]) -> None:
     refused: list[str] = []
     seen_korthikanti: set[str] = set()
     for path in csv_files(extra):
+        gathered = gathered_cases(path) if path.name == GATHERED else {}
         with path.open(newline="") as handle:
             for row in csv.DictReader(handle):
                 source = row["source_group"]
@@ -260,9 +296,12 @@ def main(extra: list[str]) -> None:
                 if not row["tp"]:
                     fit[source]["skipped (layout not published)"] += 1
                     continue
-                case = case_of(row)
+                if held_out_source(row):
+                    fit[source]["left out (a held-out source)"] += 1
+                    continue
+                case = gathered.get(row["row_id"]) if path.name == GATHERED else case_of(row)
                 if case is None:
-                    fit[source]["skipped (GPU memory size not reported)"] += 1
+                    fit[source]["skipped (GPU memory size or stack not reported)"] += 1
                     continue
                 if measured not in ("", "nan"):
                     predicted = case.estimate.first.reserved_bytes

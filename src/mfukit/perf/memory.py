@@ -148,9 +148,10 @@ def headroom_bytes(headroom: str | None, hbm_bytes: float, overheads: MemoryOver
 
 
 def stack_memory(framework: str) -> StackMemory | None:
-    """The memory behaviour of ``framework`` (``training.framework``, aliases folded), or None for a stack
-    not listed."""
-    return stack_memory_table().get(stack_alias(framework))
+    """The memory behaviour of ``framework`` (its own entry, else that of the stack its name folds into:
+    ``llm-foundry`` has fused kernels of its own though it runs as ``fsdp``), or None for a stack not listed."""
+    table = stack_memory_table()
+    return table.get(framework) or table.get(stack_alias(framework))
 
 
 def stack_memory_fields(framework: str) -> dict[str, object]:
