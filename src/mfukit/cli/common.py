@@ -311,12 +311,12 @@ def cluster_from_flags(
     scenario file when given), for commands that need hardware but no model. Without a size it is
     ``default_nodes`` nodes, or an InputError when that is None."""
     from mfukit.catalog import resolve
-    from mfukit.core.scenario import ClusterSection, load_scenario
+    from mfukit.core.scenario import ClusterSection, by_section, load_scenario
     from mfukit.core.schema import validate_as
 
     if scenario_path is not None:
         return resolve.cluster(load_scenario(scenario_path, overrides).cluster, source=str(scenario_path))
-    fields = {key.removeprefix("cluster."): value for key, value in overrides.items()}
+    fields = by_section(overrides).get("cluster", {})
     fields.setdefault("system", DEFAULT_SYSTEM)
     if "num_gpus" not in fields and "num_nodes" not in fields:
         if default_nodes is None:
