@@ -21,7 +21,7 @@ from pydantic_core import PydanticUndefined
 
 from mfukit.core import schema
 from mfukit.core.model import ModelSpec
-from mfukit.core.scenario import Scenario
+from mfukit.core.scenario import Interval, Scenario
 
 # the unit-carrying field types (core/schema.py): (type, how the value carries its unit)
 UNIT_TYPES: list[tuple[Any, str, str]] = [
@@ -33,6 +33,7 @@ UNIT_TYPES: list[tuple[Any, str, str]] = [
     (schema.Count, "count", 'plain or SI suffix: 2048, "4M", "1.4T"'),
     (schema.Fraction, "fraction", '0..1 or percent: 0.45, "45%"'),
     (schema.Usd, "money", "US dollars"),
+    (Interval, "interval", 'in the value: a duration ("30min") or optimizer steps ("500steps")'),
 ]
 SECTION_MEANINGS = {
     "training": "the workload: tokens, sequence, batch, precision, framework, deadline",
@@ -107,6 +108,9 @@ class FieldDoc:
     unit: str
     default: str
     meaning: str
+    choices: tuple[str, ...] = ()
+    """every value the field takes, when they are few: a ``Literal``'s, or a small bounded integer's"""
+    boolean: bool = False
 
     @property
     def name(self) -> str:
@@ -180,7 +184,23 @@ def _fields(model: type[BaseModel], prefix: str) -> Iterator[FieldDoc]:
             if bounds:
                 type_text += f" ({', '.join(bounds)})"
         meaning = field.description or MEANINGS.get(key, "")
-        yield FieldDoc(key, type_text, unit, _default_text(field, prefix), meaning)
+        boolean = _type_text(field.annotation) == "boolean"
+        yield FieldDoc(key, type_text, unit, _default_text(field, prefix), meaning, _choices(field), boolean)
+
+
+MAX_CHOICES = 8
+
+
+def _choices(field: FieldInfo) -> tuple[str, ...]:
+    """The values of a ``Literal`` field, or of an integer field bounded on both sides to a few values."""
+    for part in (field.annotation, *typing.get_args(field.annotation)):
+        if typing.get_origin(part) is Literal:
+            return tuple(str(value) for value in typing.get_args(part))
+    low = next((m.ge for m in field.metadata if hasattr(m, "ge")), None)
+    high = next((m.le for m in field.metadata if hasattr(m, "le")), None)
+    if field.annotation is int and low is not None and high is not None and high - low < MAX_CHOICES:
+        return tuple(str(value) for value in range(low, high + 1))
+    return ()
 
 
 def sections() -> list[tuple[str, str, list[FieldDoc]]]:

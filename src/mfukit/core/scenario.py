@@ -179,7 +179,7 @@ class ClusterSection(Strict):
     failure_rate_per_1000_node_days: float | None = Field(default=None, ge=0)
     nics_per_node: int | None = Field(default=None, ge=0, description="override the system's NIC count")
     nic_bytes_per_s: BytesPerSecond | None = Field(
-        default=None, alias="nic_rate", description='override the NIC rate, e.g. "400Gbps"'
+        default=None, alias="nic_rate", description="override the system's NIC rate (per NIC, per direction)"
     )
     pue: float = Field(default=1.2, ge=1.0, le=3.0, description="data-centre power usage effectiveness")
     usd_per_gpu_hour: Usd | None = None
@@ -204,7 +204,7 @@ class ClusterSection(Strict):
 class FtSection(Strict):
     failure_model: str = Field(default="llama3", description="a shipped failure preset or a TOML file path")
     checkpoint_interval: Interval | None = Field(
-        default=None, description='"30min" or "500steps"; omit for Daly'
+        default=None, description="how often to save; omitted: Daly's optimum for the failure rate"
     )
     checkpoint_mode: Literal["sync", "async", "single"] = Field(
         default="async",
