@@ -175,6 +175,10 @@ def _flags() -> dict[str, Flag]:
 SCENARIO_FLAGS: dict[str, Flag] = _flags()
 
 
+class ScenarioOption(click.Option):
+    """A flag generated from :data:`SCENARIO_FLAGS` (so a test can tell it from a command's own options)."""
+
+
 def scenario_options(*names: str) -> Callable[[F], F]:
     """Add the named scenario flags; the command receives them as ``overrides: dict[dotted field, value]``."""
     unknown = [name for name in names if name not in SCENARIO_FLAGS]
@@ -200,10 +204,12 @@ def scenario_options(*names: str) -> Callable[[F], F]:
             flag = SCENARIO_FLAGS[name]
             if flag.boolean:
                 decls = [f"{flag.option}/--no-{flag.option.removeprefix('--')}", name]
-                command = click.option(*decls, default=None, help=flag.help)(command)
+                command = click.option(*decls, default=None, help=flag.help, cls=ScenarioOption)(command)
             else:
                 kind = click.Choice(flag.choices) if flag.choices else str
-                command = click.option(flag.option, name, type=kind, default=None, help=flag.help)(command)
+                command = click.option(
+                    flag.option, name, type=kind, default=None, help=flag.help, cls=ScenarioOption
+                )(command)
         return command  # type: ignore[no-any-return]
 
     return decorate

@@ -109,7 +109,8 @@ class TrainingSection(Strict):
     deadline_s: Seconds | None = Field(default=None, alias="deadline")
     attention_flops: AttentionConvention = Field(
         default="full",
-        description="full s^2 (PaLM / Megatron 2021) or causal-halved (Megatron since 2025-03)",
+        description="attention FLOP convention: full s^2 (PaLM / Megatron 2021) or causal-halved (Megatron since "
+        "2025-03)",
     )
     framework: Stack = Field(
         default="megatron-core",
