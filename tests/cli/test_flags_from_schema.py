@@ -7,6 +7,7 @@ import typing
 
 import click
 import pytest
+from pydantic.fields import FieldInfo
 
 from mfukit.cli.common import ALIASED, FLAG_FIELDS, SCENARIO_FLAGS, ScenarioOption
 from mfukit.cli.main import cli
@@ -61,3 +62,20 @@ def test_every_command_offers_the_generated_flag() -> None:
         else:
             assert not flag.choices
     assert checked > len(FLAG_FIELDS)  # most flags are on several commands
+
+
+def _field(dotted: str) -> FieldInfo:
+    section, _, name = dotted.partition(".")
+    annotation = Scenario.model_fields[section].annotation
+    model = next(arg for arg in (annotation, *typing.get_args(annotation)) if isinstance(arg, type))
+    return next(f for key, f in model.model_fields.items() if name in (key, f.alias))
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, f in SCENARIO_FLAGS.items() if not f.field.startswith("model."))
+)
+def test_each_flag_help_is_its_field_description(name: str) -> None:
+    flag = SCENARIO_FLAGS[name]
+    description = _field(flag.field).description
+    assert description, f"{flag.field} has no Field(description=...)"
+    assert description[1:] in flag.help

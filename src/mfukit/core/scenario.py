@@ -100,13 +100,26 @@ Interval = Annotated[
 
 
 class TrainingSection(Strict):
-    tokens: Count | None = None
-    seq_len: PositiveInt = 2048
-    global_batch_tokens: Count | None = None
+    tokens: Count | None = Field(default=None, description="tokens to train on (the whole run)")
+    seq_len: PositiveInt = Field(default=2048, description="tokens per sequence")
+    global_batch_tokens: Count | None = Field(
+        default=None,
+        description="global batch in tokens (rounded to whole sequences, and by a layout to whole "
+        "micro-batches per DP rank, by at most 10 %)",
+    )
     global_batch_size: PositiveInt | None = Field(default=None, description="sequences per optimizer step")
-    micro_batch_size: PositiveInt = 1
-    precision: Precision = "bf16"
-    deadline_s: Seconds | None = Field(default=None, alias="deadline")
+    micro_batch_size: PositiveInt = Field(
+        default=1,
+        description="sequences per micro-batch per GPU; given: fixed, left out: the planner searches it "
+        "(size and plan), 1 elsewhere",
+    )
+    precision: Precision = Field(
+        default="bf16",
+        description="training precision of the matmuls (mixed precision keeps fp32 master weights)",
+    )
+    deadline_s: Seconds | None = Field(
+        default=None, alias="deadline", description="wall-clock target for `size` and `plan`"
+    )
     attention_flops: AttentionConvention = Field(
         default="full",
         description="attention FLOP convention: full s^2 (PaLM / Megatron 2021) or causal-halved (Megatron since "
@@ -174,16 +187,22 @@ class TrainingSection(Strict):
 class ClusterSection(Strict):
     system: str | None = Field(default=None, description="node preset from the catalog")
     gpu: str | None = Field(default=None, description="accelerator; picks its default node when no system")
-    num_gpus: GpuCount | None = None
-    num_nodes: GpuCount | None = None
-    storage: str | None = None
-    failure_rate_per_1000_node_days: float | None = Field(default=None, ge=0)
+    num_gpus: GpuCount | None = Field(default=None, description="GPUs in the job")
+    num_nodes: GpuCount | None = Field(
+        default=None, description="nodes in the job (GPUs = nodes x the system's GPUs per node)"
+    )
+    storage: str | None = Field(
+        default=None, description="checkpoint storage tier from the catalog (`mfukit catalog list storage`)"
+    )
+    failure_rate_per_1000_node_days: float | None = Field(
+        default=None, ge=0, description="a flat node failure rate instead of a failure model"
+    )
     nics_per_node: int | None = Field(default=None, ge=0, description="override the system's NIC count")
     nic_bytes_per_s: BytesPerSecond | None = Field(
         default=None, alias="nic_rate", description="override the system's NIC rate (per NIC, per direction)"
     )
     pue: float = Field(default=1.2, ge=1.0, le=3.0, description="data-centre power usage effectiveness")
-    usd_per_gpu_hour: Usd | None = None
+    usd_per_gpu_hour: Usd | None = Field(default=None, description="price of one GPU-hour, for the cost")
     hbm_headroom: str | None = Field(
         default=None,
         description='HBM kept free per GPU, as a share ("5%") or a size ("4GiB"): estimate warns when the peak '
@@ -215,8 +234,17 @@ class FtSection(Strict):
     checkpoint_state: Literal["auto", "fsdp", "megatron", "deepspeed"] = Field(
         default="auto", description="which framework's resumable state decides the bytes per parameter"
     )
-    checkpoint_blocking_s: Seconds | None = Field(default=None, alias="checkpoint_blocking")
-    restart_s: Seconds | None = Field(default=None, alias="restart")
+    checkpoint_blocking_s: Seconds | None = Field(
+        default=None,
+        alias="checkpoint_blocking",
+        description="training time one save blocks; omitted: computed from the state and storage",
+    )
+    restart_s: Seconds | None = Field(
+        default=None,
+        alias="restart",
+        description="failure to training again, in one; omitted: the sum of detection, init, load and "
+        "fast-forward",
+    )
     detection_s: Seconds | None = Field(default=None, alias="detection", description="failure -> job knows")
     replacement_s: Seconds | None = Field(
         default=None, alias="replacement", description="getting a replacement node when no spare is free"
@@ -234,16 +262,24 @@ class FtSection(Strict):
         default_factory=dict,
         description="per-category overrides, failures per 1,000 unit-days (unit: the category's gpu/node/job)",
     )
-    failure_distribution: Literal["exponential", "weibull"] = "exponential"
-    weibull_shape: float | None = Field(default=None, gt=0, le=5)
+    failure_distribution: Literal["exponential", "weibull"] = Field(
+        default="exponential", description="time between failures: exponential, or Weibull with weibull_shape"
+    )
+    weibull_shape: float | None = Field(
+        default=None, gt=0, le=5, description="Weibull shape k (k < 1: failures cluster early)"
+    )
     step_time_s: Seconds | None = Field(default=None, alias="step_time", description="failure-free step time")
     mfu: Fraction | None = Field(default=None, description="MFU that derives the step time when not given")
     work_s: Seconds | None = Field(
         default=None, alias="work", description="failure-free training time; default from tokens"
     )
-    straggler_rate_per_1000_node_days: float = Field(default=0.0, ge=0)
+    straggler_rate_per_1000_node_days: float = Field(
+        default=0.0, ge=0, description="straggler episodes per 1,000 node-days"
+    )
     straggler_slowdown: Fraction = Field(default=0.0, description="throughput lost while a straggler runs")
-    straggler_duration_s: Seconds | None = Field(default=None, alias="straggler_duration")
+    straggler_duration_s: Seconds | None = Field(
+        default=None, alias="straggler_duration", description="how long one straggler episode lasts"
+    )
 
 
 def parse_headroom(value: str) -> tuple[Literal["share", "bytes"], float]:
