@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mfukit.core.scenario import load_scenario
+from mfukit.catalog.resolved import load_resolved
 from mfukit.ft.interval import expected_run
 from mfukit.ft.setup import ft_inputs
 from mfukit.ft.simulate import simulate
@@ -29,8 +29,7 @@ WALL_DAYS = 54.0
 
 
 def main() -> None:
-    scenario = load_scenario(EXAMPLE, {"ft.checkpoint_interval": "10min", "ft.work": "1d"})
-    run = ft_inputs(scenario, source=str(EXAMPLE)).run
+    run = ft_inputs(load_resolved(EXAMPLE, {"ft.checkpoint_interval": "10min", "ft.work": "1d"})).run
     analytic = expected_run(run).ettr
     run = replace(run, work_s=WALL_DAYS * SECONDS_PER_DAY * analytic)  # expected wall clock: 54 days
     expected = expected_run(run)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from mfukit.core.scenario import load_scenario
+from mfukit.catalog.resolved import load_resolved
 from mfukit.ft.plan import interval_grid_s, optimum_intervals_s
 from mfukit.ft.setup import ft_inputs
 from mfukit.perf.inputs import perf_inputs, search_space
@@ -20,7 +20,7 @@ SMALL = {"model.preset": "gpt3-1.3b", "cluster.gpu": "a100-80gb-sxm", "cluster.n
 
 
 def _plans(top_k: int = 5):  # type: ignore[no-untyped-def]
-    inputs = perf_inputs(load_scenario(None, SMALL), None)
+    inputs = perf_inputs(load_resolved(None, SMALL))
     found = search(
         inputs.workload, inputs.system, inputs.accelerator, [16], space=search_space(inputs), top_k=top_k
     )
@@ -49,7 +49,7 @@ def test_breakdown_axis_starts_below_the_shortest_compute_part() -> None:
 
 def test_ettr_chart_covers_every_policy_optimum() -> None:
     path = ROOT / "examples" / "llama3-405b_h100x16384.toml"
-    inputs = ft_inputs(load_scenario(path), source=str(path), base_dir=path.parent)
+    inputs = ft_inputs(load_resolved(path))
     grid = interval_grid_s(inputs)
     optima = optimum_intervals_s(inputs)
     assert optima["sync"] > 10 * optima["async"]  # the optima are far apart: both must be inside
@@ -70,7 +70,7 @@ def test_plan_report_shows_top_memory_deadline_and_the_reduction_group(mfukit, t
 
 
 def test_scaling_chart_marks_the_deadline_and_labels_each_count() -> None:
-    inputs = perf_inputs(load_scenario(None, {**SMALL, "training.tokens": "26G"}), None)
+    inputs = perf_inputs(load_resolved(None, {**SMALL, "training.tokens": "26G"}))
     counts = [8, 16, 24, 32]
     found = search(
         inputs.workload,

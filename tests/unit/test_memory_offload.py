@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from mfukit import catalog
+from mfukit.catalog.resolved import resolve_scenario
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import TrainingSection, load_scenario
 from mfukit.errors import InputError
@@ -138,7 +139,7 @@ def test_offload_needs_the_host_link_in_the_catalog() -> None:
         },
     )
     with pytest.raises(InputError) as caught:
-        perf_inputs(scenario, None)
+        perf_inputs(resolve_scenario(scenario, None))
     assert caught.value.field == "training.offload_optimizer" and "host_link_bandwidth" in (
         caught.value.hint or ""
     )

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from mfukit.catalog import resolve
-from mfukit.core.scenario import load_scenario, parse_interval
+from mfukit.core.scenario import CheckpointInterval, load_scenario, parse_interval
 from mfukit.errors import InputError, UnknownNameError
 
 
@@ -100,7 +100,7 @@ def test_hf_config_file(tmp_path: Path) -> None:
 
 
 def test_intervals() -> None:
-    assert parse_interval("30min") == ("s", 1800.0)
-    assert parse_interval("500steps") == ("steps", 500.0)
+    assert parse_interval("30min") == CheckpointInterval("30min", seconds=1800.0)
+    assert parse_interval("500steps") == CheckpointInterval("500steps", steps=500.0)
     with pytest.raises(ValueError):
         parse_interval("often")

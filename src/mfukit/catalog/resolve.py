@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mfukit import catalog, units
+from mfukit import catalog
 from mfukit.core.cluster import Cluster
-from mfukit.core.hardware import Accelerator, System
+from mfukit.core.hardware import Accelerator, StorageTier, System
 from mfukit.core.model import ModelSpec, from_hf_config
 from mfukit.core.scenario import ClusterSection
 from mfukit.core.schema import si, validate_as
@@ -105,42 +105,51 @@ def node(section: ClusterSection, *, source: str) -> tuple[System, Accelerator]:
     update: dict[str, Any] = {}
     if section.nics_per_node is not None:
         update["nics_per_node"] = section.nics_per_node
-    if section.nic_rate is not None:
-        update["nic_bytes_per_s"] = si(
-            units.parse_bandwidth_bytes_per_s(section.nic_rate, field="cluster.nic_rate")
-        )
+    if section.nic_bytes_per_s is not None:
+        update["nic_bytes_per_s"] = si(section.nic_bytes_per_s)
     if update:
         system = system.model_copy(update=update)
     return system, accelerator
 
 
+def gpu_count(section: ClusterSection, system: System, *, source: str) -> int | None:
+    """The job's GPUs: ``num_gpus``, or ``num_nodes`` x the node's GPUs; when both are given they must agree.
+    None when neither is given. The one place the count is derived from the scenario."""
+    if section.num_gpus is None:
+        return section.num_nodes * system.gpus_per_node if section.num_nodes is not None else None
+    if section.num_nodes is not None and section.num_nodes * system.gpus_per_node != section.num_gpus:
+        raise InputError(
+            f"num_nodes x {system.gpus_per_node} GPUs/node = {section.num_nodes * system.gpus_per_node}, "
+            f"not num_gpus = {section.num_gpus}",
+            source=source,
+            field="cluster.num_nodes",
+            value=section.num_nodes,
+            hint="give one of num_gpus and num_nodes",
+        )
+    return section.num_gpus
+
+
+def storage(section: ClusterSection, *, source: str) -> StorageTier | None:
+    """The ``[cluster] storage`` tier, or None when not given."""
+    if section.storage is None:
+        return None
+    return catalog.storage(section.storage, field="cluster.storage", source=source)
+
+
 def cluster(section: ClusterSection, *, source: str) -> Cluster:
     """A whole cluster: the node, how many GPUs (``num_gpus`` or ``num_nodes``), storage and failure rate."""
     system, accelerator = node(section, source=source)
-    if section.num_gpus is not None:
-        num_gpus = section.num_gpus
-        if section.num_nodes is not None and section.num_nodes * system.gpus_per_node != num_gpus:
-            raise InputError(
-                f"num_nodes x {system.gpus_per_node} GPUs/node = {section.num_nodes * system.gpus_per_node}, "
-                f"not num_gpus = {num_gpus}",
-                source=source,
-                field="cluster.num_nodes",
-                value=section.num_nodes,
-                hint="give one of num_gpus and num_nodes",
-            )
-    elif section.num_nodes is not None:
-        num_gpus = section.num_nodes * system.gpus_per_node
-    else:
-        raise InputError(
-            "needs num_gpus or num_nodes", source=source, field="cluster", hint="e.g. --gpus 1024"
-        )
-    storage = (
-        catalog.storage(section.storage, field="cluster.storage", source=source) if section.storage else None
-    )
+    num_gpus = gpu_count(section, system, source=source)
+    if num_gpus is None:
+        raise missing_count(source)
     return Cluster(
         system=system,
         accelerator=accelerator,
         num_gpus=num_gpus,
-        storage=storage,
+        storage=storage(section, source=source),
         failure_rate_per_1000_node_days=section.failure_rate_per_1000_node_days,
     )
+
+
+def missing_count(source: str) -> InputError:
+    return InputError("needs num_gpus or num_nodes", source=source, field="cluster", hint="e.g. --gpus 1024")

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from mfukit.cli.render import FORMATS, Format, render
+from mfukit.cli.scenario_reference import FieldDoc, sections
 from mfukit.core.cluster import Cluster
 from mfukit.core.results import Output, ProgressCallback
 from mfukit.errors import InputError
@@ -79,171 +80,103 @@ class Flag:
     option: str
     field: str
     help: str
-    choices: tuple[str, ...] | None = None
+    choices: tuple[str, ...] = ()
     boolean: bool = False
 
 
-SCENARIO_FLAGS: dict[str, Flag] = {
-    flag.option.removeprefix("--").replace("-", "_"): flag
-    for flag in (
-        Flag(
-            "--model",
-            "model.preset",
-            "Model preset (`mfukit catalog list models`) or an HF config.json path.",
-        ),
-        Flag("--tokens", "training.tokens", 'Training tokens, e.g. "1.4T".'),
-        Flag("--seq-len", "training.seq_len", "Sequence length in tokens."),
-        Flag("--global-batch-tokens", "training.global_batch_tokens", 'Global batch in tokens, e.g. "4M".'),
-        Flag("--global-batch-size", "training.global_batch_size", "Global batch in sequences."),
-        Flag("--micro-batch-size", "training.micro_batch_size", "Sequences per micro-batch per GPU."),
-        Flag("--precision", "training.precision", "Training precision.", ("bf16", "fp16", "fp8", "fp32")),
-        Flag("--deadline", "training.deadline", 'Wall-clock target, e.g. "14d".'),
-        Flag(
-            "--attention-flops",
-            "training.attention_flops",
-            "Attention FLOP convention: full s^2 (PaLM, Megatron 2021) or causal-halved (Megatron 2025).",
-            ("full", "causal"),
-        ),
-        Flag(
-            "--attention",
-            "training.attention",
-            "Attention kernel: flash (default) or eager (stores the s^2 scores, runs slower; 2021-22 runs).",
-            ("flash", "eager"),
-        ),
-        Flag(
-            "--offload-optimizer",
-            "training.offload_optimizer",
-            "Share of the optimizer states kept in host memory (ZeRO-Offload, Megatron --optimizer-cpu-offload), "
-            'e.g. "100%".',
-        ),
-        Flag(
-            "--offload-params",
-            "training.offload_params",
-            "Share of the sharded parameters (ZeRO-3/FSDP) kept in host memory (ZeRO-Infinity).",
-        ),
-        Flag(
-            "--offload-activations",
-            "training.offload_activations",
-            "Share of the layers whose activations wait in host memory for their backward (Megatron/NeMo).",
-        ),
-        Flag(
-            "--framework",
-            "training.framework",
-            "The software stack that trains (its costs, overlaps, sharding and kernels): megatron-core "
-            "(default; megatron is an alias), nemo, megatron-deepspeed, deepspeed, torchtitan, fsdp, nanotron.",
-        ),
-        Flag(
-            "--compile",
-            "training.compile",
-            "torch.compile the model: element-wise ops fused into few kernels (frameworks whose eager ops "
-            "are composite, like torchtitan, get faster).",
-            boolean=True,
-        ),
-        Flag(
-            "--tp-comm-overlap",
-            "training.tp_comm_overlap",
-            "TP collectives overlapped with the GEMMs they feed (torchtitan async TP, Megatron "
-            "--tp-comm-overlap); with sequence parallelism.",
-            boolean=True,
-        ),
-        Flag("--system", "cluster.system", "Node preset (`mfukit catalog list systems`)."),
-        Flag(
-            "--gpu",
-            "cluster.gpu",
-            "Accelerator (`mfukit catalog list accelerators`); implies its default node.",
-        ),
-        Flag("--gpus", "cluster.num_gpus", "Number of GPUs."),
-        Flag("--nodes", "cluster.num_nodes", "Number of nodes."),
-        Flag("--storage", "cluster.storage", "Storage tier (`mfukit catalog list storage`)."),
-        Flag("--nics-per-node", "cluster.nics_per_node", "Override the node's NIC count."),
-        Flag("--nic-rate", "cluster.nic_rate", 'Override the NIC rate, e.g. "400Gbps".'),
-        Flag("--pue", "cluster.pue", "Data-centre PUE for energy."),
-        Flag(
-            "--hbm-headroom",
-            "cluster.hbm_headroom",
-            'HBM kept free per GPU: a share ("5%", the default) or a size ("4GiB").',
-        ),
-        Flag("--usd-per-gpu-hour", "cluster.usd_per_gpu_hour", "Price of one GPU-hour, for cost."),
-        Flag(
-            "--failure-rate",
-            "cluster.failure_rate_per_1000_node_days",
-            "Job-interrupting failures per 1,000 node-days.",
-        ),
-        Flag("--tp", "parallelism.tp", "Tensor-parallel degree."),
-        Flag("--pp", "parallelism.pp", "Pipeline-parallel degree."),
-        Flag("--dp", "parallelism.dp", "Data-parallel degree."),
-        Flag("--cp", "parallelism.cp", "Context-parallel degree."),
-        Flag("--ep", "parallelism.ep", "Expert-parallel degree."),
-        Flag("--vpp", "parallelism.vpp", "Virtual pipeline stages per rank (interleaved schedule)."),
-        Flag("--first-stage-layers", "parallelism.first_stage_layers", "Layers on the first pipeline stage."),
-        Flag("--last-stage-layers", "parallelism.last_stage_layers", "Layers on the last pipeline stage."),
-        Flag(
-            "--sequence-parallel",
-            "parallelism.sequence_parallel",
-            "Megatron sequence parallelism.",
-            boolean=True,
-        ),
-        Flag("--recompute", "parallelism.recompute", "Activation recompute.", ("none", "selective", "full")),
-        Flag(
-            "--zero",
-            "parallelism.zero",
-            "ZeRO stage (1 = Megatron distributed optimizer).",
-            ("0", "1", "2", "3"),
-        ),
-        Flag("--fsdp", "parallelism.fsdp", "FSDP sharding.", ("none", "full", "hybrid")),
-        Flag("--failure-model", "ft.failure_model", "Failure-rate preset."),
-        Flag("--checkpoint-interval", "ft.checkpoint_interval", 'e.g. "30min" or "500steps".'),
-        Flag(
-            "--checkpoint-mode",
-            "ft.checkpoint_mode",
-            "sync (every rank writes its shard), async (snapshot to host memory, persist in the "
-            "background) or single (one rank writes the gathered state).",
-            ("sync", "async", "single"),
-        ),
-        Flag(
-            "--checkpoint-state",
-            "ft.checkpoint_state",
-            "Whose resumable state sets the bytes per parameter (auto: fsdp when FSDP is used, else megatron).",
-            ("auto", "fsdp", "megatron", "deepspeed"),
-        ),
-        Flag("--checkpoint-blocking", "ft.checkpoint_blocking", 'Blocking time of one save, e.g. "1s".'),
-        Flag("--restart", "ft.restart", 'Time from failure to resumed training, e.g. "5min".'),
-        Flag("--hot-spares", "ft.hot_spares", "Spare nodes ready to replace a failed one."),
-        Flag("--detection", "ft.detection", 'Failure to detection (watchdog/heartbeat), e.g. "100s".'),
-        Flag(
-            "--replacement",
-            "ft.replacement",
-            'Getting a replacement node when no spare is free, e.g. "5min".',
-        ),
-        Flag("--repair", "ft.repair", 'A failed node back in the spare pool, e.g. "24h" (default: never).'),
-        Flag("--init", "ft.init", 'Process start, rendezvous and NCCL init after a failure, e.g. "5min".'),
-        Flag("--fast-forward", "ft.fast_forward", 'Data-loader fast-forward after a load, e.g. "30s".'),
-        Flag(
-            "--failure-distribution",
-            "ft.failure_distribution",
-            "Time between failures.",
-            ("exponential", "weibull"),
-        ),
-        Flag(
-            "--weibull-shape", "ft.weibull_shape", "Weibull shape k (< 1: failures cluster after restarts)."
-        ),
-        Flag("--step-time", "ft.step_time", 'Failure-free time of one optimizer step, e.g. "6.5s".'),
-        Flag("--mfu", "ft.mfu", "MFU that derives the step time when --step-time is not given."),
-        Flag("--work", "ft.work", 'Failure-free training time, e.g. "48d" (default: from --tokens).'),
-        Flag(
-            "--straggler-rate",
-            "ft.straggler_rate_per_1000_node_days",
-            "Straggler episodes per 1,000 node-days.",
-        ),
-        Flag("--straggler-slowdown", "ft.straggler_slowdown", 'Throughput lost during one, e.g. "30%".'),
-        Flag("--straggler-duration", "ft.straggler_duration", 'Until a straggler is removed, e.g. "20min".'),
-        Flag(
-            "--goodput",
-            "ft.goodput",
-            'Flat goodput allowance when no failure model is used, e.g. 0.9 or "90%".',
-        ),
-    )
+# Each scenario flag and the field it sets (dotted, as written in the file). What it means, the values it
+# takes and whether it is a switch come from the schema (:mod:`mfukit.cli.scenario_reference` reads them
+# off the pydantic fields), so a flag and the file field it overrides are documented once.
+FLAG_FIELDS: dict[str, str] = {
+    "--model": "model.preset",
+    "--tokens": "training.tokens",
+    "--seq-len": "training.seq_len",
+    "--global-batch-tokens": "training.global_batch_tokens",
+    "--global-batch-size": "training.global_batch_size",
+    "--micro-batch-size": "training.micro_batch_size",
+    "--precision": "training.precision",
+    "--deadline": "training.deadline",
+    "--attention-flops": "training.attention_flops",
+    "--attention": "training.attention",
+    "--offload-optimizer": "training.offload_optimizer",
+    "--offload-params": "training.offload_params",
+    "--offload-activations": "training.offload_activations",
+    "--framework": "training.framework",
+    "--compile": "training.compile",
+    "--tp-comm-overlap": "training.tp_comm_overlap",
+    "--system": "cluster.system",
+    "--gpu": "cluster.gpu",
+    "--gpus": "cluster.num_gpus",
+    "--nodes": "cluster.num_nodes",
+    "--storage": "cluster.storage",
+    "--nics-per-node": "cluster.nics_per_node",
+    "--nic-rate": "cluster.nic_rate",
+    "--pue": "cluster.pue",
+    "--hbm-headroom": "cluster.hbm_headroom",
+    "--usd-per-gpu-hour": "cluster.usd_per_gpu_hour",
+    "--failure-rate": "cluster.failure_rate_per_1000_node_days",
+    "--tp": "parallelism.tp",
+    "--pp": "parallelism.pp",
+    "--dp": "parallelism.dp",
+    "--cp": "parallelism.cp",
+    "--ep": "parallelism.ep",
+    "--vpp": "parallelism.vpp",
+    "--first-stage-layers": "parallelism.first_stage_layers",
+    "--last-stage-layers": "parallelism.last_stage_layers",
+    "--sequence-parallel": "parallelism.sequence_parallel",
+    "--recompute": "parallelism.recompute",
+    "--zero": "parallelism.zero",
+    "--fsdp": "parallelism.fsdp",
+    "--failure-model": "ft.failure_model",
+    "--checkpoint-interval": "ft.checkpoint_interval",
+    "--checkpoint-mode": "ft.checkpoint_mode",
+    "--checkpoint-state": "ft.checkpoint_state",
+    "--checkpoint-blocking": "ft.checkpoint_blocking",
+    "--restart": "ft.restart",
+    "--hot-spares": "ft.hot_spares",
+    "--detection": "ft.detection",
+    "--replacement": "ft.replacement",
+    "--repair": "ft.repair",
+    "--init": "ft.init",
+    "--fast-forward": "ft.fast_forward",
+    "--failure-distribution": "ft.failure_distribution",
+    "--weibull-shape": "ft.weibull_shape",
+    "--step-time": "ft.step_time",
+    "--mfu": "ft.mfu",
+    "--work": "ft.work",
+    "--straggler-rate": "ft.straggler_rate_per_1000_node_days",
+    "--straggler-slowdown": "ft.straggler_slowdown",
+    "--straggler-duration": "ft.straggler_duration",
+    "--goodput": "ft.goodput",
 }
+# fields that take more spellings than their Literal lists (core.scenario folds the stacks' aliases)
+ALIASED = frozenset({"training.framework"})
+
+
+def _help(doc: FieldDoc) -> str:
+    """A flag's help: the field's meaning, then its unit when it carries one."""
+    first = doc.meaning.split(" ", 1)[0]
+    text = doc.meaning[0].upper() + doc.meaning[1:] if first.isalpha() else doc.meaning
+    text += "" if text.endswith(".") else "."
+    return f"{text} {doc.type[0].upper()}{doc.type[1:]}, {doc.unit}." if doc.unit else text
+
+
+def _flags() -> dict[str, Flag]:
+    docs = {doc.key: doc for _, _, fields in sections() for doc in fields}
+    flags = {}
+    for option, field in FLAG_FIELDS.items():
+        doc = docs[field]
+        choices = () if field in ALIASED else doc.choices
+        flag = Flag(option, field, _help(doc), choices, doc.boolean)
+        flags[option.removeprefix("--").replace("-", "_")] = flag
+    return flags
+
+
+SCENARIO_FLAGS: dict[str, Flag] = _flags()
+
+
+class ScenarioOption(click.Option):
+    """A flag generated from :data:`SCENARIO_FLAGS` (so a test can tell it from a command's own options)."""
 
 
 def scenario_options(*names: str) -> Callable[[F], F]:
@@ -271,10 +204,12 @@ def scenario_options(*names: str) -> Callable[[F], F]:
             flag = SCENARIO_FLAGS[name]
             if flag.boolean:
                 decls = [f"{flag.option}/--no-{flag.option.removeprefix('--')}", name]
-                command = click.option(*decls, default=None, help=flag.help)(command)
+                command = click.option(*decls, default=None, help=flag.help, cls=ScenarioOption)(command)
             else:
                 kind = click.Choice(flag.choices) if flag.choices else str
-                command = click.option(flag.option, name, type=kind, default=None, help=flag.help)(command)
+                command = click.option(
+                    flag.option, name, type=kind, default=None, help=flag.help, cls=ScenarioOption
+                )(command)
         return command  # type: ignore[no-any-return]
 
     return decorate
@@ -311,12 +246,12 @@ def cluster_from_flags(
     scenario file when given), for commands that need hardware but no model. Without a size it is
     ``default_nodes`` nodes, or an InputError when that is None."""
     from mfukit.catalog import resolve
-    from mfukit.core.scenario import ClusterSection, load_scenario
+    from mfukit.core.scenario import ClusterSection, by_section, load_scenario
     from mfukit.core.schema import validate_as
 
     if scenario_path is not None:
         return resolve.cluster(load_scenario(scenario_path, overrides).cluster, source=str(scenario_path))
-    fields = {key.removeprefix("cluster."): value for key, value in overrides.items()}
+    fields = by_section(overrides).get("cluster", {})
     fields.setdefault("system", DEFAULT_SYSTEM)
     if "num_gpus" not in fields and "num_nodes" not in fields:
         if default_nodes is None:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from mfukit import units
+from mfukit.catalog.resolved import load_resolved
 from mfukit.cli.common import emit, format_option, scenario_argument, scenario_options
 from mfukit.cli.perf_views import (
     PERF_FLAGS,
@@ -24,7 +25,6 @@ from mfukit.cli.perf_views import (
 from mfukit.cli.render import Format
 from mfukit.cli.size import memory_table
 from mfukit.core.results import Output, Table, shown
-from mfukit.core.scenario import load_scenario
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import beyond_measured
 from mfukit.perf.estimate import LayoutEstimate, estimate_layout
@@ -43,8 +43,7 @@ def estimate(scenario_path: Path | None, overrides: dict[str, Any], fmt: Format)
     Example: mfukit estimate --model gpt3-175b --gpu a100-80gb-sxm --gpus 1024 --global-batch-size 1536
     --tp 8 --pp 8 --sequence-parallel --recompute selective --zero 1
     """
-    scenario = load_scenario(scenario_path, overrides)
-    inputs = perf_inputs(scenario, scenario_path)
+    inputs = perf_inputs(load_resolved(scenario_path, overrides))
     result = estimate_layout(inputs, layout_for_estimate(inputs))
     if result.plan is None or result.memory is None:
         raise _unbuildable(inputs, result)

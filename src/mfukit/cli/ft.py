@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from mfukit import units
+from mfukit.catalog.resolved import resolve_scenario
 from mfukit.cli.common import (
     emit,
     format_option,
@@ -19,7 +20,7 @@ from mfukit.cli.common import (
 )
 from mfukit.cli.render import Format
 from mfukit.core.results import Output, Table, shown
-from mfukit.core.scenario import Scenario, load_scenario
+from mfukit.core.scenario import load_scenario
 from mfukit.errors import InputError
 from mfukit.ft import charts
 from mfukit.ft.plan import FtPlan, interval_grid_s, plan
@@ -117,12 +118,8 @@ def _inputs(scenario_path: Path | None, overrides: dict[str, Any], rates: tuple[
             if not sep:
                 raise InputError("is not CATEGORY=RATE", source="command line", field="--rate", value=text)
         ft_section = scenario.ft.model_copy(update={"rates": {**scenario.ft.rates, **extra}})
-        scenario = Scenario.model_validate(
-            scenario.model_copy(update={"ft": ft_section}).model_dump(by_alias=True)
-        )
-    source = str(scenario_path) if scenario_path is not None else "command line"
-    base_dir = scenario_path.parent if scenario_path is not None else None
-    return ft_inputs(scenario, source=source, base_dir=base_dir)
+        scenario = scenario.model_copy(update={"ft": ft_section})
+    return ft_inputs(resolve_scenario(scenario, scenario_path))
 
 
 def _plan_result(result: FtPlan) -> dict[str, Any]:

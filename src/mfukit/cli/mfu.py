@@ -8,12 +8,11 @@ from typing import Any
 import click
 
 from mfukit import units
-from mfukit.catalog import resolve
+from mfukit.catalog.resolved import load_resolved
 from mfukit.cli.common import emit, format_option, scenario_argument, scenario_options
 from mfukit.cli.render import Format
 from mfukit.core.hardware import Accelerator
 from mfukit.core.results import Cell, Output, Table, shown
-from mfukit.core.scenario import load_scenario
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.utilization import Utilization, measure, tokens_per_s_per_gpu
@@ -50,18 +49,10 @@ def mfu(
 
     Example: mfukit mfu --model llama-65b --gpu a100-80gb-sxm --tokens-per-s-per-gpu 380
     """
-    scenario = load_scenario(scenario_path, overrides)
-    source = str(scenario_path) if scenario_path else "command line"
-    base_dir = scenario_path.parent if scenario_path else None
-    model = resolve.model_spec(scenario.model, source=source, base_dir=base_dir)
-    system, accelerator = resolve.node(scenario.cluster, source=source)
+    scene = load_resolved(scenario_path, overrides)
+    scenario, model, accelerator, num_gpus = scene.scenario, scene.model, scene.accelerator, scene.num_gpus
     training = scenario.training
-    cluster = scenario.cluster
-    num_gpus = cluster.num_gpus or (cluster.num_nodes * system.gpus_per_node if cluster.num_nodes else None)
-    batch_sequences = training.global_batch_sequences
-    batch_tokens = training.global_batch_tokens or (
-        batch_sequences * training.seq_len if batch_sequences else None
-    )
+    batch_tokens = training.tokens_per_step
     rate = tokens_per_s_per_gpu(
         tokens_per_s=units.parse_count(tokens_per_s, field="--tokens-per-s") if tokens_per_s else None,
         per_gpu=units.parse_count(per_gpu, field="--tokens-per-s-per-gpu") if per_gpu else None,

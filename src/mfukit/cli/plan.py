@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from mfukit import units
+from mfukit.catalog.resolved import load_resolved
 from mfukit.cli.common import (
     emit,
     format_option,
@@ -35,7 +36,6 @@ from mfukit.cli.perf_views import (
 from mfukit.cli.render import Format
 from mfukit.core.files import write_text_atomic
 from mfukit.core.results import Output, Quantity, Table, shown
-from mfukit.core.scenario import load_scenario
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import beyond_measured, efficiency_for
 from mfukit.perf.estimate import plan_memory, plan_shape
@@ -108,8 +108,8 @@ def plan(
             value=str(all_path),
             hint="end the file name in .csv (CSV) or .jsonl (JSON lines)",
         )
-    scenario = load_scenario(scenario_path, overrides)
-    inputs = perf_inputs(scenario, scenario_path)
+    scene = load_resolved(scenario_path, overrides)
+    inputs = perf_inputs(scene)
     space = search_space(inputs)
     workload, system, accelerator = inputs.workload, inputs.system, inputs.accelerator
     notes: list[str] = []
@@ -152,7 +152,7 @@ def plan(
     if report_dir is not None and result.plans and memory is not None and network is not None:
         from mfukit.cli.plan_report import plan_report
 
-        output.files.append(plan_report(scenario, inputs, result, curve, memory, network, output, report_dir))
+        output.files.append(plan_report(scene, inputs, result, curve, memory, network, output, report_dir))
     return emit(output, fmt)
 
 

@@ -21,7 +21,7 @@ from pydantic_core import PydanticUndefined
 
 from mfukit.core import schema
 from mfukit.core.model import ModelSpec
-from mfukit.core.scenario import Scenario
+from mfukit.core.scenario import Interval, Scenario
 
 # the unit-carrying field types (core/schema.py): (type, how the value carries its unit)
 UNIT_TYPES: list[tuple[Any, str, str]] = [
@@ -33,6 +33,7 @@ UNIT_TYPES: list[tuple[Any, str, str]] = [
     (schema.Count, "count", 'plain or SI suffix: 2048, "4M", "1.4T"'),
     (schema.Fraction, "fraction", '0..1 or percent: 0.45, "45%"'),
     (schema.Usd, "money", "US dollars"),
+    (Interval, "interval", 'in the value: a duration ("30min") or optimizer steps ("500steps")'),
 ]
 SECTION_MEANINGS = {
     "training": "the workload: tokens, sequence, batch, precision, framework, deadline",
@@ -46,36 +47,8 @@ MODEL_KEYS = {
     "path of an HF config.json",
     "hf_config": "path of a Hugging Face config.json (relative to the scenario file)",
 }
-# Meanings of the fields whose schema has no description yet, by dotted key.
+# Meanings of the model fields (HF config names, core.model) whose schema has no description, by dotted key.
 MEANINGS: dict[str, str] = {
-    "training.tokens": "tokens to train on (the whole run)",
-    "training.seq_len": "tokens per sequence",
-    "training.global_batch_tokens": "global batch in tokens (rounded to whole sequences, and by a layout to "
-    "whole micro-batches per DP rank, by at most 10 %)",
-    "training.micro_batch_size": "sequences per micro-batch per GPU; given: fixed, left out: the planner "
-    "searches it (size and plan), 1 elsewhere",
-    "training.precision": "training precision of the matmuls (mixed precision keeps fp32 master weights)",
-    "training.deadline": "wall-clock target for `size` and `plan`",
-    "cluster.num_gpus": "GPUs in the job",
-    "cluster.num_nodes": "nodes in the job (GPUs = nodes x the system's GPUs per node)",
-    "cluster.storage": "checkpoint storage tier from the catalog (`mfukit catalog list storage`)",
-    "cluster.failure_rate_per_1000_node_days": "a flat node failure rate instead of a failure model",
-    "cluster.usd_per_gpu_hour": "price of one GPU-hour, for the cost",
-    "parallelism.tp": "tensor-parallel degree (inside the NVLink domain)",
-    "parallelism.pp": "pipeline-parallel stages",
-    "parallelism.dp": "data-parallel degree (omitted: GPUs / (tp x pp x cp))",
-    "parallelism.cp": "context-parallel degree (the sequence split across GPUs)",
-    "parallelism.ep": "expert-parallel degree of the MoE layers (splits dp x cp)",
-    "parallelism.sequence_parallel": "Megatron sequence parallelism (norms and dropout split over the TP ranks)",
-    "parallelism.recompute": "activation recomputation: none, selective (attention) or full (every layer)",
-    "parallelism.zero": "ZeRO stage: 1 shards the optimizer, 2 also gradients, 3 also parameters",
-    "parallelism.fsdp": "FSDP: full shards like ZeRO-3, hybrid shards inside a node and replicates across",
-    "ft.checkpoint_blocking": "training time one save blocks; omitted: computed from the state and storage",
-    "ft.restart": "failure to training again, in one; omitted: the sum of detection, init, load and fast-forward",
-    "ft.straggler_duration": "how long one straggler episode lasts",
-    "ft.failure_distribution": "time between failures: exponential, or Weibull with weibull_shape",
-    "ft.weibull_shape": "Weibull shape k (k < 1: failures cluster early)",
-    "ft.straggler_rate_per_1000_node_days": "straggler episodes per 1,000 node-days",
     "model.num_hidden_layers": "transformer layers",
     "model.hidden_size": "model width",
     "model.num_attention_heads": "attention (query) heads",
@@ -107,6 +80,9 @@ class FieldDoc:
     unit: str
     default: str
     meaning: str
+    choices: tuple[str, ...] = ()
+    """every value the field takes, when they are few: a ``Literal``'s, or a small bounded integer's"""
+    boolean: bool = False
 
     @property
     def name(self) -> str:
@@ -180,7 +156,23 @@ def _fields(model: type[BaseModel], prefix: str) -> Iterator[FieldDoc]:
             if bounds:
                 type_text += f" ({', '.join(bounds)})"
         meaning = field.description or MEANINGS.get(key, "")
-        yield FieldDoc(key, type_text, unit, _default_text(field, prefix), meaning)
+        boolean = _type_text(field.annotation) == "boolean"
+        yield FieldDoc(key, type_text, unit, _default_text(field, prefix), meaning, _choices(field), boolean)
+
+
+MAX_CHOICES = 8
+
+
+def _choices(field: FieldInfo) -> tuple[str, ...]:
+    """The values of a ``Literal`` field, or of an integer field bounded on both sides to a few values."""
+    for part in (field.annotation, *typing.get_args(field.annotation)):
+        if typing.get_origin(part) is Literal:
+            return tuple(str(value) for value in typing.get_args(part))
+    low = next((m.ge for m in field.metadata if hasattr(m, "ge")), None)
+    high = next((m.le for m in field.metadata if hasattr(m, "le")), None)
+    if field.annotation is int and low is not None and high is not None and high - low < MAX_CHOICES:
+        return tuple(str(value) for value in range(low, high + 1))
+    return ()
 
 
 def sections() -> list[tuple[str, str, list[FieldDoc]]]:

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from mfukit import units
-from mfukit.catalog import resolve
+from mfukit.catalog.resolved import ResolvedScenario, resolve_scenario
 from mfukit.cli.common import (
     emit,
     format_option,
@@ -80,16 +80,11 @@ def size(
     --global-batch-tokens 4M
     """
     scenario = _flags_over_file(load_scenario(scenario_path, overrides), overrides)
-    inputs = _inputs(scenario, scenario_path, mfu_text)
-    source = str(scenario_path) if scenario_path else "command line"
-    goodput = _goodput_of(
-        scenario,
-        source,
-        scenario_path.parent if scenario_path else None,
-        given_as_flag="ft.goodput" in overrides,
-    )
+    scene = resolve_scenario(scenario, scenario_path)
+    inputs = _inputs(scene, mfu_text)
+    goodput = _goodput_of(scene, given_as_flag="ft.goodput" in overrides)
     if mfu_text is None and inputs.global_batch_sequences is not None:
-        perf = perf_inputs(scenario, scenario_path)
+        perf = perf_inputs(scene)
         with progress("searching layouts per GPU count") as bar:
             sizing, goodput_source = size_by_model(inputs, perf, goodput, bar)
         rule = search_rule(perf)
@@ -113,16 +108,14 @@ def size(
     return emit(output, fmt)
 
 
-def _inputs(scenario: Scenario, path: Path | None, mfu_text: str | None) -> SizingInputs:
-    source = str(path) if path else "command line"
-    model = resolve.model_spec(scenario.model, source=source, base_dir=path.parent if path else None)
-    system, accelerator = resolve.node(scenario.cluster, source=source)
+def _inputs(scene: ResolvedScenario, mfu_text: str | None) -> SizingInputs:
+    scenario, source, model = scene.scenario, scene.source, scene.model
+    system, accelerator, num_gpus = scene.system, scene.accelerator, scene.num_gpus
     training, cluster = scenario.training, scenario.cluster
     if training.tokens is None:
         raise InputError("is required", source=source, field="training.tokens", hint='e.g. --tokens "1.4T"')
     if training.tokens <= 0:
         raise InputError("must be positive", source=source, field="training.tokens", value=training.tokens)
-    num_gpus = cluster.num_gpus or (cluster.num_nodes * system.gpus_per_node if cluster.num_nodes else None)
     if training.deadline_s is None and num_gpus is None:
         raise InputError(
             "needs a deadline or a GPU count",
@@ -204,10 +197,10 @@ def _flags_over_file(scenario: Scenario, overrides: dict[str, Any]) -> Scenario:
     return scenario.model_copy(update={"ft": scenario.ft.model_copy(update={"goodput": None})})
 
 
-def _goodput_of(scenario: Scenario, source: str, base_dir: Path | None, *, given_as_flag: bool) -> GoodputOf:
+def _goodput_of(scene: ResolvedScenario, *, given_as_flag: bool) -> GoodputOf:
     """Goodput at a GPU count: the fault-tolerance model's expected ETTR when the scenario names a failure
     model (``[ft] failure_model``, ``--failure-rate``), else the flat allowance (``--goodput``, 0.9)."""
-    ft, cluster = scenario.ft, scenario.cluster
+    ft, cluster, source = scene.ft, scene.cluster_section, scene.source
     failure_model = (
         "failure_model" in ft.model_fields_set or cluster.failure_rate_per_1000_node_days is not None
     )
@@ -227,9 +220,7 @@ def _goodput_of(scenario: Scenario, source: str, base_dir: Path | None, *, given
         return lambda count, step_time_s: (flat, how)
 
     def expected(count: int, step_time_s: float) -> tuple[float, str]:
-        found = expected_goodput(
-            scenario, num_gpus=count, source=source, step_time_s=step_time_s or None, base_dir=base_dir
-        )
+        found = expected_goodput(scene, num_gpus=count, step_time_s=step_time_s or None)
         return found.ettr, found.how
 
     return expected

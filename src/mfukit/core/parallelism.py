@@ -24,21 +24,36 @@ ZeroImpl = Literal["megatron", "deepspeed"]
 
 
 class Parallelism(Strict):
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    dp: PositiveInt = 1
-    cp: PositiveInt = 1
-    ep: PositiveInt = 1
+    tp: PositiveInt = Field(default=1, description="tensor-parallel degree (inside the NVLink domain)")
+    pp: PositiveInt = Field(default=1, description="pipeline-parallel stages")
+    dp: PositiveInt = Field(default=1, description="data-parallel degree (omitted: GPUs / (tp x pp x cp))")
+    cp: PositiveInt = Field(default=1, description="context-parallel degree (the sequence split across GPUs)")
+    ep: PositiveInt = Field(
+        default=1, description="expert-parallel degree of the MoE layers (splits dp x cp)"
+    )
     vpp: PositiveInt = Field(default=1, description="virtual pipeline stages per rank (interleaved 1F1B)")
-    sequence_parallel: bool = False
-    recompute: Recompute = "none"
-    zero: int = Field(default=0, ge=0, le=3)
+    sequence_parallel: bool = Field(
+        default=False, description="Megatron sequence parallelism (norms and dropout split over the TP ranks)"
+    )
+    recompute: Recompute = Field(
+        default="none",
+        description="activation recomputation: none, selective (attention) or full (every layer)",
+    )
+    zero: int = Field(
+        default=0,
+        ge=0,
+        le=3,
+        description="ZeRO stage: 1 shards the optimizer, 2 also gradients, 3 also parameters",
+    )
     zero_impl: ZeroImpl = Field(
         default="megatron",
         description="whose zero=1: Megatron's distributed optimizer (6 + 12/DP bytes/param) or DeepSpeed "
         "ZeRO-1 (16-bit grads kept whole, 4 + 16/DP); zero=2 and 3 are DeepSpeed's either way",
     )
-    fsdp: Fsdp = "none"
+    fsdp: Fsdp = Field(
+        default="none",
+        description="FSDP: full shards like ZeRO-3, hybrid shards inside a node and replicates across",
+    )
     first_stage_layers: PositiveInt | None = Field(
         default=None,
         description="layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers); "

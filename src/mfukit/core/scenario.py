@@ -10,15 +10,26 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, PlainSerializer, PlainValidator, ValidationError, field_validator
 
 from mfukit import units
 from mfukit.core.parallelism import Parallelism
-from mfukit.core.schema import Count, Fraction, GpuCount, PositiveInt, Seconds, Strict, Usd, input_error_from
+from mfukit.core.schema import (
+    BytesPerSecond,
+    Count,
+    Fraction,
+    GpuCount,
+    PositiveInt,
+    Seconds,
+    Strict,
+    Usd,
+    input_error_from,
+)
 from mfukit.errors import InputError
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
@@ -50,17 +61,69 @@ def stack_alias(name: str) -> str:
     return STACK_ALIASES.get(folded, name)
 
 
+@dataclass(frozen=True)
+class CheckpointInterval:
+    """A checkpoint interval parsed at load: a duration in seconds or a count of optimizer steps, with the
+    text the user wrote (for messages and for writing the scenario back)."""
+
+    text: str
+    seconds: float | None = None
+    steps: float | None = None
+
+
+def parse_interval(value: object) -> CheckpointInterval:
+    """``"30min"`` -> 1800 s; ``"500steps"`` -> 500 steps. ValueError otherwise."""
+    if isinstance(value, CheckpointInterval):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f'{value!r} is not a duration ("30min") or steps ("500steps")')
+    text = value.strip()
+    if text.endswith(("steps", "step")):
+        number = text.removesuffix("steps").removesuffix("step").strip()
+        try:
+            steps = float(number)
+        except ValueError:
+            raise ValueError(f'{value!r} is not a step count; expected e.g. "500steps"') from None
+        if steps < 1:
+            raise ValueError("a checkpoint interval must be at least 1 step")
+        return CheckpointInterval(value, steps=steps)
+    try:
+        return CheckpointInterval(value, seconds=units.parse_duration_s(text))
+    except InputError as error:
+        raise ValueError(f'{error.message}; expected a duration ("30min") or steps ("500steps")') from None
+
+
+# a checkpoint interval field: parsed once, when the scenario loads; written back as the user's text
+Interval = Annotated[
+    CheckpointInterval, PlainValidator(parse_interval), PlainSerializer(lambda interval: interval.text)
+]
+
+
 class TrainingSection(Strict):
-    tokens: Count | None = None
-    seq_len: PositiveInt = 2048
-    global_batch_tokens: Count | None = None
+    tokens: Count | None = Field(default=None, description="tokens to train on (the whole run)")
+    seq_len: PositiveInt = Field(default=2048, description="tokens per sequence")
+    global_batch_tokens: Count | None = Field(
+        default=None,
+        description="global batch in tokens (rounded to whole sequences, and by a layout to whole "
+        "micro-batches per DP rank, by at most 10 %)",
+    )
     global_batch_size: PositiveInt | None = Field(default=None, description="sequences per optimizer step")
-    micro_batch_size: PositiveInt = 1
-    precision: Precision = "bf16"
-    deadline_s: Seconds | None = Field(default=None, alias="deadline")
+    micro_batch_size: PositiveInt = Field(
+        default=1,
+        description="sequences per micro-batch per GPU; given: fixed, left out: the planner searches it "
+        "(size and plan), 1 elsewhere",
+    )
+    precision: Precision = Field(
+        default="bf16",
+        description="training precision of the matmuls (mixed precision keeps fp32 master weights)",
+    )
+    deadline_s: Seconds | None = Field(
+        default=None, alias="deadline", description="wall-clock target for `size` and `plan`"
+    )
     attention_flops: AttentionConvention = Field(
         default="full",
-        description="full s^2 (PaLM / Megatron 2021) or causal-halved (Megatron since 2025-03)",
+        description="attention FLOP convention: full s^2 (PaLM / Megatron 2021) or causal-halved (Megatron since "
+        "2025-03)",
     )
     framework: Stack = Field(
         default="megatron-core",
@@ -114,18 +177,32 @@ class TrainingSection(Strict):
             return max(1, int(self.global_batch_tokens // self.seq_len))
         return None
 
+    @property
+    def tokens_per_step(self) -> int | None:
+        """Tokens per optimizer step: the whole sequences of :attr:`global_batch_sequences` x ``seq_len``."""
+        sequences = self.global_batch_sequences
+        return sequences * self.seq_len if sequences is not None else None
+
 
 class ClusterSection(Strict):
     system: str | None = Field(default=None, description="node preset from the catalog")
     gpu: str | None = Field(default=None, description="accelerator; picks its default node when no system")
-    num_gpus: GpuCount | None = None
-    num_nodes: GpuCount | None = None
-    storage: str | None = None
-    failure_rate_per_1000_node_days: float | None = Field(default=None, ge=0)
+    num_gpus: GpuCount | None = Field(default=None, description="GPUs in the job")
+    num_nodes: GpuCount | None = Field(
+        default=None, description="nodes in the job (GPUs = nodes x the system's GPUs per node)"
+    )
+    storage: str | None = Field(
+        default=None, description="checkpoint storage tier from the catalog (`mfukit catalog list storage`)"
+    )
+    failure_rate_per_1000_node_days: float | None = Field(
+        default=None, ge=0, description="a flat node failure rate instead of a failure model"
+    )
     nics_per_node: int | None = Field(default=None, ge=0, description="override the system's NIC count")
-    nic_rate: str | None = Field(default=None, description='override the NIC rate, e.g. "400Gbps"')
+    nic_bytes_per_s: BytesPerSecond | None = Field(
+        default=None, alias="nic_rate", description="override the system's NIC rate (per NIC, per direction)"
+    )
     pue: float = Field(default=1.2, ge=1.0, le=3.0, description="data-centre power usage effectiveness")
-    usd_per_gpu_hour: Usd | None = None
+    usd_per_gpu_hour: Usd | None = Field(default=None, description="price of one GPU-hour, for the cost")
     hbm_headroom: str | None = Field(
         default=None,
         description='HBM kept free per GPU, as a share ("5%") or a size ("4GiB"): estimate warns when the peak '
@@ -143,20 +220,12 @@ class ClusterSection(Strict):
                 raise ValueError(f"{error.message}; expected {error.expected}") from None
         return value
 
-    @field_validator("nic_rate")
-    @classmethod
-    def _rate_has_unit(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                units.parse_bandwidth_bytes_per_s(value)
-            except InputError as error:
-                raise ValueError(f"{error.message}; expected {error.expected}") from None
-        return value
-
 
 class FtSection(Strict):
     failure_model: str = Field(default="llama3", description="a shipped failure preset or a TOML file path")
-    checkpoint_interval: str | None = Field(default=None, description='"30min" or "500steps"; omit for Daly')
+    checkpoint_interval: Interval | None = Field(
+        default=None, description="how often to save; omitted: Daly's optimum for the failure rate"
+    )
     checkpoint_mode: Literal["sync", "async", "single"] = Field(
         default="async",
         description="sync: every rank writes its shard; async: snapshot to host, persist in background; "
@@ -165,8 +234,17 @@ class FtSection(Strict):
     checkpoint_state: Literal["auto", "fsdp", "megatron", "deepspeed"] = Field(
         default="auto", description="which framework's resumable state decides the bytes per parameter"
     )
-    checkpoint_blocking_s: Seconds | None = Field(default=None, alias="checkpoint_blocking")
-    restart_s: Seconds | None = Field(default=None, alias="restart")
+    checkpoint_blocking_s: Seconds | None = Field(
+        default=None,
+        alias="checkpoint_blocking",
+        description="training time one save blocks; omitted: computed from the state and storage",
+    )
+    restart_s: Seconds | None = Field(
+        default=None,
+        alias="restart",
+        description="failure to training again, in one; omitted: the sum of detection, init, load and "
+        "fast-forward",
+    )
     detection_s: Seconds | None = Field(default=None, alias="detection", description="failure -> job knows")
     replacement_s: Seconds | None = Field(
         default=None, alias="replacement", description="getting a replacement node when no spare is free"
@@ -184,23 +262,24 @@ class FtSection(Strict):
         default_factory=dict,
         description="per-category overrides, failures per 1,000 unit-days (unit: the category's gpu/node/job)",
     )
-    failure_distribution: Literal["exponential", "weibull"] = "exponential"
-    weibull_shape: float | None = Field(default=None, gt=0, le=5)
+    failure_distribution: Literal["exponential", "weibull"] = Field(
+        default="exponential", description="time between failures: exponential, or Weibull with weibull_shape"
+    )
+    weibull_shape: float | None = Field(
+        default=None, gt=0, le=5, description="Weibull shape k (k < 1: failures cluster early)"
+    )
     step_time_s: Seconds | None = Field(default=None, alias="step_time", description="failure-free step time")
     mfu: Fraction | None = Field(default=None, description="MFU that derives the step time when not given")
     work_s: Seconds | None = Field(
         default=None, alias="work", description="failure-free training time; default from tokens"
     )
-    straggler_rate_per_1000_node_days: float = Field(default=0.0, ge=0)
+    straggler_rate_per_1000_node_days: float = Field(
+        default=0.0, ge=0, description="straggler episodes per 1,000 node-days"
+    )
     straggler_slowdown: Fraction = Field(default=0.0, description="throughput lost while a straggler runs")
-    straggler_duration_s: Seconds | None = Field(default=None, alias="straggler_duration")
-
-    @field_validator("checkpoint_interval")
-    @classmethod
-    def _interval_is_time_or_steps(cls, value: str | None) -> str | None:
-        if value is not None:
-            parse_interval(value)
-        return value
+    straggler_duration_s: Seconds | None = Field(
+        default=None, alias="straggler_duration", description="how long one straggler episode lasts"
+    )
 
 
 def parse_headroom(value: str) -> tuple[Literal["share", "bytes"], float]:
@@ -214,24 +293,6 @@ def parse_headroom(value: str) -> tuple[Literal["share", "bytes"], float]:
             )
         return "share", share
     return "bytes", units.parse_bytes(text, field="cluster.hbm_headroom")
-
-
-def parse_interval(value: str) -> tuple[Literal["s", "steps"], float]:
-    """``"30min"`` -> ("s", 1800.0); ``"500steps"`` -> ("steps", 500.0). ValueError otherwise."""
-    text = value.strip()
-    if text.endswith(("steps", "step")):
-        number = text.removesuffix("steps").removesuffix("step").strip()
-        try:
-            steps = float(number)
-        except ValueError:
-            raise ValueError(f'{value!r} is not a step count; expected e.g. "500steps"') from None
-        if steps < 1:
-            raise ValueError("a checkpoint interval must be at least 1 step")
-        return "steps", steps
-    try:
-        return "s", units.parse_duration_s(text)
-    except InputError as error:
-        raise ValueError(f'{error.message}; expected a duration ("30min") or steps ("500steps")') from None
 
 
 class Scenario(Strict):
@@ -312,17 +373,26 @@ def _validate(data: dict[str, Any], *, source: str) -> Scenario:
         raise input_error_from(error, Scenario, source=source) from None
 
 
+def by_section(overrides: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{"cluster.num_gpus": 8, "ft.mfu": 0.4}`` -> ``{"cluster": {"num_gpus": 8}, "ft": {"mfu": 0.4}}``: the
+    one place a dotted override becomes its section and field."""
+    found: dict[str, dict[str, Any]] = {}
+    for dotted, value in overrides.items():
+        section, _, field = dotted.partition(".")
+        found.setdefault(section, {})[field] = value
+    return found
+
+
 def _merge(data: dict[str, Any], flags: Mapping[str, Any]) -> dict[str, Any]:
     merged: dict[str, Any] = {
         key: dict(value) if isinstance(value, dict) else value for key, value in data.items()
     }
-    for dotted, value in flags.items():
-        section, _, field = dotted.partition(".")
+    for section, fields in by_section(flags).items():
         target = merged.setdefault(section, {})
         if not isinstance(target, dict):
             raise InputError("must be a table", field=section, value=target)
-        if section == "model" and field in {"preset", "hf_config"}:
+        if section == "model" and fields.keys() & {"preset", "hf_config"}:
             target.pop("preset", None)
             target.pop("hf_config", None)
-        target[field] = value
+        target.update(fields)
     return merged

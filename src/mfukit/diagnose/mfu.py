@@ -167,10 +167,10 @@ def _steady(steps: list[StepRecord]) -> list[StepRecord]:
 def _tokens_per_step(log: TrainingLog, training: TrainingSection | None) -> float | None:
     if training is None:
         return None
-    sequences = log.global_batch_size or training.global_batch_sequences
-    if sequences is None:
-        return None
-    return float(sequences * training.seq_len)
+    if log.global_batch_size:  # the batch the job logged comes before the scenario's
+        return float(log.global_batch_size * training.seq_len)
+    tokens = training.tokens_per_step
+    return float(tokens) if tokens is not None else None
 
 
 def measure(

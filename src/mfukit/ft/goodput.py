@@ -4,10 +4,8 @@ number of GPUs under the scenario's failure model, or the flat allowance ``[ft] 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
-from mfukit.core.scenario import Scenario
-from mfukit.core.schema import si
+from mfukit.catalog.resolved import ResolvedScenario
 from mfukit.ft.interval import expected_run
 from mfukit.ft.setup import ft_inputs
 
@@ -21,26 +19,13 @@ class Goodput:
     assumptions: tuple[str, ...] = ()
 
 
-def expected_goodput(
-    scenario: Scenario,
-    *,
-    num_gpus: int,
-    source: str,
-    step_time_s: float | None = None,
-    base_dir: Path | None = None,
-) -> Goodput:
+def expected_goodput(scene: ResolvedScenario, *, num_gpus: int, step_time_s: float | None = None) -> Goodput:
     """Expected ETTR of the scenario's run on ``num_gpus`` GPUs (with the performance model's step time
     when given), at the scenario's checkpoint interval or the recommended one."""
-    if scenario.ft.goodput is not None:
-        return Goodput(scenario.ft.goodput, None, f"flat goodput allowance {scenario.ft.goodput:g} as given")
-    ft = (
-        scenario.ft
-        if step_time_s is None
-        else scenario.ft.model_copy(update={"step_time_s": si(step_time_s)})
-    )
-    cluster = scenario.cluster.model_copy(update={"num_gpus": num_gpus, "num_nodes": None})
-    sized = scenario.model_copy(update={"cluster": cluster, "ft": ft})
-    inputs = ft_inputs(sized, source=source, base_dir=base_dir)
+    flat = scene.ft.goodput
+    if flat is not None:
+        return Goodput(flat, None, f"flat goodput allowance {flat:g} as given")
+    inputs = ft_inputs(scene, num_gpus=num_gpus, step_time_s=step_time_s)
     ettr = expected_run(inputs.run).ettr
     how = (
         f"expected ETTR {ettr:.3f} on {num_gpus:,} GPUs ({inputs.failures.model} failure rates, "

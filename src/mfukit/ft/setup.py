@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from mfukit import catalog, units
-from mfukit.catalog import resolve
+from mfukit.catalog.resolved import ResolvedScenario
 from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
-from mfukit.core.scenario import Scenario, parse_interval
+from mfukit.core.parallelism import Parallelism
+from mfukit.core.scenario import Scenario
 from mfukit.errors import InputError
 from mfukit.ft import checkpoint_io as ckio
 from mfukit.ft.failures import JobFailures, scenario_failures
@@ -90,12 +90,21 @@ def _straggler_loss(scenario: Scenario, cluster: Cluster, source: str) -> float:
     return present * ft.straggler_slowdown
 
 
-def ft_inputs(scenario: Scenario, *, source: str, base_dir: Path | None = None) -> FtInputs:
+def ft_inputs(
+    scene: ResolvedScenario,
+    *,
+    num_gpus: int | None = None,
+    step_time_s: float | None = None,
+    parallelism: Parallelism | None = None,
+) -> FtInputs:
+    """The run of ``scene``; a search passes its candidate GPU count, the step time the performance model
+    gave it and its layout, which take the place of the scenario's."""
     assumptions: list[str] = []
     warnings: list[str] = []
+    scenario, source, model = scene.scenario, scene.source, scene.model
     ft = scenario.ft
-    model = resolve.model_spec(scenario.model, source=source, base_dir=base_dir)
-    cluster = resolve.cluster(scenario.cluster, source=source)
+    layout = parallelism if parallelism is not None else scenario.parallelism
+    cluster = scene.cluster(num_gpus)
     storage = cluster.storage
     if storage is None:
         storage = catalog.storage(DEFAULT_STORAGE)
@@ -118,7 +127,7 @@ def ft_inputs(scenario: Scenario, *, source: str, base_dir: Path | None = None) 
             field="ft.rates",
             hint="use a failure model with non-zero rates",
         )
-    convention = ckio.state_convention(ft.checkpoint_state, scenario.parallelism)
+    convention = ckio.state_convention(ft.checkpoint_state, layout)
     params = float(model.total_params())
     checkpoint = ckio.checkpoint_io(
         params=params,
@@ -143,31 +152,34 @@ def ft_inputs(scenario: Scenario, *, source: str, base_dir: Path | None = None) 
             f"(x2 double-buffered) of {units.format_bytes(host_ram)}"
         )
     parts = restart_parts(ft, load_s=checkpoint.read_s, assumptions=assumptions)
-    rate = throughput(model, scenario.training, cluster, ft, source=source, parallelism=scenario.parallelism)
+    step_given = step_time_s if step_time_s is not None else ft.step_time_s
+    rate = throughput(
+        model, scenario.training, cluster, ft, source=source, parallelism=layout, step_time_s=step_given
+    )
     assumptions.append(rate.how)
     work_s = _work_s(scenario, rate, source)
     step = rate.step_time_s
     user_interval: float | None = None
-    if ft.checkpoint_interval is not None:
-        kind, value = parse_interval(ft.checkpoint_interval)
-        if kind == "steps":
+    interval = ft.checkpoint_interval
+    if interval is not None:
+        if interval.steps is not None:
             if step is None:
                 raise InputError(
                     "an interval in steps needs the step time",
                     source=source,
                     field="ft.checkpoint_interval",
-                    value=ft.checkpoint_interval,
+                    value=interval.text,
                     hint="give --global-batch-tokens (with an MFU) or --step-time, or the interval in time",
                 )
-            user_interval = value * step
+            user_interval = interval.steps * step
         else:
-            user_interval = value
-        if user_interval <= 0:
+            user_interval = interval.seconds
+        if user_interval is None or user_interval <= 0:
             raise InputError(
                 "must be positive",
                 source=source,
                 field="ft.checkpoint_interval",
-                value=ft.checkpoint_interval,
+                value=interval.text,
             )
     straggler = _straggler_loss(scenario, cluster, source)
     shape = ft.weibull_shape

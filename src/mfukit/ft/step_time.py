@@ -37,14 +37,17 @@ def throughput(
     *,
     source: str,
     parallelism: Parallelism | None = None,
+    step_time_s: float | None = None,
 ) -> Throughput:
+    """``step_time_s``: the step time as given (``ft.step_time``, or a search's candidate)."""
     sequences = training.global_batch_sequences
-    tokens_per_step = float(sequences * training.seq_len) if sequences is not None else None
-    if ft.step_time_s is not None:
-        if ft.step_time_s <= 0:
-            raise InputError("must be positive", source=source, field="ft.step_time", value=ft.step_time_s)
-        rate = tokens_per_step / ft.step_time_s if tokens_per_step else None
-        return Throughput(ft.step_time_s, tokens_per_step, rate, f"step time {ft.step_time_s:g} s as given")
+    steps_tokens = training.tokens_per_step
+    tokens_per_step = float(steps_tokens) if steps_tokens is not None else None
+    if step_time_s is not None:
+        if step_time_s <= 0:
+            raise InputError("must be positive", source=source, field="ft.step_time", value=step_time_s)
+        rate = tokens_per_step / step_time_s if tokens_per_step else None
+        return Throughput(step_time_s, tokens_per_step, rate, f"step time {step_time_s:g} s as given")
     fallback = ""
     if ft.mfu is None and sequences is not None:
         plan, chosen = training_plan(

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mfukit.catalog import resolve
+from mfukit.catalog.resolved import ResolvedScenario
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split
-from mfukit.core.scenario import Scenario, TrainingSection
+from mfukit.core.scenario import TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload
@@ -71,11 +71,10 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
     )
 
 
-def perf_inputs(scenario: Scenario, path: Path | None) -> PerfInputs:
-    source = str(path) if path else "command line"
-    model = resolve.model_spec(scenario.model, source=source, base_dir=path.parent if path else None)
-    system, accelerator = resolve.node(scenario.cluster, source=source)
-    training, cluster = scenario.training, scenario.cluster
+def perf_inputs(scene: ResolvedScenario) -> PerfInputs:
+    """What the performance model needs of ``scene``, each fact checked with an error naming its field."""
+    source, model, system, accelerator = scene.source, scene.model, scene.system, scene.accelerator
+    training = scene.training
     batch = training.global_batch_sequences
     if batch is None:
         raise InputError(
@@ -91,20 +90,19 @@ def perf_inputs(scenario: Scenario, path: Path | None) -> PerfInputs:
     if offloads(workload):
         host_rates(workload, system, accelerator)  # so is an offload the catalog cannot cost
     accelerator.peak_flops(training.precision)  # so is a precision the GPU has no peak for
-    num_gpus = cluster.num_gpus or (cluster.num_nodes * system.gpus_per_node if cluster.num_nodes else None)
     return PerfInputs(
         source=source,
         model=model,
         workload=workload,
         system=system,
         accelerator=accelerator,
-        num_gpus=num_gpus,
+        num_gpus=scene.num_gpus,
         tokens=training.tokens,
         deadline_s=training.deadline_s,
         micro_batch_size=training.micro_batch_size,
         micro_batch_given="micro_batch_size" in training.model_fields_set,
-        layout=scenario.parallelism,
-        hbm_headroom_bytes=headroom_bytes(cluster.hbm_headroom, accelerator.hbm_bytes),
+        layout=scene.parallelism,
+        hbm_headroom_bytes=headroom_bytes(scene.cluster_section.hbm_headroom, accelerator.hbm_bytes),
     )
 
 

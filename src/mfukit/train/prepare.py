@@ -14,7 +14,7 @@ from mfukit import catalog, units
 from mfukit.catalog import resolve
 from mfukit.core import jobtext
 from mfukit.core.hardware import Dtype
-from mfukit.core.scenario import Scenario, load_scenario, parse_interval
+from mfukit.core.scenario import Scenario, load_scenario
 from mfukit.errors import InputError
 from mfukit.ft.failures import JobFailures, scenario_failures
 from mfukit.train.config import CheckpointPolicy, TrainConfig, check_trainable
@@ -237,17 +237,20 @@ def _checkpoint_policy(
     scenario: Scenario, keep: int, failures: JobFailures, source: str, assumptions: list[str]
 ) -> CheckpointPolicy:
     ft = scenario.ft
-    if ft.checkpoint_interval is not None:
-        kind, value = parse_interval(ft.checkpoint_interval)
-        if kind == "steps":
+    interval = ft.checkpoint_interval
+    if interval is not None:
+        if interval.steps is not None:
             return CheckpointPolicy(
-                interval_steps=int(value),
+                interval_steps=int(interval.steps),
                 keep=keep,
                 mode=ft.checkpoint_mode,
                 blocking_s=ft.checkpoint_blocking_s,
             )
         return CheckpointPolicy(
-            interval_s=value, keep=keep, mode=ft.checkpoint_mode, blocking_s=ft.checkpoint_blocking_s
+            interval_s=interval.seconds,
+            keep=keep,
+            mode=ft.checkpoint_mode,
+            blocking_s=ft.checkpoint_blocking_s,
         )
     if failures.failure_rate_per_s <= 0:
         raise InputError(
