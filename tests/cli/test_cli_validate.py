@@ -7,14 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from mfukit.perf.calibration_data import REPOSITORY_DATA
+
 # the Megatron-stack rows of shared/reference (calibration data), read here as a site's file
-MEGATRON_CSV = (
-    Path(__file__).resolve().parents[2]
-    / "benchmarks"
-    / "data"
-    / "calibration"
-    / "megatron_published_runs.csv"
-)
+MEGATRON_CSV = REPOSITORY_DATA / "megatron_published_runs.csv"
 MEGATRON = str(MEGATRON_CSV)
 
 

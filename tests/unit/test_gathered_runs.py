@@ -12,17 +12,11 @@ from types import ModuleType
 
 import pytest
 
-from mfukit.perf.calibration_data import held_out_source
+from mfukit.perf.calibration_data import REPOSITORY_DATA, held_out_source
 
 FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "calibration"
 # the Megatron-stack file of shared/reference, in the calibration data
-MEGATRON_CSV = (
-    Path(__file__).resolve().parents[2]
-    / "benchmarks"
-    / "data"
-    / "calibration"
-    / "megatron_published_runs.csv"
-)
+MEGATRON_CSV = REPOSITORY_DATA / "megatron_published_runs.csv"
 GATHERED = FOLDER / "gathered_runs.csv"
 OPTIONAL = ["framework", "attention", "offload"]
 FRAMEWORKS = {"megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "fsdp", "nanotron"}

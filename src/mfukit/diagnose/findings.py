@@ -117,3 +117,17 @@ class Gate:
     why: str
     decided_by: str = ""
     """For ``unknown``: the artifact that would decide it."""
+
+    @classmethod
+    def unknown(cls, *, id: str, name: str, target_text: str, why: str, decided_by: str) -> Gate:
+        """A gate the inputs cannot decide: why, and what would decide it."""
+        return cls(
+            id=id,
+            name=name,
+            status="unknown",
+            value=None,
+            value_text="—",
+            target_text=target_text,
+            why=why,
+            decided_by=decided_by,
+        )

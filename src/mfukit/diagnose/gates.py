@@ -65,12 +65,9 @@ def _mfu(ctx: Context) -> Gate:
     value = ctx.mfu.measured
     text = f"> {units.format_percent(target, 0)}"
     if value is None:
-        return Gate(
+        return Gate.unknown(
             id="mfu_baseline",
             name="MFU baseline",
-            status="unknown",
-            value=None,
-            value_text="—",
             target_text=text,
             why=ctx.mfu.method,
             decided_by="a training log with step times or tokens/s, and --model/--gpu/--gpus or a scenario",
@@ -177,12 +174,9 @@ def _network(ctx: Context) -> Gate:
             else f"world size {max(worlds)}, but no communication kernel was recognised in the traces (see "
             "the degraded-input notes)"
         )
-        return Gate(
+        return Gate.unknown(
             id="network",
             name=name,
-            status="unknown",
-            value=None,
-            value_text="—",
             target_text="gradient traffic hidden by compute",
             why=f"not applicable: {reason}",
             decided_by="profiler traces of a multi-GPU job (NCCL/RCCL kernels), or nccl-tests all_reduce_perf "
@@ -206,12 +200,9 @@ def _network(ctx: Context) -> Gate:
         if ctx.nccl_checks
         else "no model of the job, no trace with a usable step and no nccl-tests result"
     )
-    return Gate(
+    return Gate.unknown(
         id="network",
         name=name,
-        status="unknown",
-        value=None,
-        value_text="—",
         target_text="gradient traffic hidden by compute",
         why=why,
         decided_by="--model, --gpu, --gpus and the batch (or a scenario), with nccl-tests all_reduce_perf "
@@ -305,12 +296,9 @@ def _failure_rate(ctx: Context) -> Gate:
             for what, have in (("an MTBF", mtbf), ("the checkpoint interval and save time", interval))
             if have is None
         ]
-        return Gate(
+        return Gate.unknown(
             id="failure_rate",
             name=name,
-            status="unknown",
-            value=None,
-            value_text="—",
             target_text=band,
             why=f"missing {' and '.join(missing)}",
             decided_by="checkpoint-save lines in a training log plus a failure rate (scenario, sacct or XIDs)",
@@ -341,23 +329,17 @@ def _scheduling(ctx: Context) -> Gate:
         (j for j in ctx.of(SlurmJob) if j.start_s and j.end_s and j.num_gpus), key=lambda j: j.start_s or 0.0
     )
     if not jobs:
-        return Gate(
+        return Gate.unknown(
             id="scheduling",
             name=name,
-            status="unknown",
-            value=None,
-            value_text="—",
             target_text=target,
             why="no job accounting",
             decided_by="sacct -a -X -P -S <start> -E <end> output (JobID,State,Start,End,AllocTRES)",
         )
     if len(jobs) == 1 and ctx.cluster is None:
-        return Gate(
+        return Gate.unknown(
             id="scheduling",
             name=name,
-            status="unknown",
-            value=None,
-            value_text="—",
             target_text=target,
             why="one job and no cluster size: its utilization would be 100 % by construction",
             decided_by="sacct over a window with several jobs, and --gpus (or a scenario) for the cluster size",
@@ -407,12 +389,9 @@ def _storage(ctx: Context) -> Gate:
         failed |= data_fraction > data_limit
         parts.append(data_text)
     if not parts:
-        return Gate(
+        return Gate.unknown(
             id="storage",
             name=name,
-            status="unknown",
-            value=None,
-            value_text="—",
             target_text=target,
             why="no checkpoint timing" + (f", and {data_text}" if data_text else " and no trace"),
             decided_by="a training log with checkpoint saves (or Megatron's save-checkpoint timer, or an mfukit "
