@@ -243,7 +243,7 @@ def _recompute(row: _Row, stack: str) -> tuple[Recompute, bool]:
     sp = "sequence-parallel" in text or "sequence parallel" in text
     if text.startswith("full"):
         return "full", sp
-    if text.startswith("selective"):
+    if text.startswith("selective") or text.startswith("per-op selective"):  # torchtitan's per-op SAC
         return "selective", sp
     if text == "no" or text.startswith(("none", "no ", "no-", "no+")):
         return "none", sp
