@@ -9,18 +9,7 @@ import click
 
 from mfukit import units
 from mfukit.cli.common import emit, format_option, scenario_argument, scenario_options
-from mfukit.cli.perf_views import (
-    PERF_FLAGS,
-    breakdown_table,
-    days,
-    layout_json,
-    layout_text,
-    mfu_with_interval,
-    model_assumptions,
-    options_text,
-    plan_json,
-    tiers_table,
-)
+from mfukit.cli.perf_views import PERF_FLAGS
 from mfukit.cli.render import Format
 from mfukit.cli.size import memory_table
 from mfukit.core.results import Output, Table, shown
@@ -31,6 +20,17 @@ from mfukit.perf.estimate import LayoutEstimate, estimate_layout
 from mfukit.perf.inputs import PerfInputs, layout_for_estimate, perf_inputs
 from mfukit.perf.memory import MemoryEstimate, sharding_of
 from mfukit.perf.planner import Plan
+from mfukit.perf.views import (
+    breakdown_table,
+    days,
+    layout_json,
+    layout_text,
+    mfu_with_interval,
+    model_assumptions,
+    options_text,
+    plan_json,
+    tiers_table,
+)
 
 
 @click.command("estimate")
