@@ -21,7 +21,6 @@ EXCLUDED = {
     "bench.py": "each benchmark command still assembles its table and output here",
     "comm.py": "predict and sweep still assemble their tables and output here",
     "fabric.py": "design still assembles its bill of materials and tables here",
-    "ft.py": "the plan and simulate outputs are still assembled here",
     "catalog.py": "the catalog table of every kind is still built here",
     "estimate.py": "the estimate output is still assembled here",
     "train.py": "the run summary output is still assembled here",
