@@ -20,7 +20,6 @@ EXCLUDED = {
     "common.py": "the scenario flag table, to be generated from the schema (item 4)",
     "bench.py": "each benchmark command still assembles its table and output here",
     "catalog.py": "the catalog table of every kind is still built here",
-    "train.py": "the run summary output is still assembled here",
 }
 
 
