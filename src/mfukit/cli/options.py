@@ -5,14 +5,18 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def option_group(
-    target: str, build: Callable[..., object], *options: Callable[[Any], Any]
-) -> Callable[[F], F]:
+class Decorator(Protocol):
+    """A decorator that keeps the type of what it decorates (a click command's function)."""
+
+    def __call__(self, function: F, /) -> F: ...
+
+
+def option_group(target: str, build: Callable[..., object], *options: Callable[[Any], Any]) -> Decorator:
     """Add ``options`` (click.option decorators, in help order); the command receives them as the one
     keyword ``target = build(**their values)``. The options' names are ``build``'s parameters."""
     names = tuple(inspect.signature(build).parameters)
