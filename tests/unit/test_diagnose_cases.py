@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from diagnose_support import load_cases
 
-from mfukit.cli.diagnose import job
 from mfukit.diagnose.engine import Diagnosis, diagnose
+from mfukit.diagnose.given import job
 
 CASES = load_cases()
 

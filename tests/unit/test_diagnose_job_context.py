@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mfukit.cli.diagnose import job
 from mfukit.diagnose.engine import Diagnosis, diagnose
+from mfukit.diagnose.given import job
 from mfukit.diagnose.records import StepRecord
 from mfukit.diagnose.sources import launch_config, training_log
 

@@ -11,8 +11,8 @@ from diagnose_support import load_cases
 
 from mfukit import catalog
 from mfukit.catalog import resolve
-from mfukit.cli.diagnose import job
 from mfukit.diagnose.engine import Diagnosis, diagnose
+from mfukit.diagnose.given import job
 from mfukit.diagnose.parsing import parse_files
 from mfukit.diagnose.sources import detect
 from mfukit.ft.failures import job_failures, load_failure_model

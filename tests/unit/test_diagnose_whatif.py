@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from diagnose_support import load_cases
 
-from mfukit.cli.diagnose import job
 from mfukit.diagnose.engine import diagnose
+from mfukit.diagnose.given import job
 from mfukit.diagnose.records import StepChain, TimelineOps
 from mfukit.diagnose.sources import kineto, pipeline_timeline
 from mfukit.diagnose.whatif import analyse, chain_analyse

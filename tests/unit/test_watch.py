@@ -264,7 +264,7 @@ def test_dcgm_activity_beside_mfu_from_a_file_and_an_endpoint(tmp_path: Path) ->
 
 
 def test_layout_from_the_megatron_log_gives_the_expected_mfu(tmp_path: Path) -> None:
-    from mfukit.cli.diagnose import job
+    from mfukit.diagnose.given import job
 
     known = job(DATA / "watch" / "llama3-70b_h100x1024_tp8pp4.toml", {})
     path = tmp_path / "job.log"

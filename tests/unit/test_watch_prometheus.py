@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from mfukit.cli.diagnose import job
 from mfukit.diagnose.engine import diagnose
+from mfukit.diagnose.given import job
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "mfukit.rules.yml"

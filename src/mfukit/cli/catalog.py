@@ -7,12 +7,10 @@ from typing import Any
 import click
 
 from mfukit import catalog as cat
-from mfukit import units
+from mfukit.catalog.views import derived_figures, dump, kind_table, show_value
 from mfukit.cli.common import emit, format_option
 from mfukit.cli.render import Format
-from mfukit.core.hardware import Accelerator, Link, StorageTier, Switch, System
-from mfukit.core.model import ModelSpec
-from mfukit.core.results import Output, Table, shown
+from mfukit.core.results import Output, Table
 
 
 @click.group()
@@ -26,8 +24,8 @@ def catalog() -> None:
 def list_entries(kind: str | None, fmt: Format) -> int:
     """List catalog entries of KIND (all kinds when omitted)."""
     kinds = [k for k in cat.KINDS if kind in (None, k)]
-    tables = [_table(k, list(cat.entries(k).values())) for k in kinds]
-    result: dict[str, Any] = {k: [_dump(e) for e in cat.entries(k).values()] for k in kinds}
+    tables = [kind_table(k, list(cat.entries(k).values())) for k in kinds]
+    result: dict[str, Any] = {k: [dump(e) for e in cat.entries(k).values()] for k in kinds}
     return emit(Output(schema="catalog.list/1", inputs={"kind": kind}, result=result, tables=tables), fmt)
 
 
@@ -37,12 +35,12 @@ def list_entries(kind: str | None, fmt: Format) -> int:
 def show(name: str, fmt: Format) -> int:
     """Show every field of one entry, its derived figures and its source."""
     kind, entry = cat.find(name)
-    derived = _derived(entry)
+    derived = derived_figures(entry)
     table = Table(f"{cat.SINGULAR[kind]} {entry.name}", ["field", "value"])
     for key, value in entry.model_dump(by_alias=False, exclude={"source"}).items():
-        table.add(key, ", ".join(value) if key == "aliases" else _show_value(key, value))
+        table.add(key, ", ".join(value) if key == "aliases" else show_value(key, value))
     for key, value in derived.items():
-        table.add(key, _show_value(key, value))
+        table.add(key, show_value(key, value))
     if entry.source is not None:
         table.add("source", entry.source.url)
         table.add("source states", entry.source.what)
@@ -50,222 +48,7 @@ def show(name: str, fmt: Format) -> int:
     output = Output(
         schema="catalog.show/1",
         inputs={"name": name},
-        result={"kind": kind, "name": entry.name, "entry": _dump(entry), "derived": derived},
+        result={"kind": kind, "name": entry.name, "entry": dump(entry), "derived": derived},
         tables=[table],
     )
     return emit(output, fmt)
-
-
-def _dump(entry: cat.Entry) -> dict[str, Any]:
-    return entry.model_dump(mode="json", by_alias=False)
-
-
-def _derived(entry: cat.Entry) -> dict[str, Any]:
-    if isinstance(entry, ModelSpec):
-        return {
-            "total_params": entry.total_params(),
-            "active_params": entry.active_params(),
-            "head_size": entry.head_size,
-            "kv_heads": entry.kv_heads,
-            "num_moe_layers": entry.num_moe_layers,
-        }
-    if isinstance(entry, System):
-        return {"scale_out_bytes_per_s_per_node": entry.scale_out_bytes_per_s_per_node}
-    return {}
-
-
-def _show_value(key: str, value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={_show_value(key, v)}" for k, v in value.items()) or "—"
-    if isinstance(value, list):
-        return "; ".join(_show_value(key, v) for v in value)
-    if isinstance(value, float | int) and not isinstance(value, bool):
-        if key.endswith("_flops_per_s") or key.startswith(("peak_flops", "sparse_peak")):
-            return units.format_flops_rate(value)
-        if key.endswith("_bytes_per_s"):
-            return units.format_rate(value)
-        if key.endswith("_bytes"):
-            return units.format_bytes(value)
-        if key.endswith("_w"):
-            return units.format_power(value)
-        if key.endswith("_s"):
-            return units.format_duration(value)
-        if key.endswith("params"):
-            return units.format_count(value)
-    return "—" if value is None else str(value)
-
-
-def _tera(value: float) -> str:
-    return f"{value / 1e12:,.1f}"
-
-
-def _giga(value: float) -> str:
-    return f"{value / 1e9:,.0f}"
-
-
-def _gib(value: float) -> str:
-    return f"{value / 2**30:,.0f}"
-
-
-def _nano(value: float) -> str:
-    return f"{value / 1e-9:,.0f}"
-
-
-def _plain(value: float) -> str:
-    return f"{value:,.0f}"
-
-
-def _table(kind: cat.Kind, items: list[Any]) -> Table:
-    if kind == "accelerators":
-        table = Table(
-            "accelerators (dense peak, per device)",
-            [
-                "name",
-                "device",
-                "BF16 TFLOP/s",
-                "FP8 TFLOP/s",
-                "HBM GiB",
-                "HBM GB/s",
-                "scale-up GB/s/dir",
-                "TDP W",
-            ],
-            csv_columns=[
-                "name",
-                "display_name",
-                "bf16_flops_per_s",
-                "fp8_flops_per_s",
-                "hbm_bytes",
-                "hbm_bytes_per_s",
-                "scale_up_bytes_per_s",
-                "tdp_w",
-            ],
-        )
-        for a in (e for e in items if isinstance(e, Accelerator)):
-            table.add(
-                a.name,
-                a.display_name,
-                shown(a.peak_flops_per_s.get("bf16"), _tera),
-                shown(a.peak_flops_per_s.get("fp8"), _tera),
-                shown(a.hbm_bytes, _gib),
-                shown(a.hbm_bytes_per_s, _giga),
-                shown(a.scale_up_bytes_per_s, _giga),
-                shown(a.tdp_w, _plain),
-            )
-        return table
-    if kind == "systems":
-        table = Table(
-            "systems (nodes)",
-            ["name", "node", "accelerator", "GPUs/node", "scale-up GPUs", "NICs", "NIC Gb/s", "host GiB"],
-            csv_columns=[
-                "name",
-                "display_name",
-                "accelerator",
-                "gpus_per_node",
-                "scale_up_domain_gpus",
-                "nics_per_node",
-                "nic_bytes_per_s",
-                "host_memory_bytes",
-            ],
-        )
-        for s in (e for e in items if isinstance(e, System)):
-            table.add(
-                s.name,
-                s.display_name,
-                s.accelerator,
-                s.gpus_per_node,
-                s.scale_up_domain_gpus,
-                s.nics_per_node,
-                shown(s.nic_bytes_per_s * units.BITS_PER_BYTE, _giga),
-                shown(s.host_memory_bytes, _gib),
-            )
-        return table
-    if kind == "fabrics":
-        table = Table(
-            "fabrics (links and switches)",
-            ["name", "what", "kind", "port Gb/s", "ports", "latency ns"],
-            csv_columns=["name", "display_name", "kind", "port_bytes_per_s", "ports", "latency_s"],
-        )
-        for f in items:
-            if isinstance(f, Link):
-                table.add(
-                    f.name,
-                    f.display_name,
-                    f"{f.family} link",
-                    shown(f.port_bytes_per_s * units.BITS_PER_BYTE, _giga),
-                    None,
-                    shown(f.latency_s, _nano),
-                )
-            elif isinstance(f, Switch):
-                best = max(f.port_configs, key=lambda c: c.port_bytes_per_s)
-                table.add(
-                    f.name,
-                    f.display_name,
-                    "switch",
-                    shown(best.port_bytes_per_s * units.BITS_PER_BYTE, _giga),
-                    best.ports,
-                    shown(f.latency_s, _nano),
-                )
-        return table
-    if kind == "storage":
-        table = Table(
-            "storage tiers (defaults: override with your own measurements)",
-            [
-                "name",
-                "tier",
-                "kind",
-                "write GB/s/client",
-                "read GB/s/client",
-                "write GB/s total",
-                "read GB/s total",
-            ],
-            csv_columns=[
-                "name",
-                "display_name",
-                "kind",
-                "per_client_write_bytes_per_s",
-                "per_client_read_bytes_per_s",
-                "aggregate_write_bytes_per_s",
-                "aggregate_read_bytes_per_s",
-            ],
-        )
-        for t in (e for e in items if isinstance(e, StorageTier)):
-            table.add(
-                t.name,
-                t.display_name,
-                t.kind,
-                shown(t.per_client_write_bytes_per_s, _giga),
-                shown(t.per_client_read_bytes_per_s, _giga),
-                shown(t.aggregate_write_bytes_per_s, _giga, "scales"),
-                shown(t.aggregate_read_bytes_per_s, _giga, "scales"),
-            )
-        return table
-    table = Table(
-        "models",
-        ["name", "model", "params", "active", "layers", "hidden", "heads/kv", "FFN", "vocab", "MLP"],
-        csv_columns=[
-            "name",
-            "display_name",
-            "total_params",
-            "active_params",
-            "num_hidden_layers",
-            "hidden_size",
-            "heads_kv",
-            "intermediate_size",
-            "vocab_size",
-            "mlp",
-        ],
-    )
-    for m in (e for e in items if isinstance(e, ModelSpec)):
-        table.add(
-            m.name,
-            m.display_name,
-            shown(m.total_params(), units.format_count),
-            shown(m.active_params(), units.format_count),
-            m.num_hidden_layers,
-            m.hidden_size,
-            f"{m.num_attention_heads}/{m.kv_heads}",
-            m.intermediate_size,
-            m.vocab_size,
-            m.mlp + (" MoE" if m.moe else "") + (" MLA" if m.mla else ""),
-        )
-    return table

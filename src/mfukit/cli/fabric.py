@@ -7,136 +7,18 @@ from typing import Any
 
 import click
 
-from mfukit import catalog, units
+from mfukit import catalog
 from mfukit.cli.common import cluster_from_flags, emit, format_option, scenario_options
 from mfukit.cli.render import Format
-from mfukit.core.results import Output, Table, findings_table, shown
 from mfukit.errors import InputError
-from mfukit.fabric.bom import Bom, Prices, bill_of_materials
-from mfukit.fabric.draw import draw
-from mfukit.fabric.fat_tree import Clos
-from mfukit.fabric.rail import FabricDesign, FabricRequest, design
-from mfukit.fabric.spec import check_spec, load_spec
+from mfukit.fabric.bom import Prices
+from mfukit.fabric.outputs import OtherNetwork, check_output, design_output
+from mfukit.fabric.rail import FabricRequest
 
 
 @click.group()
 def fabric() -> None:
     """Fat-tree and rail-optimised fabric designer, and checks of described topologies."""
-
-
-def _tier_result(clos: Clos, name: str) -> dict[str, Any] | None:
-    tier = clos.tier(name)
-    if tier is None:
-        return None
-    return {
-        "switches": tier.switches,
-        "radix": tier.radix,
-        "down_ports_used": tier.down_ports_used,
-        "up_ports_used": tier.up_ports_used,
-        "ports_free": tier.ports_free,
-        "oversubscription": tier.oversubscription if tier.up_ports_used else None,
-    }
-
-
-def _fabric_result(clos: Clos, bom: Bom, port_bytes_per_s: float) -> dict[str, Any]:
-    return {
-        "tiers": clos.levels,
-        "leaf": _tier_result(clos, "leaf"),
-        "spine": _tier_result(clos, "spine"),
-        "core": _tier_result(clos, "core"),
-        "switches": clos.switches,
-        "endpoint_ports": clos.endpoint_ports,
-        "cables": dict(clos.links),
-        "transceivers": {"total": bom.transceivers, "by_segment": bom.optics},
-        "bisection_bytes_per_s": clos.bisection_ports * port_bytes_per_s,
-        "oversubscription": {t.name: t.oversubscription for t in clos.tiers if t.up_ports_used},
-        "max_switch_hops": clos.max_hops,
-        "power_w": bom.power_w,
-        "switch_power_w": bom.switch_power_w,
-        "optics_power_w": bom.optics_power_w,
-        "cost_usd": bom.total_cost_usd,
-        "cost_breakdown_usd": bom.cost_usd,
-    }
-
-
-def _tables(title: str, clos: Clos, bom: Bom) -> list[Table]:
-    tiers = Table(
-        f"{title}: tiers",
-        ["tier", "switches", "radix", "down used", "up used", "free", "down:up"],
-        csv_columns=[
-            "tier",
-            "switches",
-            "radix",
-            "down_ports_used",
-            "up_ports_used",
-            "ports_free",
-            "oversubscription",
-        ],
-    )
-    for tier in clos.tiers:
-        tiers.add(
-            tier.name,
-            tier.switches,
-            tier.radix,
-            tier.down_ports_used,
-            tier.up_ports_used,
-            tier.ports_free,
-            shown(tier.oversubscription if tier.up_ports_used else None, lambda x: f"{x:.2f}:1"),
-        )
-    cables = Table(
-        f"{title}: cables and transceivers",
-        ["segment", "cables", "end", "transceiver", "modules", "power"],
-        csv_columns=["segment", "cables", "end", "part", "modules", "power_w"],
-    )
-    for line in bom.optics:
-        cables.add(
-            line.segment,
-            clos.links.get(line.segment, 0),
-            line.end,
-            line.part,
-            line.modules,
-            shown(line.power_w, units.format_power),
-        )
-    if not bom.optics:
-        for segment, count in clos.links.items():
-            cables.add(segment, count, "—", "—", None, None)
-    return [tiers, cables]
-
-
-def _summary(clos: Clos, bom: Bom, port_bytes_per_s: float, extra: dict[str, str]) -> Table:
-    table = Table("fabric", ["field", "value"])
-    table.add("tiers", clos.levels)
-    for tier in clos.tiers:
-        table.add(f"{tier.name} switches", tier.switches)
-    table.add("switches", clos.switches)
-    for key, value in extra.items():
-        table.add(key, value)
-    table.add("endpoint ports", clos.endpoint_ports)
-    table.add("max switch hops", clos.max_hops)
-    table.add("bisection", units.format_rate(clos.bisection_ports * port_bytes_per_s, 0))
-    for tier in clos.tiers:
-        if tier.up_ports_used:
-            table.add(f"{tier.name} oversubscription", f"{tier.oversubscription:.2f}:1")
-    table.add("transceivers", bom.transceivers if bom.optics else "—")
-    table.add("power (switches + optics)", _power_text(bom))
-    if bom.total_cost_usd is not None:
-        table.add("cost", units.format_usd(bom.total_cost_usd))
-    return table
-
-
-def _network(
-    name: str, ports: int, switch_name: str, nodes: int, port_rate: float, base: FabricRequest
-) -> FabricRequest:
-    switch = catalog.switch(switch_name, field=f"--{name}-switch")
-    return FabricRequest(
-        name=name,
-        nodes=nodes,
-        ports_per_node=ports,
-        port_bytes_per_s=port_rate,
-        switch=switch,
-        rail_optimized=False,
-        leaf_oversubscription=base.leaf_oversubscription,
-    )
 
 
 @fabric.command("design")
@@ -211,131 +93,11 @@ def design_command(
         nodes_per_su=su_nodes,
         extra_endpoints=extra_endpoints,
     )
-    prices = Prices(switch_price, optic_price, cable_price)
-    priced = any(p is not None for p in (switch_price, optic_price, cable_price))
-    compute = design(request)
-    bom = _bom(compute, system.name, prices if priced or request.switch.price_usd else None)
-    extra = {
-        "scalable units": f"{compute.scalable_units} of {compute.nodes_per_su} nodes"
-        if compute.scalable_units
-        else "—",
-        "node slots": str(compute.node_slots),
-    }
-    tables = [
-        _summary(compute.clos, bom, request.port_bytes_per_s, extra),
-        *_tables("compute", compute.clos, bom),
-    ]
-    notes = draw(
-        compute.clos,
-        switch=request.switch.name,
-        nodes=request.nodes,
-        ports_per_node=request.ports_per_node,
-        scalable_units=compute.scalable_units,
-        nodes_per_su=compute.nodes_per_su,
+    others = (
+        OtherNetwork("storage", storage_ports_per_node, storage_switch),
+        OtherNetwork("inband", inband_ports_per_node, inband_switch),
     )
-    result = _fabric_result(compute.clos, bom, request.port_bytes_per_s)
-    result |= {
-        "scalable_units": compute.scalable_units,
-        "nodes_per_su": compute.nodes_per_su,
-        "node_slots": compute.node_slots,
-        "networks": {},
-        "compute_power_w": bom.power_w,
-        "compute_cost_usd": bom.total_cost_usd,
-    }
-    warnings = list(bom.warnings)
-    assumptions = list(bom.assumptions)
-    totals = _Totals(bom)
-    for name, ports, sku in (
-        ("storage", storage_ports_per_node, storage_switch),
-        ("inband", inband_ports_per_node, inband_switch),
-    ):
-        if ports:
-            other = design(
-                _network(name, ports, sku or switch_name, request.nodes, request.port_bytes_per_s, request)
-            )
-            other_bom = _bom(other, None, prices if priced else None)
-            tables.extend(_tables(name, other.clos, other_bom))
-            result["networks"][name] = _fabric_result(other.clos, other_bom, request.port_bytes_per_s)
-            totals.add(name, other_bom)
-            warnings.extend(other_bom.warnings)
-            assumptions.extend(f"{name}: {line}" for line in other_bom.assumptions)
-    if totals.networks:  # the top-level power and cost cover every network designed
-        result |= {"power_w": totals.power_w, "cost_usd": totals.cost_usd}
-        tables[0].add(
-            f"power, all networks (+ {', '.join(totals.networks)})",
-            units.format_power(totals.power_w)
-            if totals.power_w is not None
-            else "unknown (see each network)",
-        )
-        if totals.cost_usd is not None:
-            tables[0].add(
-                f"cost, all networks (+ {', '.join(totals.networks)})", units.format_usd(totals.cost_usd)
-            )
-    output = Output(
-        schema="fabric.design/1",
-        inputs={
-            "system": system.name,
-            "nodes": request.nodes,
-            "switch": request.switch.name,
-            "rail_optimized": rail_optimized,
-            "leaf_oversubscription": leaf_oversubscription,
-            "spine_oversubscription": spine_oversubscription,
-            "extra_endpoints": extra_endpoints,
-        },
-        result=result,
-        assumptions=[
-            f"{request.switch.name}: {compute.radix} ports at {request.port_bytes_per_s * 8 / 1e9:.0f} Gb/s, "
-            f"leaves split {compute.leaf_down} down / {compute.leaf_up} up",
-            "uplinks spread evenly: the spine count divides each leaf's uplinks (NVIDIA SuperPOD practice)",
-            "all links optical (multimode to the spine, single-mode spine-core); switch power is the catalog "
-            "typical figure, optics at datasheet maximum",
-            *assumptions,
-        ],
-        warnings=warnings,
-        tables=tables,
-        notes=notes,
-    )
-    return emit(output, fmt)
-
-
-def _power_text(bom: Bom) -> str:
-    """The fabric's power, or what is missing from the catalog to give it."""
-    if bom.power_w is not None:
-        return units.format_power(bom.power_w)
-    missing = [
-        part
-        for part, known in (("switch power", bom.switch_power_w is not None), ("optics", bom.optics_counted))
-        if not known
-    ]
-    return f"unknown (no {' or '.join(missing)} in the catalog)"
-
-
-class _Totals:
-    """Power and cost summed over the compute fabric and every other network designed beside it."""
-
-    def __init__(self, compute: Bom) -> None:
-        self.networks: list[str] = []
-        self.power_w = compute.power_w
-        self.cost_usd = compute.total_cost_usd
-
-    def add(self, name: str, bom: Bom) -> None:
-        self.networks.append(name)
-        self.power_w = None if self.power_w is None or bom.power_w is None else self.power_w + bom.power_w
-        if bom.total_cost_usd is not None:
-            self.cost_usd = (self.cost_usd or 0.0) + bom.total_cost_usd
-
-
-def _bom(built: FabricDesign, system: str | None, prices: Prices | None) -> Bom:
-    request = built.request
-    return bill_of_materials(
-        built.clos,
-        switch=request.switch,
-        port_bytes_per_s=request.port_bytes_per_s,
-        node_ports=request.nodes * request.ports_per_node,
-        extra_endpoints=request.extra_endpoints,
-        system=system,
-        prices=prices,
-    )
+    return emit(design_output(request, system, Prices(switch_price, optic_price, cable_price), others), fmt)
 
 
 @fabric.command("check")
@@ -344,33 +106,4 @@ def _bom(built: FabricDesign, system: str | None, prices: Prices | None) -> Bom:
 def check_command(file: Path, fmt: Format) -> int:
     """Report what a described topology (YAML/TOML: switch, nodes or endpoints, tiers) yields and what is
     wrong with it. Exit 1 when a finding is an error (ports over the radix, cables with nowhere to land)."""
-    spec = load_spec(file)
-    checked = check_spec(spec, source=str(file))
-    bom = bill_of_materials(
-        checked.clos,
-        switch=checked.switch,
-        port_bytes_per_s=checked.port_bytes_per_s,
-        node_ports=spec.endpoint_ports - spec.extra_endpoints,
-        extra_endpoints=spec.extra_endpoints,
-        system=spec.system,
-        node_optics=spec.node_optics,
-    )
-    extra = {"endpoint capacity": str(checked.capacity)}
-    tables = [
-        _summary(checked.clos, bom, checked.port_bytes_per_s, extra),
-        *_tables("described", checked.clos, bom),
-    ]
-    tables.append(findings_table(checked.findings))
-    result = _fabric_result(checked.clos, bom, checked.port_bytes_per_s)
-    result |= {"endpoint_capacity": checked.capacity, "findings": checked.findings}
-    errors = any(f.severity == "error" for f in checked.findings)
-    output = Output(
-        schema="fabric.check/1",
-        inputs={"file": str(file)},
-        result=result,
-        assumptions=list(bom.assumptions),
-        warnings=list(bom.warnings),
-        tables=tables,
-        exit_code=1 if errors else 0,
-    )
-    return emit(output, fmt)
+    return emit(check_output(file), fmt)

@@ -7,12 +7,8 @@ from pathlib import Path
 
 from mfukit import units
 from mfukit.catalog.resolved import ResolvedScenario
-from mfukit.cli.perf_views import BREAKDOWN_NAMES, layout_text, options_text
 from mfukit.core.results import Output
-from mfukit.errors import InputError
-from mfukit.ft.plan import FtPlan
-from mfukit.ft.plan import plan as ft_plan
-from mfukit.ft.setup import ft_inputs
+from mfukit.ft.plan import plan_for_layout
 from mfukit.ft.views import plan_section
 from mfukit.perf.estimate import plan_memory
 from mfukit.perf.inputs import PerfInputs
@@ -20,18 +16,8 @@ from mfukit.perf.memory import MemoryEstimate
 from mfukit.perf.network import NetworkCheck
 from mfukit.perf.plan_report import PlanReport, write_plan_report
 from mfukit.perf.planner import Plan, SearchResult
+from mfukit.perf.views import BREAKDOWN_NAMES, layout_text, options_text
 from mfukit.report.html import Section
-
-
-def fault_tolerance(scene: ResolvedScenario, best: Plan) -> tuple[FtPlan | None, str]:
-    """The ft plan of the best layout, or why there is none."""
-    try:
-        sized = ft_inputs(
-            scene, num_gpus=best.num_gpus, step_time_s=best.step_time_s, parallelism=best.layout
-        )
-        return ft_plan(sized), ""
-    except InputError as error:
-        return None, f"No fault-tolerance plan: {error.render()}"
 
 
 def plan_report(
@@ -46,7 +32,7 @@ def plan_report(
 ) -> Path:
     best = result.plans[0]
     plans_table, breakdown, rejected, tiers, network_checked = output.tables[:5]
-    ft, ft_note = fault_tolerance(scene, best)
+    ft, ft_note = plan_for_layout(scene, best)
     summary = [
         ("best layout", layout_text(best.layout)),
         ("options", options_text(best.layout)),

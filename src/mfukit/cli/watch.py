@@ -70,7 +70,7 @@ def watch(
     goodput_target: str | None,
     dcgm: str | None,
 ) -> int:
-    from mfukit.cli.diagnose import job
+    from mfukit.diagnose.given import job
     from mfukit.watch.exporter import Watch, run
 
     host, port = parse_listen(listen)

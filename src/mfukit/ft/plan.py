@@ -7,10 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mfukit.catalog.resolved import ResolvedScenario
+from mfukit.errors import InputError
 from mfukit.ft import checkpoint_io as ckio
 from mfukit.ft.interval import Expected, daly_interval_s, expected_run, kokolis_ettr, young_interval_s
 from mfukit.ft.restart import no_spare_probability, spares_for
-from mfukit.ft.setup import FtInputs
+from mfukit.ft.setup import FtInputs, ft_inputs
+from mfukit.perf.planner import Plan
 
 COMPARED_INTERVALS_S = (1800.0, 3600.0)
 """Fixed intervals every comparison shows beside the optimum: the half-hourly and hourly saves common
@@ -173,3 +176,15 @@ def interval_grid_s(inputs: FtInputs, points: int = 25) -> list[float]:
 def ettr_curve(inputs: FtInputs, mode: ckio.Mode, intervals_s: list[float]) -> list[float]:
     spares = inputs.scenario.ft.hot_spares
     return [expected_run(inputs.run.with_policy(inputs.policy(mode, i, spares))).ettr for i in intervals_s]
+
+
+def plan_for_layout(scene: ResolvedScenario, layout: Plan) -> tuple[FtPlan | None, str]:
+    """The plan of ``scene`` run on the GPU count and layout of a performance-model plan (its step time from
+    the model), or None and why there is none."""
+    try:
+        sized = ft_inputs(
+            scene, num_gpus=layout.num_gpus, step_time_s=layout.step_time_s, parallelism=layout.layout
+        )
+        return plan(sized), ""
+    except InputError as error:
+        return None, f"No fault-tolerance plan: {error.render()}"

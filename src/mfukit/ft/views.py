@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mfukit import units
-from mfukit.core.results import Quantity, Table, shown
+from mfukit.core.results import Output, Quantity, Table, shown
 from mfukit.ft import charts
 from mfukit.ft.plan import CURVE_MODES, FtPlan, StorageLoad, ettr_curve, interval_grid_s, optimum_intervals_s
 from mfukit.ft.setup import FtInputs
@@ -225,3 +225,13 @@ def plan_section(result: FtPlan) -> Section:
         tables=[plan_table(result), policy_table(result)],
         charts=[interval_chart(inputs)],
     )
+
+
+def deadline_check(inputs: FtInputs, wall_s: float, output: Output) -> None:
+    """Warn, and exit 1, when the run's wall clock is past the scenario's deadline."""
+    deadline = inputs.scenario.training.deadline_s
+    if deadline is not None and wall_s > deadline:
+        output.warnings.append(
+            f"the run needs {duration(wall_s)} of wall clock, past the deadline of {duration(deadline)}"
+        )
+        output.exit_code = 1

@@ -9,7 +9,10 @@ planner prunes before estimating (divisibility, batch, schedule, compatibility) 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import csv
+import io
+import json
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -57,3 +60,21 @@ def every_layout(
         }
         row |= {f"breakdown_{name}_s": value for name, value in estimate.row(i).items()}
         yield row
+
+
+def _csv(rows: list[Row]) -> str:
+    if not rows:
+        return ""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def _json_lines(rows: list[Row]) -> str:
+    return "".join(json.dumps(row) + "\n" for row in rows)
+
+
+FILE_FORMATS: dict[str, Callable[[list[Row]], str]] = {".csv": _csv, ".jsonl": _json_lines}
+"""file suffix -> the text of the rows in that format (CSV, JSON lines)"""

@@ -47,6 +47,17 @@ MAIN, BACKFILL = "main", "backfill"
 
 
 @dataclass(frozen=True)
+class BackfillSettings:
+    """The SchedulerParameters of slurm.conf(5) that the ``slurm`` policy models (defaults as Slurm's)."""
+
+    sched_interval_s: float = SCHED_INTERVAL_S
+    bf_interval_s: float = BF_INTERVAL_S
+    bf_resolution_s: float = BF_RESOLUTION_S
+    bf_window_s: float = BF_WINDOW_S
+    bf_max_job_test: int = BF_MAX_JOB_TEST
+
+
+@dataclass(frozen=True)
 class ControllerPass:
     """One pass of a real slurmctld: when, which scheduler, and when it tested each job."""
 
