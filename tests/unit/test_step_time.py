@@ -175,7 +175,11 @@ def test_small_layers_are_launch_bound_and_the_host_floor_scales_with_micro_batc
     big = _one_layout(
         Parallelism(tp=8, pp=8, dp=16), model=GPT3, system="dgx-a100-80gb", framework="megatron", gpus=1024
     )
-    assert float(big.breakdown_s["other"][0]) < 0.02 * float(big.step_time_s[0])  # hidden behind the GPU
+    # hidden behind the GPU: the host's share of a 175B step is a small fraction of the tiny model's (the
+    # shares themselves move with the fitted host costs)
+    big_share = float(big.breakdown_s["other"][0]) / float(big.step_time_s[0])
+    assert big_share < 0.1 * float(one.breakdown_s["other"][0]) / float(one.step_time_s[0])
+    assert big_share < 0.05
 
 
 def test_nanotron_exposes_the_zero1_weight_gather_that_megatron_overlaps() -> None:
