@@ -15,9 +15,7 @@ CLI = Path(__file__).parents[2] / "src" / "mfukit" / "cli"
 MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60
 EXCLUDED = {
-    "size.py": "its helpers are being moved by the one-resolver change (item 1 of the architecture issue)",
     "mfu.py": "its flags and derivations are being moved by the one-resolver change (item 1)",
-    "common.py": "the scenario flag table, to be generated from the schema (item 4)",
 }
 
 
