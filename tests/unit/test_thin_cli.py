@@ -1,10 +1,6 @@
 """The CLI stays thin (DESIGN.md: "parse, call library, render"): no module of ``cli/`` over
 ``MAX_MODULE_LINES`` lines and no function over ``MAX_FUNCTION_LINES`` (from its ``def`` to its last line;
-the click decorators above it are the flag table, counted in the module's lines only).
-
-``EXCLUDED`` names the modules not yet thin, each with why; an excluded module that meets the limits
-fails too, so the list only shrinks.
-"""
+the click decorators above it are the flag table, counted in the module's lines only)."""
 
 from __future__ import annotations
 
@@ -14,11 +10,6 @@ from pathlib import Path
 CLI = Path(__file__).parents[2] / "src" / "mfukit" / "cli"
 MAX_MODULE_LINES = 300
 MAX_FUNCTION_LINES = 60
-EXCLUDED = {
-    "size.py": "its helpers are being moved by the one-resolver change (item 1 of the architecture issue)",
-    "mfu.py": "its flags and derivations are being moved by the one-resolver change (item 1)",
-    "common.py": "the scenario flag table, to be generated from the schema (item 4)",
-}
 
 
 def too_long(path: Path) -> list[str]:
@@ -37,15 +28,5 @@ def too_long(path: Path) -> list[str]:
 
 
 def test_cli_modules_are_thin() -> None:
-    over = [
-        problem
-        for path in sorted(CLI.glob("*.py"))
-        if path.name not in EXCLUDED
-        for problem in too_long(path)
-    ]
+    over = [problem for path in sorted(CLI.glob("*.py")) for problem in too_long(path)]
     assert over == [], "move the logic into its package:\n" + "\n".join(over)
-
-
-def test_every_exclusion_is_still_needed() -> None:
-    stale = [name for name in EXCLUDED if not (CLI / name).is_file() or not too_long(CLI / name)]
-    assert stale == [], f"thin now (or gone): remove from EXCLUDED: {stale}"

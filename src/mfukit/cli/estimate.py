@@ -11,7 +11,6 @@ from mfukit.catalog.resolved import load_resolved
 from mfukit.cli.common import emit, format_option, scenario_argument, scenario_options
 from mfukit.cli.perf_views import PERF_FLAGS
 from mfukit.cli.render import Format
-from mfukit.cli.size import memory_table
 from mfukit.errors import InputError
 from mfukit.perf.estimate import LayoutEstimate, estimate_layout
 from mfukit.perf.estimate_views import estimate_output
@@ -32,8 +31,7 @@ def estimate(scenario_path: Path | None, overrides: dict[str, Any], fmt: Format)
     result = estimate_layout(inputs, layout_for_estimate(inputs))
     if result.plan is None or result.memory is None:
         raise _unbuildable(inputs, result)
-    memory = memory_table(result.memory.peak, inputs.accelerator.hbm_bytes)
-    return emit(estimate_output(inputs, result, result.plan, result.memory, memory), fmt)
+    return emit(estimate_output(inputs, result, result.plan, result.memory), fmt)
 
 
 def _unbuildable(inputs: PerfInputs, result: LayoutEstimate) -> InputError:

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from mfukit.perf.views import layout_json, search_rule
-
 PERF_FLAGS = (
     "model",
     "tokens",
@@ -42,6 +40,3 @@ PERF_FLAGS = (
     "fsdp",
 )
 """The scenario flags of the commands the performance model answers (estimate, plan, size)."""
-
-# cli/size.py reads the two views through this module.
-__all__ = ["PERF_FLAGS", "layout_json", "search_rule"]

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from mfukit.catalog.resolved import ResolvedScenario
 from mfukit.ft.interval import expected_run
 from mfukit.ft.setup import ft_inputs
+from mfukit.perf.sizing_inputs import DEFAULT_GOODPUT
+from mfukit.perf.sizing_model import GoodputOf
 
 
 @dataclass(frozen=True)
@@ -32,3 +34,32 @@ def expected_goodput(scene: ResolvedScenario, *, num_gpus: int, step_time_s: flo
         f"{inputs.mode} saves every {inputs.run.interval_s:.0f} s; `mfukit ft plan` for the breakdown)"
     )
     return Goodput(ettr, inputs.run.interval_s, how, tuple(inputs.assumptions))
+
+
+def goodput_of(scene: ResolvedScenario, *, given_as_flag: bool) -> GoodputOf:
+    """Goodput at a GPU count: the expected ETTR when the scenario names a failure model (``[ft]
+    failure_model``, ``--failure-rate``), else the flat allowance (``--goodput``, 0.9)."""
+    ft, cluster, source = scene.ft, scene.cluster_section, scene.source
+    failure_model = (
+        "failure_model" in ft.model_fields_set or cluster.failure_rate_per_1000_node_days is not None
+    )
+    if ft.goodput is not None or not failure_model:
+        flat = ft.goodput if ft.goodput is not None else DEFAULT_GOODPUT
+        origin = (
+            "--goodput"
+            if given_as_flag
+            else f"ft.goodput in {source}"
+            if ft.goodput is not None
+            else "default"
+        )
+        how = (
+            f"flat goodput allowance {flat:g} ({origin}; name a failure model with --failure-model "
+            "for the expected ETTR)"
+        )
+        return lambda count, step_time_s: (flat, how)
+
+    def expected(count: int, step_time_s: float) -> tuple[float, str]:
+        found = expected_goodput(scene, num_gpus=count, step_time_s=step_time_s or None)
+        return found.ettr, found.how
+
+    return expected

@@ -17,6 +17,7 @@ from mfukit.perf.views import (
     days,
     layout_json,
     layout_text,
+    memory_table,
     mfu_with_interval,
     model_assumptions,
     options_text,
@@ -25,11 +26,9 @@ from mfukit.perf.views import (
 )
 
 
-def estimate_output(
-    inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memory: MemoryEstimate, memory_table: Table
-) -> Output:
+def estimate_output(inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memory: MemoryEstimate) -> Output:
     """The output of ``estimate`` for a layout that can be built (``plan`` and ``memory`` are ``result``'s;
-    ``memory_table``: its peak stage's memory, as ``size`` shows it). Exit 1 when it does not fit."""
+    its peak stage's memory is shown as ``size`` shows it). Exit 1 when it does not fit."""
     workload, accelerator = inputs.workload, inputs.accelerator
     title = f"estimate: {inputs.model.display_name or inputs.model.name} on {result.num_gpus:,} x {accelerator.name}"
     echo = {
@@ -103,7 +102,7 @@ def estimate_output(
         tables=[
             main,
             breakdown_table(plan),
-            memory_table,
+            memory_table(memory.peak, accelerator.hbm_bytes),
             tiers_table(plan, result.machine),
         ],
         exit_code=0 if fits else 1,

@@ -1,6 +1,6 @@
 """Sizing with the performance model's MFU: the planner's best layout at each GPU count, the smallest count
 that meets the deadline with it, and the goodput of that count (the fault-tolerance model's expected ETTR
-when the scenario gives a failure model)."""
+when the scenario gives a failure model); and the sizing at an assumed, constant MFU."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from mfukit.perf.estimate import plan_memory
 from mfukit.perf.inputs import PerfInputs, search_space
 from mfukit.perf.planner import Plan, search
 from mfukit.perf.scaling import smallest_count
-from mfukit.perf.sizing import Candidate, Sizing, SizingInputs, check_fixed_degrees, finish
+from mfukit.perf.sizing import Candidate, Sizing, SizingInputs, check_fixed_degrees, finish, size
 
 GoodputOf = Callable[[int, float], tuple[float, str]]
 """(GPU count, step time in s) -> (goodput, how it was found)"""
@@ -84,3 +84,24 @@ def size_by_model(
     memory = plan_memory(workload, plan, system.gpus_per_node)
     chosen = Candidate(plan.layout, memory, plan.num_microbatches)
     return finish(replace(sized, micro_batch_size=plan.micro_batch_size), chosen, []), how
+
+
+def size_at_constant_mfu(inputs: SizingInputs, goodput: GoodputOf) -> tuple[Sizing, str]:
+    """Size at the given MFU; with a failure model, re-sized once at the expected ETTR of the count found."""
+    first = size(inputs)
+    if first.chosen is None or first.step_s is None:
+        return first, goodput(inputs.num_gpus or 1, 0.0)[1] if inputs.num_gpus else "flat goodput allowance"
+    rate, how = goodput(first.gpus, first.step_s)
+    if rate == inputs.goodput:
+        return first, how
+    return size(replace(inputs, goodput=rate)), how
+
+
+def constant_mfu_rule(inputs: SizingInputs, *, micro_batch_given: bool) -> str:
+    """How the layout is chosen at an assumed MFU (the output's first assumption)."""
+    return (
+        "layout at the assumed MFU: the fewest GPUs, then the least model parallelism; micro-batch size "
+        f"{inputs.micro_batch_size} ("
+        + ("given" if micro_batch_given else "default, --micro-batch-size")
+        + "); given [parallelism] knobs fixed, the rest at the planning defaults below"
+    )

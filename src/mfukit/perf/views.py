@@ -1,5 +1,5 @@
 """What ``estimate``, ``plan`` and ``size`` show of the performance model: a layout in words, a plan's
-JSON keys, its step-time breakdown and which tier each parallel dimension crosses."""
+JSON keys, its step-time breakdown, its memory per GPU and which tier each parallel dimension crosses."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from mfukit.perf.efficiency import Efficiency
 from mfukit.perf.flops import ATTENTION_CONVENTION_NAMES
 from mfukit.perf.inputs import DEGREES, PerfInputs
 from mfukit.perf.layouts import SHORT_SHARDING, Workload
-from mfukit.perf.memory import MemoryEstimate, memory_note, sharding_of
+from mfukit.perf.memory import MemoryEstimate, StageMemory, memory_note, sharding_of
 from mfukit.perf.planner import Plan
 from mfukit.perf.step_time import Machine
 
@@ -249,3 +249,25 @@ def search_rule(inputs: PerfInputs) -> str:
 
 def days(value: float) -> str:
     return f"{value / units.SECONDS_PER_DAY:,.1f} d"
+
+
+def memory_table(stage: StageMemory, hbm_bytes: float) -> Table:
+    """The memory per GPU of a pipeline stage (the peak one), part by part, in GiB and as a share of HBM."""
+    table = Table(
+        f"memory per GPU ({stage.stage} pipeline stage, the peak)",
+        ["part", "GiB", "share of HBM"],
+        csv_columns=["part", "bytes", "share_of_hbm"],
+    )
+    for name, value in stage.parts().items():
+        if value:
+            table.add(
+                name,
+                shown(value, lambda v: f"{v / 2**30:,.2f}", unit="bytes"),
+                shown(value / hbm_bytes, units.format_percent),
+            )
+    table.add(
+        "total",
+        shown(stage.total_bytes, lambda v: f"{v / 2**30:,.2f}", unit="bytes"),
+        shown(stage.total_bytes / hbm_bytes, units.format_percent),
+    )
+    return table
