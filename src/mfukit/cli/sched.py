@@ -4,6 +4,7 @@ and run a throw-away multi-node Slurm for development."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from mfukit.sched import summary
 from mfukit.sched.engine import ClusterSpec, Drain
 from mfukit.sched.engine import simulate as run_simulation
 from mfukit.sched.failures import node_failures
+from mfukit.sched.job import Job
 from mfukit.sched.policies import POLICIES, Policy, PriorityWeights
 from mfukit.sched.policies.easy import EasyBackfill
 from mfukit.sched.policies.slurm import (
@@ -261,7 +263,7 @@ def simulate(
             median_run_s=units.parse_duration_s(median_run, field="--median-run"),
             seed=seed,
         )
-        jobs = generate(synth)
+        jobs: Sequence[Job] = generate(synth)
         assumptions += [
             f"synthetic trace: {num_jobs} jobs, Poisson arrivals at offered load {load:g}, size mix from {size_mix()[2]}",
             f"run times log-normal (median {median_run}, sigma {synth.run_sigma}) and limits = run x U(1, "

@@ -1,0 +1,383 @@
+"""``sacct -P`` text read a column at a time: Arrow's CSV parser on 1 MiB of whole lines at a time.
+
+sacct -P output is ``|``-separated and never quoted (a ``"`` in a job name is a character), so the
+parser runs with quoting off and reads only the columns the analysis uses, each as raw bytes (those
+whose values repeat, such as users, states and TRES strings, dictionary-encoded by the parser itself).
+Times and numbers in sacct's own spelling are read a whole column at a time
+(:mod:`~mfukit.sched.traces.columns`); any other spelling, and every repeated column, is parsed once
+per distinct value by the row-at-a-time functions of :mod:`~mfukit.sched.traces.sacct`, so the result
+is the same as reading the rows one by one. A block with anything the parser would read differently
+from Python's text file (a blank line, a ``\\r``, a row with too few or too many fields, a BOM at its
+start) is split into lines by Python instead, with ``errors="replace"`` for bad UTF-8 as before.
+Memory is one block plus the attempts' columns.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from mfukit.errors import InputError
+from mfukit.sched.traces.attempts import Attempts, Fields
+from mfukit.sched.traces.columns import (
+    FIRST_SECOND,
+    Bools,
+    Floats,
+    Ints,
+    decimal_integers,
+    distinct,
+    integers,
+    iso_seconds,
+    lengths,
+    row_errors,
+    take,
+)
+from mfukit.sched.traces.common import Rows, TraceRead, column_index
+from mfukit.sched.traces.hostlists import HostlistCheck
+from mfukit.sched.traces.sacct import (
+    ALIASES,
+    count,
+    gpus_in_tres,
+    job_number,
+    raw_limit_s,
+    sacct_time,
+    slurm_duration_s,
+    started_by_backfill,
+    state_code,
+)
+from mfukit.sched.traces.shape import JobFactory
+
+BLOCK_BYTES = 4 << 20  # read at a time
+PARSE_BYTES = 1 << 20  # parsed by one of Arrow's threads: its parser is fastest on blocks that stay in cache
+EXPECTED = "sacct -P output with its header (no -n) and --format as in `mfukit sched analyze --help`"
+_MOSTLY_DISTINCT = frozenset({"id", "submit", "eligible", "start", "end", "elapsed"})
+_TIMES = ("submit", "eligible", "start", "end")
+_PARSE = pcsv.ParseOptions(
+    delimiter="|",
+    quote_char=False,
+    double_quote=False,
+    escape_char=False,
+    newlines_in_values=False,
+    ignore_empty_lines=False,
+)
+
+
+def read_sacct_parsable(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
+    """Stream the file in blocks; a job step is dropped before any other field of it is parsed."""
+    attempts = Attempts(factory, rows)
+    try:
+        handle = path.open("rb")
+    except OSError as error:
+        raise InputError(f"cannot read the trace: {error}", source=str(path)) from None
+    with handle:
+        reader = _Reader(str(path), attempts)
+        for block in _blocks(handle):
+            reader.read(block)
+    if reader.header is None:
+        raise InputError("the file is empty", source=str(path), expected=EXPECTED)
+    return attempts.finish("sacct-p")
+
+
+def _blocks(handle: BinaryIO) -> Iterator[bytes]:
+    """The file in blocks of whole lines (a line longer than a block is a block of its own)."""
+    while block := handle.read(BLOCK_BYTES):
+        if not block.endswith(b"\n"):
+            block += handle.readline()
+        yield block
+
+
+def _regular(block: bytes) -> bool:
+    """Whether Arrow splits ``block`` into the lines Python's text file does (no ``\\r``), and reads
+    its first field as written (Arrow drops a BOM at the start of its input)."""
+    return b"\r" not in block and not block.startswith(b"\xef\xbb\xbf")
+
+
+class _Header:
+    """The header line: where each wanted column is, and how Arrow reads them.
+
+    Times are parsed by Arrow's CSV reader (its ISO 8601 parser takes only spellings that Python's
+    ``fromisoformat`` reads as the same instant); a column found with another spelling (``Unknown``)
+    is read as bytes from then on.
+    """
+
+    def __init__(self, fields: list[str], line: int, source: str) -> None:
+        at = column_index(fields, ALIASES)
+        lacking = [key for key in ("id", "submit", "start", "tres") if key not in at]
+        if lacking:
+            raise InputError(
+                f"line {line}: the header lacks {', '.join(lacking)}", source=source, expected=EXPECTED
+            )
+        self.width = len(fields)
+        self.names = [f"c{position}" for position in range(self.width)]
+        self.at = at
+        self.parsed_times = {key for key in _TIMES if key in at}
+
+    def convert(self, times: bool) -> pcsv.ConvertOptions:
+        """How Arrow reads the wanted columns (``times``: the time columns it can as timestamps)."""
+
+        def kind(key: str) -> pa.DataType:
+            if times and key in self.parsed_times:
+                return pa.timestamp("s")
+            return pa.binary() if key in _MOSTLY_DISTINCT else pa.dictionary(pa.int32(), pa.binary())
+
+        return pcsv.ConvertOptions(
+            include_columns=[self.names[position] for position in self.at.values()],
+            column_types={self.names[position]: kind(key) for key, position in self.at.items()},
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+            null_values=[],
+            timestamp_parsers=[pcsv.ISO8601],
+        )
+
+    def batch(self, rows: list[list[str]]) -> pa.RecordBatch:
+        """The rows that Python split (padded or cut to the header's width) as Arrow reads them."""
+        columns = {}
+        for key, position in self.at.items():
+            values = pa.array(
+                [(f[position] if position < len(f) else "").encode() for f in rows], pa.binary()
+            )
+            columns[self.names[position]] = (
+                values if key in _MOSTLY_DISTINCT else pc.dictionary_encode(values)
+            )
+        return pa.record_batch(columns)
+
+
+class _Reader:
+    """Reads blocks in order, keeping the line count, and hands each batch of rows to the attempts."""
+
+    def __init__(self, source: str, attempts: Attempts) -> None:
+        self.source = source
+        self.attempts = attempts
+        self.header: _Header | None = None
+        self.line = 0  # lines read so far
+        self.caches: dict[str, dict[Any, Any]] = {key: {} for key in ALIASES}
+        self.hostlists = HostlistCheck()
+
+    def read(self, block: bytes) -> None:
+        if self.header is None and b"\r" not in block:
+            block = self._past_header(block)
+            if not block:
+                return
+        header = self.header
+        if header is not None and _regular(block):
+            table = self._parsed(block, header, times=True)
+            if table is None and header.parsed_times:
+                table = self._parsed(block, header, times=False)
+            batches = table.to_batches() if table is not None else []
+            # a blank line is a row of empty fields to Arrow; so is a row of empty fields: read both alike
+            if table is not None and not any((lengths(_column(b, header, "id")) == 0).any() for b in batches):
+                for batch in batches:
+                    lines = np.arange(self.line + 1, self.line + 1 + batch.num_rows, dtype=np.int64)
+                    self.line += batch.num_rows
+                    self._rows(batch, lines)
+                return
+        self._by_line(block)
+
+    @staticmethod
+    def _parsed(block: bytes, header: _Header, *, times: bool) -> pa.Table | None:
+        """``block`` parsed by Arrow, or None if it cannot (a row of another width, a time it cannot
+        read, or one in year 0, which Python refuses)."""
+        try:
+            table = pcsv.read_csv(
+                pa.py_buffer(block),
+                read_options=pcsv.ReadOptions(column_names=header.names, block_size=PARSE_BYTES),
+                parse_options=_PARSE,
+                convert_options=header.convert(times),
+            )
+        except pa.ArrowInvalid:
+            return None
+        for key in header.parsed_times if times else ():
+            earliest = pc.min(table.column(header.names[header.at[key]]).cast(pa.int64())).as_py()
+            if earliest is not None and earliest < FIRST_SECOND:
+                return None
+        return table
+
+    def _past_header(self, block: bytes) -> bytes:
+        """Read lines of ``block`` (split at ``\\n`` only: it has no ``\\r``) up to the header; the rest."""
+        at = 0
+        while self.header is None and at < len(block):
+            end = block.find(b"\n", at) + 1 or len(block)
+            self.line += 1
+            text = block[at:end].decode("utf-8", "replace")
+            if text.strip():
+                self.header = _Header(text.rstrip("\r\n").split("|"), self.line, self.source)
+            at = end
+        return block[at:]
+
+    def _by_line(self, block: bytes) -> None:
+        """Split ``block`` into lines as Python's text file does (``\\n``, ``\\r\\n`` or ``\\r``), skip blank
+        ones, and pad or cut each row to the header's width."""
+        rows: list[list[str]] = []
+        lines: list[int] = []
+        for text in io.StringIO(block.decode("utf-8", "replace"), newline=""):
+            self.line += 1
+            if not text.strip():
+                continue
+            fields = text.rstrip("\r\n").split("|")
+            if self.header is None:
+                self.header = _Header(fields, self.line, self.source)
+            else:
+                rows.append(fields)
+                lines.append(self.line)
+        if rows and self.header is not None:
+            self._rows(self.header.batch(rows), np.array(lines, dtype=np.int64))
+
+    def _rows(self, batch: pa.RecordBatch, lines: Ints) -> None:
+        header = self.header
+        assert header is not None
+        ids = _column(batch, header, "id")
+        numbers, read = decimal_integers(ids)
+        stepped = None
+        if not read.all():  # JobIDs that are not plain numbers: some may be steps (12.batch)
+            steps = _array(pc.match_substring(ids, ".")).astype(bool)
+            if steps.any():
+                batch, lines, stepped = batch.filter(pa.array(~steps)), lines[~steps], lines[steps]
+                ids = _column(batch, header, "id")
+                numbers, read = decimal_integers(ids)
+        self.attempts.add(self._fields(batch, lines, _job_ids(ids, numbers, read, lines)), stepped)
+
+    def _fields(
+        self, batch: pa.RecordBatch, lines: Ints, ids: tuple[np.ndarray[Any, Any], Bools, pa.Array]
+    ) -> Fields:
+        header = self.header
+        assert header is not None
+
+        def column(key: str) -> pa.Array | None:
+            return _column(batch, header, key) if key in header.at else None
+
+        def each(key: str, parse: Callable[[str], Any], missing: Any, dtype: Any) -> np.ndarray[Any, Any]:
+            results, codes, failed = distinct(column(key), lines.size, parse, self.caches[key])
+            errors.append(row_errors(codes, failed))
+            return take(results, codes, missing, dtype)
+
+        errors: list[dict[int, str]] = []  # per field, in the order a row's first bad field is named
+        limit_s = self._limits(column("limit_min"), column("limit"), lines.size, errors)
+        elapsed = self._numbers(column("elapsed"), lines.size, errors)
+        times = {key: self._times(column(key), key, lines.size, errors) for key in _TIMES}
+        nodes = each("nodes", lambda text: int(count(text, "NNodes")) if text else 0, 0, int)
+        gpus = each("tres", gpus_in_tres, 0, int)
+        nodelist = column("nodelist")
+        if nodelist is not None:
+            errors.append(
+                row_errors(np.asarray(nodelist.indices), self.hostlists.errors(nodelist.dictionary))
+            )
+        first_error: dict[int, str] = {}
+        for found in errors:
+            for row, why in found.items():
+                first_error.setdefault(row, why)
+        strings = self.attempts.strings
+        user = each("user", strings.code, 0, np.int32)
+        account = each("account", strings.code, 0, np.int32)
+        job_id, numbered, name = ids
+        return Fields(
+            line=lines,
+            errors=first_error,
+            step=np.zeros(lines.size, dtype=bool),
+            name=name,
+            job_id=job_id,
+            numbered=numbered,
+            state=each("state", state_code, 0, np.int8),
+            gpus=gpus,
+            nodes=nodes,
+            limit_s=limit_s,
+            elapsed=elapsed,
+            user=np.where(user == 0, account, user),
+            partition=each("partition", lambda text: strings.code(text or "batch"), 0, np.int32),
+            qos=each("qos", lambda text: strings.code(text or "normal"), 0, np.int32),
+            nodelist=nodelist if nodelist is not None else pa.array([b""] * lines.size, pa.binary()),
+            backfilled=each("flags", started_by_backfill, False, bool),
+            **times,
+        )
+
+    def _times(self, array: pa.Array | None, key: str, rows: int, errors: list[dict[int, str]]) -> Floats:
+        if array is None:
+            return np.full(rows, math.nan)
+        if pa.types.is_timestamp(array.type):
+            return np.asarray(array.cast(pa.int64()), dtype=np.float64)
+        seconds, read = iso_seconds(array)
+        if not read.all() and self.header is not None:
+            self.header.parsed_times.discard(key)
+        errors.append(self._rest(array, read, seconds, sacct_time, self.caches[key]))
+        return seconds
+
+    def _numbers(self, array: pa.Array | None, rows: int, errors: list[dict[int, str]]) -> Floats:
+        """ElapsedRaw (NaN where empty)."""
+        if array is None:
+            return np.full(rows, math.nan)
+        whole, read = decimal_integers(array)
+        seconds = whole.astype(np.float64)  # rounded as float() rounds the digits
+        errors.append(
+            self._rest(
+                array,
+                read,
+                seconds,
+                lambda text: count(text, "ElapsedRaw") if text else None,
+                self.caches["elapsed"],
+            )
+        )
+        return seconds
+
+    def _limits(
+        self, raw: pa.Array | None, text: pa.Array | None, rows: int, errors: list[dict[int, str]]
+    ) -> Floats:
+        """TimelimitRaw as seconds, else Timelimit (NaN: no limit)."""
+        results, codes, failed = distinct(raw, rows, raw_limit_s, self.caches["limit_min"])
+        limit_s = take(results, codes, math.nan, np.float64)
+        found = row_errors(codes, failed)
+        rest = np.flatnonzero(np.isnan(limit_s))
+        rest = rest[~np.isin(rest, np.fromiter(found, dtype=np.int64, count=len(found)))]
+        if rest.size:
+            subset = text.take(pa.array(rest)) if text is not None else None
+            results, codes, failed = distinct(subset, rest.size, slurm_duration_s, self.caches["limit"])
+            limit_s[rest] = take(results, codes, math.nan, np.float64)
+            found |= row_errors(codes, failed, rest)
+        errors.append(found)
+        return limit_s
+
+    @staticmethod
+    def _rest(
+        array: pa.Array,
+        read: np.ndarray[Any, Any],
+        values: Floats,
+        parse: Callable[[str], float | None],
+        cache: dict[Any, Any],
+    ) -> dict[int, str]:
+        """Parse the values a column parser did not read, once per distinct value, into ``values``."""
+        if read.all():
+            return {}
+        rest = np.flatnonzero(~read)
+        results, codes, failed = distinct(array.take(pa.array(rest)), rest.size, parse, cache)
+        values[rest] = take(results, codes, math.nan, np.float64)
+        return row_errors(codes, failed, rest)
+
+
+def _column(batch: pa.RecordBatch, header: _Header, key: str) -> pa.Array:
+    return batch.column(header.names[header.at[key]])
+
+
+def _array(values: pa.Array) -> np.ndarray[Any, Any]:
+    return np.asarray(values.to_numpy(zero_copy_only=False))
+
+
+def _job_ids(
+    ids: pa.Array, numbers: Ints, read: Bools, lines: Ints
+) -> tuple[np.ndarray[Any, Any], Bools, pa.Array]:
+    """(the number each JobID starts with, else its line; whether the JobID is that number as Python
+    prints it; the JobIDs, stripped, as strings), from :func:`decimal_integers` of the JobIDs."""
+    if read.all():
+        return numbers, read, ids.cast(pa.string())
+    rest = np.flatnonzero(~read)
+    texts = [raw.decode("utf-8", "replace").strip() for raw in ids.take(pa.array(rest)).to_pylist()]
+    others = integers([job_number(text, int(lines[row])) for text, row in zip(texts, rest, strict=True)])
+    job_id = numbers.astype(others.dtype)  # a copy: Arrow's numbers are read-only
+    job_id[rest] = others
+    names = pc.replace_with_mask(ids, pa.array(~read), pa.array([t.encode() for t in texts], pa.binary()))
+    return job_id, read, names.cast(pa.string())
