@@ -73,9 +73,9 @@ class Fields:
     line: Ints  # line of the -P file, or entry of the --json list
     errors: dict[int, str]  # row -> why it is a bad row (its first field that does not parse)
     step: Bools
-    name: pa.Array  # JobID as written, stripped (string)
     job_id: npt.NDArray[Any]  # JobID's leading number, else the line (int64, or object for larger)
-    numbered: Bools  # JobID is job_id as Python prints it, so job_id alone tells JobIDs apart
+    numbered: Bools  # JobID is job_id as Python prints it: job_id alone tells JobIDs apart
+    names: dict[int, str]  # row -> JobID as written, stripped, where it is not numbered
     state: npt.NDArray[np.int8]  # code in STATES
     gpus: npt.NDArray[Any]
     nodes: npt.NDArray[Any]  # NNodes, 0 if not given
@@ -88,7 +88,7 @@ class Fields:
     user: Codes  # in the read's Strings: User, else Account
     partition: Codes
     qos: Codes
-    nodelist: pa.Array  # NodeList as written (binary or dictionary of binary); a bad one is in errors
+    nodelist: pa.Array  # NodeList as written (dictionary of binary); a bad one is in errors
     backfilled: Bools
 
 
@@ -99,8 +99,10 @@ class Attempts:
         self.factory = factory
         self.rows = rows
         self.strings = Strings()
-        self._columns: list[dict[str, Any]] = []
+        self._columns: list[dict[str, Any]] = []  # the attempts of each batch
+        self._attempts = 0
         self._named: dict[str, int] = {}  # JobIDs that are not their number -> key
+        self._names: list[str] = []  # of the attempts whose JobID is not its number, in order
 
     def add(self, fields: Fields, steps: Ints | None = None) -> None:
         """Settle a batch; ``steps``: the lines of job steps its reader dropped before parsing them."""
@@ -125,23 +127,25 @@ class Attempts:
         skipped.append((steps if steps is not None else np.zeros(0, dtype=np.int64), STEP))
         for lines, reason in sorted((s for s in skipped if s[0].size), key=lambda s: int(s[0][0])):
             self.rows.skip(reason, int(lines.size))
-        columns = _attempt_columns(fields, np.flatnonzero(outcome == _ATTEMPT))
-        named = np.flatnonzero(~fields.numbered[np.flatnonzero(outcome == _ATTEMPT)])
+        chosen = np.flatnonzero(outcome == _ATTEMPT)
+        columns = _attempt_columns(fields, chosen)
+        named = np.flatnonzero(~fields.numbered[chosen])
         if named.size:  # keyed by their text, below every number
-            texts = columns["name"].take(pa.array(named)).to_pylist()
+            texts = [fields.names[row] for row in chosen[named].tolist()]
             columns["key"][named] = [-1 - self._named.setdefault(text, len(self._named)) for text in texts]
+            self._names += texts
         self._columns.append(columns)
+        self._attempts += chosen.size
+        self.factory.missing_limits += int(np.isnan(columns["limit_s"]).sum())
 
     def finish(self, fmt: str) -> TraceRead:
-        if not self._columns:
-            return self.rows.finish([], fmt, self.factory.assumptions())  # says no job could be scheduled
-        columns = {key: np.concatenate([c[key] for c in self._columns]) for key in _COLUMNS}
-        columns["name"] = pa.chunked_array([c["name"] for c in self._columns], pa.string())
-        columns["nodelist"] = pa.chunked_array([c["nodelist"] for c in self._columns], pa.binary())
-        self.factory.missing_limits += int(np.isnan(columns["limit_s"]).sum())
-        built = _Built(self.factory, self.strings.values, columns)
-        read = self.rows.finish(LazyJobs(built.last.size, built.jobs), fmt, self.factory.assumptions())
-        read.attempts = LazyJobs(built.first.size, built.attempts)
+        """The read: its attempts and jobs are built on first use (the count of attempts needs none,
+        that of jobs one sort of the attempts' keys)."""
+        built = _Built(self.factory, self.strings.values, self._names, self._columns)
+        count = self._attempts
+        jobs = LazyJobs(built.jobs, lambda: built.fold()[2].size, any_job=count > 0)
+        read = self.rows.finish(jobs, fmt, self.factory.assumptions())  # raises if there is none
+        read.attempts = LazyJobs(built.attempts, lambda: count, any_job=count > 0)
         return read
 
 
@@ -170,11 +174,9 @@ def _attempt_columns(fields: Fields, rows: Ints) -> dict[str, Any]:
     start, end, elapsed = fields.start[rows], fields.end[rows], fields.elapsed[rows]
     ran = np.where(np.isnan(elapsed), np.where(np.isnan(end), 0.0, end - start), elapsed)
     eligible = fields.eligible[rows]
-    nodelist = fields.nodelist.take(pa.array(rows))
     return {
         "job_id": fields.job_id[rows],
         "key": np.where(fields.numbered[rows], fields.job_id[rows], 0).astype(np.int64),
-        "name": fields.name.take(pa.array(rows)),
         "queued": np.where(np.isnan(eligible), fields.submit[rows], eligible),
         "start": start,
         "end": end,
@@ -187,7 +189,7 @@ def _attempt_columns(fields: Fields, rows: Ints) -> dict[str, Any]:
         "qos": fields.qos[rows],
         "state": fields.state[rows],
         "backfilled": fields.backfilled[rows],
-        "nodelist": nodelist.cast(pa.binary()) if pa.types.is_dictionary(nodelist.type) else nodelist,
+        "nodelist": fields.nodelist.take(pa.array(rows)),
     }
 
 
@@ -208,14 +210,30 @@ def _fold(key: Ints) -> tuple[Ints, Ints, Ints]:
 
 
 class _Built:
-    """The attempts of a read in columns, and the Job objects built from them on first use."""
+    """The attempts of a read in columns, one set per batch, and what is built from them on first use:
+    the columns joined, the fold by JobID, the Job objects."""
 
-    def __init__(self, factory: JobFactory, strings: list[str], columns: dict[str, Any]) -> None:
+    def __init__(
+        self, factory: JobFactory, strings: list[str], names: list[str], batches: list[dict[str, Any]]
+    ) -> None:
         self.factory = factory
         self.strings = strings
-        self.columns = columns
-        self.restarts, self.first, self.last = _fold(columns["key"])
+        self.names = names
+        self.batches = batches
+        self._columns: dict[str, Any] | None = None
+        self._fold: tuple[Ints, Ints, Ints] | None = None
         self._attempts: list[Job] | None = None
+
+    def columns(self) -> dict[str, Any]:
+        if self._columns is None:
+            self._columns = {key: np.concatenate([c[key] for c in self.batches]) for key in _COLUMNS}
+            self._columns["nodelist"] = pa.chunked_array([c["nodelist"] for c in self.batches])
+        return self._columns
+
+    def fold(self) -> tuple[Ints, Ints, Ints]:
+        if self._fold is None:
+            self._fold = _fold(self.columns()["key"])
+        return self._fold
 
     def attempts(self) -> list[Job]:
         if self._attempts is None:
@@ -224,14 +242,15 @@ class _Built:
 
     def jobs(self) -> list[Job]:
         attempts = self.attempts()
-        return [attempts[row] for row in self.last.tolist()]
+        return [attempts[row] for row in self.fold()[2].tolist()]
 
     def _make(self) -> Iterator[Job]:
-        c, first, strings, factory = self.columns, self.first, self.strings, self.factory
-        node_names: dict[bytes, tuple[str, ...]] = {}
+        c, strings, factory = self.columns(), self.strings, self.factory
+        restarts, first, _ = self.fold()
+        named = iter(self.names)
         rows = zip(
             c["job_id"].tolist(),
-            c["name"].to_pylist(),
+            (c["key"] >= 0).tolist(),
             c["queued"].tolist(),
             c["run_s"].tolist(),
             c["limit_s"].tolist(),
@@ -245,14 +264,14 @@ class _Built:
             c["end"].tolist(),
             c["queued"][first].tolist(),
             c["start"][first].tolist(),
-            self.restarts.tolist(),
-            c["nodelist"].to_pylist(),
+            restarts.tolist(),
+            _nodelists(c["nodelist"]),
             c["backfilled"].tolist(),
             strict=True,
         )
         for (
-            job_id, name, queued, run_s, limit_s, gpus, nodes, user, partition, qos, state, start, end,
-            submit_s, first_start_s, restarts, nodelist, backfilled,
+            job_id, numbered, queued, run_s, limit_s, gpus, nodes, user, partition, qos, state, start, end,
+            submit_s, first_start_s, restarts, node_names, backfilled,
         ) in rows:  # fmt: skip
             state_name = STATES[state]
             job = factory.make(
@@ -265,7 +284,7 @@ class _Built:
                 user=strings[user],
                 partition=strings[partition],
                 qos=strings[qos],
-                name=name,
+                name=str(job_id) if numbered else next(named),
                 exit_state=state_name if state_name in ENDED_STATES else COMPLETED,
             )
             assert job is not None  # a row asking for more GPUs than the cluster has is a bad row
@@ -273,24 +292,39 @@ class _Built:
             job.restarts = restarts
             job.end_s = None if math.isnan(end) else end
             job.state = state_name if job.end_s is not None else RUNNING
-            names = node_names.get(nodelist)
-            if names is None:
-                names = node_names[nodelist] = expand_hostlist(nodelist.decode("utf-8", "replace"))
-            job.node_names = names
+            job.node_names = node_names
             job.backfilled = backfilled
             yield job
 
 
-class LazyJobs(Sequence[Job]):
-    """Jobs that are built on first use; ``len`` builds nothing."""
+def _nodelists(lists: pa.ChunkedArray) -> Iterator[tuple[str, ...]]:
+    """Each attempt's node names, from chunks of dictionary-encoded NodeLists (a dictionary may hold
+    lists of rows that are no attempts); each distinct list expanded once."""
+    expanded: dict[bytes, tuple[str, ...]] = {}
+    for chunk in lists.chunks:
+        texts = chunk.dictionary.to_pylist()
+        for code in chunk.indices.to_pylist():
+            text = texts[code]
+            names = expanded.get(text)
+            if names is None:
+                names = expanded[text] = expand_hostlist(text.decode("utf-8", "replace"))
+            yield names
 
-    def __init__(self, size: int, build: Callable[[], list[Job]]) -> None:
-        self._size = size
+
+class LazyJobs(Sequence[Job]):
+    """Jobs that are built on first use; neither ``len`` nor truth builds them."""
+
+    def __init__(self, build: Callable[[], list[Job]], size: Callable[[], int], *, any_job: bool) -> None:
         self._build = build
+        self._size = size
+        self._any = any_job
         self._jobs: list[Job] | None = None
 
+    def __bool__(self) -> bool:
+        return self._any
+
     def __len__(self) -> int:
-        return self._size
+        return self._size()
 
     @overload
     def __getitem__(self, index: int) -> Job: ...

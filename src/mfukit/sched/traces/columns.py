@@ -30,7 +30,6 @@ _ISO_BYTES = 19  # YYYY-MM-DDTHH:MM:SS
 _ISO_SEPARATORS = {4: ord("-"), 7: ord("-"), 10: ord("T"), 13: ord(":"), 16: ord(":")}
 FIRST_SECOND = -62135596800  # 0001-01-01T00:00:00 UTC: Arrow reads year 0, Python's datetime has none
 _MAX_DIGITS = 18  # every count of at most 18 digits fits in int64
-_POWERS_OF_TEN = 10 ** np.arange(_MAX_DIGITS + 1, dtype=np.int64)
 
 
 def lengths(array: pa.Array) -> Ints:
@@ -54,29 +53,27 @@ def _as_text(array: pa.Array, read: Bools, filler: bytes) -> pa.Array | None:
 
 def decimal_integers(array: pa.Array) -> tuple[Ints, Bools]:
     """(value, read) of each value of a binary array that is a number as Python prints it: 1 to 18
-    ASCII digits, no sign, no leading zero. Arrow's integer parser, which also takes a sign and
-    ``0x``, reads the column; a value it reads is kept if it is as long as the number's digits."""
+    ASCII digits, the first not 0 unless it is the only one. Arrow's integer parser reads the column;
+    it also takes a sign or ``0x`` first, which a value that starts with 1-9 cannot have."""
     sizes = lengths(array)
     read = (sizes >= 1) & (sizes <= _MAX_DIGITS)
     if read.any():
-        data = np.frombuffer(array.buffers()[2], dtype=np.uint8)
         first = np.zeros(len(array), dtype=np.uint8)
-        first[read] = data[_offsets(array)[:-1][read]]
-        read &= (first != ord("0")) | (sizes == 1)
+        first[read] = np.frombuffer(array.buffers()[2], dtype=np.uint8)[_offsets(array)[:-1][read]]
+        read &= ((first > ord("0")) & (first <= ord("9"))) | ((first == ord("0")) & (sizes == 1))
     try:
-        values = array.cast(pa.string()).cast(pa.int64()).to_numpy()
+        return np.asarray(array.cast(pa.string()).cast(pa.int64())), read
     except pa.ArrowInvalid:  # bad UTF-8, or a value that is no integer: Arrow reads only ASCII digits
+        pass
+    text = _as_text(array, read, b"0")
+    if text is None:
+        read &= pc.match_substring_regex(array, "^[0-9]+$").to_numpy(zero_copy_only=False)
         text = _as_text(array, read, b"0")
-        if text is None:
-            read &= pc.match_substring_regex(array, "^[0-9]+$").to_numpy(zero_copy_only=False)
-            text = _as_text(array, read, b"0")
-            assert text is not None  # ASCII digits only
-        else:
-            read &= pc.ascii_is_decimal(text).to_numpy(zero_copy_only=False)
-            text = pc.if_else(pa.array(read), text, "0")
-        return text.cast(pa.int64()).to_numpy(), read
-    digits = np.maximum(np.searchsorted(_POWERS_OF_TEN, values, side="right"), 1)
-    return values, read & (values >= 0) & (digits == sizes)
+        assert text is not None  # ASCII digits only
+    else:
+        read &= pc.ascii_is_decimal(text).to_numpy(zero_copy_only=False)
+        text = pc.if_else(pa.array(read), text, "0")
+    return np.asarray(text.cast(pa.int64())), read
 
 
 def iso_seconds(array: pa.Array) -> tuple[Floats, Bools]:

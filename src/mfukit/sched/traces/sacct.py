@@ -222,15 +222,20 @@ def _json_fields(entries: list[dict[str, Any] | str], strings: Strings) -> Field
     def times(key: str) -> np.ndarray[Any, np.dtype[np.float64]]:
         return np.array([math.nan if e.get(key) is None else e[key] for e in good], dtype=np.float64)
 
-    names = [_utf8(str(e.get("id", ""))) for e in good]
+    names = [str(e.get("id", "")) for e in good]
     numbers = [job_number(name, row) for row, name in enumerate(names, start=1)]
+    named = {
+        row: name
+        for row, (name, n) in enumerate(zip(names, numbers, strict=True))
+        if str(n) != name or n >= 2**63
+    }
     return Fields(
         line=np.arange(1, len(entries) + 1, dtype=np.int64),
         errors={row: entry for row, entry in enumerate(entries) if isinstance(entry, str)},
         step=np.array(["." in name for name in names], dtype=bool),
-        name=pa.array(names, pa.string()),
         job_id=integers(numbers),
-        numbered=np.array([str(n) == name and n < 2**63 for n, name in zip(numbers, names, strict=True)]),
+        numbered=np.array([row not in named for row in range(len(names))], dtype=bool),
+        names=named,
         state=np.array([state_code(str(e.get("state") or "")) for e in good], dtype=np.int8),
         gpus=integers([int(e.get("gpus") or 0) for e in good]),
         nodes=integers([int(e.get("nodes") or 0) for e in good]),
@@ -245,13 +250,15 @@ def _json_fields(entries: list[dict[str, Any] | str], strings: Strings) -> Field
         ),
         partition=np.array([strings.code(str(e.get("partition") or "batch")) for e in good], dtype=np.int32),
         qos=np.array([strings.code(str(e.get("qos") or "normal")) for e in good], dtype=np.int32),
-        nodelist=pa.array([_utf8(str(e.get("nodelist", ""))).encode() for e in good], pa.binary()),
+        nodelist=pa.array(
+            [_utf8(str(e.get("nodelist", ""))).encode() for e in good], pa.binary()
+        ).dictionary_encode(),
         backfilled=np.array([started_by_backfill(str(e.get("flags", ""))) for e in good], dtype=bool),
     )
 
 
 def _utf8(text: str) -> str:
-    """``text`` with any lone surrogate (JSON may escape one: ``"\\ud800"``) as U+FFFD."""
+    """``text`` with any lone surrogate (JSON may escape one: ``"\\ud800"``) as U+FFFD, for Arrow."""
     return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 

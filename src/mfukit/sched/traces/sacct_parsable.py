@@ -17,8 +17,9 @@ from __future__ import annotations
 import io
 import math
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -55,11 +56,13 @@ from mfukit.sched.traces.sacct import (
 )
 from mfukit.sched.traces.shape import JobFactory
 
-BLOCK_BYTES = 4 << 20  # read at a time
-PARSE_BYTES = 1 << 20  # parsed by one of Arrow's threads: its parser is fastest on blocks that stay in cache
+BLOCK_BYTES = 8 << 20  # read and parsed at a time: fewer, larger batches cost less per row
+HEAD_BYTES = 64 << 10  # the first block
 EXPECTED = "sacct -P output with its header (no -n) and --format as in `mfukit sched analyze --help`"
 _MOSTLY_DISTINCT = frozenset({"id", "submit", "eligible", "start", "end", "elapsed"})
 _TIMES = ("submit", "eligible", "start", "end")
+_UNREAD = "unread"  # a block parsed before the header was known
+_Parsed: TypeAlias = "pa.Table | str | None"  # a block as Arrow read it, or _UNREAD; None: it cannot
 _PARSE = pcsv.ParseOptions(
     delimiter="|",
     quote_char=False,
@@ -71,33 +74,59 @@ _PARSE = pcsv.ParseOptions(
 
 
 def read_sacct_parsable(path: Path, factory: JobFactory, rows: Rows) -> TraceRead:
-    """Stream the file in blocks; a job step is dropped before any other field of it is parsed."""
+    """Stream the file in blocks, the next block read and parsed while this one is settled; a job
+    step is dropped before any other field of it is parsed."""
     attempts = Attempts(factory, rows)
     try:
         handle = path.open("rb")
     except OSError as error:
         raise InputError(f"cannot read the trace: {error}", source=str(path)) from None
-    with handle:
+    with handle, ThreadPoolExecutor(max_workers=1) as pool:
         reader = _Reader(str(path), attempts)
-        for block in _blocks(handle):
-            reader.read(block)
+        blocks = _blocks(handle)
+        for block in blocks:  # up to the header: the rows after it are parsed ahead
+            reader.read(block, _UNREAD)
+            if reader.header is not None:
+                break
+        for block, parsed in _read_ahead(pool, blocks, reader.parse):
+            reader.read(block, parsed)
     if reader.header is None:
         raise InputError("the file is empty", source=str(path), expected=EXPECTED)
     return attempts.finish("sacct-p")
 
 
 def _blocks(handle: BinaryIO) -> Iterator[bytes]:
-    """The file in blocks of whole lines (a line longer than a block is a block of its own)."""
-    while block := handle.read(BLOCK_BYTES):
+    """The file in blocks of whole lines (a line longer than a block is a block of its own), the first
+    small: it holds the header."""
+    size = HEAD_BYTES
+    while block := handle.read(size):
         if not block.endswith(b"\n"):
             block += handle.readline()
         yield block
+        size = BLOCK_BYTES
+
+
+def _read_ahead(
+    pool: ThreadPoolExecutor, blocks: Iterator[bytes], parse: Callable[[bytes], _Parsed]
+) -> Iterator[tuple[bytes, _Parsed]]:
+    """Each block and ``parse`` of it, the next one read and parsed in ``pool`` (Arrow's parser and
+    the file reads release the GIL) while the caller works on this one."""
+
+    def step() -> tuple[bytes, _Parsed] | None:
+        block = next(blocks, None)
+        return None if block is None else (block, parse(block))
+
+    ahead = pool.submit(step)
+    while (item := ahead.result()) is not None:
+        ahead = pool.submit(step)
+        yield item
 
 
 def _regular(block: bytes) -> bool:
-    """Whether Arrow splits ``block`` into the lines Python's text file does (no ``\\r``), and reads
-    its first field as written (Arrow drops a BOM at the start of its input)."""
-    return b"\r" not in block and not block.startswith(b"\xef\xbb\xbf")
+    """Whether Arrow splits ``block`` into the lines Python's text file does (no ``\\r`` but in
+    ``\\r\\n``), and reads its first field as written (Arrow drops a BOM at the start of its input)."""
+    lone_cr = b"\r" in block and block.count(b"\r") != block.count(b"\r\n")
+    return not lone_cr and not block.startswith(b"\xef\xbb\xbf")
 
 
 class _Header:
@@ -118,13 +147,13 @@ class _Header:
         self.width = len(fields)
         self.names = [f"c{position}" for position in range(self.width)]
         self.at = at
-        self.parsed_times = {key for key in _TIMES if key in at}
+        self.parsed_times = frozenset(key for key in _TIMES if key in at)  # replaced, never changed
 
-    def convert(self, times: bool) -> pcsv.ConvertOptions:
-        """How Arrow reads the wanted columns (``times``: the time columns it can as timestamps)."""
+    def convert(self, times: frozenset[str]) -> pcsv.ConvertOptions:
+        """How Arrow reads the wanted columns, ``times`` as timestamps."""
 
         def kind(key: str) -> pa.DataType:
-            if times and key in self.parsed_times:
+            if key in times:
                 return pa.timestamp("s")
             return pa.binary() if key in _MOSTLY_DISTINCT else pa.dictionary(pa.int32(), pa.binary())
 
@@ -161,44 +190,40 @@ class _Reader:
         self.caches: dict[str, dict[Any, Any]] = {key: {} for key in ALIASES}
         self.hostlists = HostlistCheck()
 
-    def read(self, block: bytes) -> None:
+    def parse(self, block: bytes) -> _Parsed:
+        """``block`` parsed by Arrow if it can; it runs ahead of :meth:`read`, on the header's state
+        as it is (the time columns it finds parsed as timestamps: either way a time is read alike)."""
+        header = self.header
+        if header is None:
+            return _UNREAD
+        if not _regular(block):
+            return None
+        times = header.parsed_times
+        table = _parsed(block, header, times)
+        return table if table is not None or not times else _parsed(block, header, frozenset())
+
+    def read(self, block: bytes, parsed: _Parsed) -> None:
+        """Settle the rows of ``block`` (``parsed``: what :meth:`parse` made of it)."""
         if self.header is None and b"\r" not in block:
             block = self._past_header(block)
             if not block:
                 return
+        if parsed is _UNREAD:
+            parsed = self.parse(block)
         header = self.header
-        if header is not None and _regular(block):
-            table = self._parsed(block, header, times=True)
-            if table is None and header.parsed_times:
-                table = self._parsed(block, header, times=False)
-            batches = table.to_batches() if table is not None else []
-            # a blank line is a row of empty fields to Arrow; so is a row of empty fields: read both alike
-            if table is not None and not any((lengths(_column(b, header, "id")) == 0).any() for b in batches):
-                for batch in batches:
-                    lines = np.arange(self.line + 1, self.line + 1 + batch.num_rows, dtype=np.int64)
-                    self.line += batch.num_rows
-                    self._rows(batch, lines)
-                return
-        self._by_line(block)
-
-    @staticmethod
-    def _parsed(block: bytes, header: _Header, *, times: bool) -> pa.Table | None:
-        """``block`` parsed by Arrow, or None if it cannot (a row of another width, a time it cannot
-        read, or one in year 0, which Python refuses)."""
-        try:
-            table = pcsv.read_csv(
-                pa.py_buffer(block),
-                read_options=pcsv.ReadOptions(column_names=header.names, block_size=PARSE_BYTES),
-                parse_options=_PARSE,
-                convert_options=header.convert(times),
-            )
-        except pa.ArrowInvalid:
-            return None
-        for key in header.parsed_times if times else ():
-            earliest = pc.min(table.column(header.names[header.at[key]]).cast(pa.int64())).as_py()
-            if earliest is not None and earliest < FIRST_SECOND:
-                return None
-        return table
+        batches = parsed.to_batches() if isinstance(parsed, pa.Table) else []
+        # a blank line is a row of empty fields to Arrow; so is a row of empty fields: read both alike
+        if (
+            header is None
+            or not batches
+            or any((lengths(_column(b, header, "id")) == 0).any() for b in batches)
+        ):
+            self._by_line(block)
+            return
+        for batch in batches:
+            lines = np.arange(self.line + 1, self.line + 1 + batch.num_rows, dtype=np.int64)
+            self.line += batch.num_rows
+            self._rows(batch, lines)
 
     def _past_header(self, block: bytes) -> bytes:
         """Read lines of ``block`` (split at ``\\n`` only: it has no ``\\r``) up to the header; the rest."""
@@ -245,7 +270,7 @@ class _Reader:
         self.attempts.add(self._fields(batch, lines, _job_ids(ids, numbers, read, lines)), stepped)
 
     def _fields(
-        self, batch: pa.RecordBatch, lines: Ints, ids: tuple[np.ndarray[Any, Any], Bools, pa.Array]
+        self, batch: pa.RecordBatch, lines: Ints, ids: tuple[np.ndarray[Any, Any], Bools, dict[int, str]]
     ) -> Fields:
         header = self.header
         assert header is not None
@@ -276,14 +301,14 @@ class _Reader:
         strings = self.attempts.strings
         user = each("user", strings.code, 0, np.int32)
         account = each("account", strings.code, 0, np.int32)
-        job_id, numbered, name = ids
+        job_id, numbered, names = ids
         return Fields(
             line=lines,
             errors=first_error,
             step=np.zeros(lines.size, dtype=bool),
-            name=name,
             job_id=job_id,
             numbered=numbered,
+            names=names,
             state=each("state", state_code, 0, np.int8),
             gpus=gpus,
             nodes=nodes,
@@ -292,7 +317,7 @@ class _Reader:
             user=np.where(user == 0, account, user),
             partition=each("partition", lambda text: strings.code(text or "batch"), 0, np.int32),
             qos=each("qos", lambda text: strings.code(text or "normal"), 0, np.int32),
-            nodelist=nodelist if nodelist is not None else pa.array([b""] * lines.size, pa.binary()),
+            nodelist=nodelist if nodelist is not None else _empty(lines.size),
             backfilled=each("flags", started_by_backfill, False, bool),
             **times,
         )
@@ -304,7 +329,7 @@ class _Reader:
             return np.asarray(array.cast(pa.int64()), dtype=np.float64)
         seconds, read = iso_seconds(array)
         if not read.all() and self.header is not None:
-            self.header.parsed_times.discard(key)
+            self.header.parsed_times -= {key}
         errors.append(self._rest(array, read, seconds, sacct_time, self.caches[key]))
         return seconds
 
@@ -359,8 +384,32 @@ class _Reader:
         return row_errors(codes, failed, rest)
 
 
+def _parsed(block: bytes, header: _Header, times: frozenset[str]) -> pa.Table | None:
+    """``block`` parsed by Arrow, ``times`` as timestamps; None if it cannot be (a row of another
+    width, a time it cannot read, or one in year 0, which Python refuses)."""
+    try:
+        table = pcsv.read_csv(
+            pa.py_buffer(block),
+            read_options=pcsv.ReadOptions(column_names=header.names, block_size=len(block) + 1),
+            parse_options=_PARSE,
+            convert_options=header.convert(times),
+        )
+    except pa.ArrowInvalid:
+        return None
+    for key in times:
+        earliest = pc.min(table.column(header.names[header.at[key]]).cast(pa.int64())).as_py()
+        if earliest is not None and earliest < FIRST_SECOND:
+            return None
+    return table
+
+
 def _column(batch: pa.RecordBatch, header: _Header, key: str) -> pa.Array:
     return batch.column(header.names[header.at[key]])
+
+
+def _empty(rows: int) -> pa.DictionaryArray:
+    """A column the header lacks: ``rows`` empty values, dictionary-encoded as Arrow reads the rest."""
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, dtype=np.int32)), pa.array([b""]))
 
 
 def _array(values: pa.Array) -> np.ndarray[Any, Any]:
@@ -369,15 +418,14 @@ def _array(values: pa.Array) -> np.ndarray[Any, Any]:
 
 def _job_ids(
     ids: pa.Array, numbers: Ints, read: Bools, lines: Ints
-) -> tuple[np.ndarray[Any, Any], Bools, pa.Array]:
+) -> tuple[np.ndarray[Any, Any], Bools, dict[int, str]]:
     """(the number each JobID starts with, else its line; whether the JobID is that number as Python
-    prints it; the JobIDs, stripped, as strings), from :func:`decimal_integers` of the JobIDs."""
+    prints it; row -> the JobID, stripped, where it is not), from :func:`decimal_integers` of the JobIDs."""
     if read.all():
-        return numbers, read, ids.cast(pa.string())
+        return numbers, read, {}
     rest = np.flatnonzero(~read)
     texts = [raw.decode("utf-8", "replace").strip() for raw in ids.take(pa.array(rest)).to_pylist()]
     others = integers([job_number(text, int(lines[row])) for text, row in zip(texts, rest, strict=True)])
     job_id = numbers.astype(others.dtype)  # a copy: Arrow's numbers are read-only
     job_id[rest] = others
-    names = pc.replace_with_mask(ids, pa.array(~read), pa.array([t.encode() for t in texts], pa.binary()))
-    return job_id, read, names.cast(pa.string())
+    return job_id, read, dict(zip(rest.tolist(), texts, strict=True))
