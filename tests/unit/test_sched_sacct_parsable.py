@@ -139,7 +139,8 @@ def test_bad_fields_are_named_in_file_order_whichever_block_has_them(
         and "line 7: ElapsedRaw '-5' is not a non-negative" in read.warnings[0]
     )
     assert "line 9: asks for 2048 GPUs" in read.warnings[0]
-    assert [job.name for job in read.jobs] == ["1", "2", "4", "5", "7"]  # a bad row's NodeList is never expanded
+    # a bad row's NodeList, though in the dictionary of a batch with attempts, is never expanded
+    assert [job.name for job in read.jobs] == ["1", "2", "4", "5", "7"]
 
 
 def test_jobids_fold_by_their_text(tmp_path: Path) -> None:
