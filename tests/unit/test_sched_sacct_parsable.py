@@ -144,17 +144,12 @@ def test_bad_fields_are_named_in_file_order_whichever_block_has_them(
 
 
 def test_jobids_fold_by_their_text(tmp_path: Path) -> None:
-    lines = [
-        HEADER,
-        row("7", state="PREEMPTED"),
-        row("007"),
-        row("7_1"),
-        row("7", start="2026-01-01T02:00:00"),
-    ]
-    read = read_trace(write(tmp_path, [*lines, row("7_1", state="FAILED")]), gpus_per_node=8, cluster_gpus=64)
-    assert [(j.name, j.job_id, j.restarts) for j in read.jobs] == [("7", 7, 1), ("007", 7, 0), ("7_1", 7, 1)]
+    lines = [HEADER, row("7", state="PREEMPTED"), row("007"), row("7_1"), row(" 7 ", state="PREEMPTED")]
+    lines += [row("7", start="2026-01-01T02:00:00"), row("7_1", state="FAILED")]
+    read = read_trace(write(tmp_path, lines), gpus_per_node=8, cluster_gpus=64)
+    assert [(j.name, j.job_id, j.restarts) for j in read.jobs] == [("7", 7, 2), ("007", 7, 0), ("7_1", 7, 1)]
     assert read.jobs[0].first_start_s == 1767225660.0 and read.jobs[0].start_s == 1767232800.0
-    assert read.attempts is not None and len(read.attempts) == 5 and read.jobs[0] is read.attempts[3]
+    assert read.attempts is not None and len(read.attempts) == 6 and read.jobs[0] is read.attempts[4]
 
 
 def test_numbers_beyond_64_bits_stay_exact(tmp_path: Path) -> None:

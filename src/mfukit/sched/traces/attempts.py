@@ -78,7 +78,7 @@ class Fields:
     names: dict[int, str]  # row -> JobID as written, stripped, where it is not numbered
     state: npt.NDArray[np.int8]  # code in STATES
     gpus: npt.NDArray[Any]
-    nodes: npt.NDArray[Any]  # NNodes, 0 if not given
+    nodes: Floats  # NNodes as float() reads it (a job's nodes: int() of it), 0 if not given
     submit: Floats
     eligible: Floats
     start: Floats
@@ -280,7 +280,7 @@ class _Built:
                 run_s,
                 factory.assumed_limit_s(run_s) if math.isnan(limit_s) else limit_s,
                 gpus,
-                nodes=nodes or None,
+                nodes=int(nodes) or None,
                 user=strings[user],
                 partition=strings[partition],
                 qos=strings[qos],

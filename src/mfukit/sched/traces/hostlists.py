@@ -56,32 +56,24 @@ def hostlist_error(text: str) -> str | None:
 
 
 class HostlistCheck:
-    """Checks the NodeList values of a read, each distinct list once (up to a bound, then again)."""
+    """Checks the NodeList values of a read, each distinct good list once (up to a bound, then again)."""
 
     def __init__(self) -> None:
-        self._good: set[bytes] = set()
-        self._bad: dict[bytes, str] = {}
+        self._good = pa.array([], pa.binary())
 
     def errors(self, values: pa.Array) -> dict[int, str]:
         """Index -> why, for the values of a binary array (bytes; bad UTF-8 read as U+FFFD) that are
-        not host lists. Values not seen before: names without brackets (``gpu07,login1``) and one
+        not host lists. Values not known good: names without brackets (``gpu07,login1``) and one
         name with one range (``gpu[0001-0064]``) are checked all at once; the rest one by one."""
-        raw: list[bytes] = values.to_pylist()
-        fresh = set(raw) - self._good
-        if self._bad:
-            fresh -= self._bad.keys()
-        if fresh:
-            if len(self._good) + len(fresh) > _CACHE_VALUES:
-                self._good.clear()
-            new = list(fresh)
-            for value, why in zip(new, _checked(pa.array(new, pa.binary())), strict=True):
-                if why is None:
-                    self._good.add(value)
-                else:
-                    self._bad[value] = why
-        if self._bad.keys().isdisjoint(raw):
+        fresh = np.flatnonzero(~pc.is_in(values, value_set=self._good).to_numpy(zero_copy_only=False))
+        if not fresh.size:
             return {}
-        return {at: self._bad[value] for at, value in enumerate(raw) if value in self._bad}
+        new = values.take(pa.array(fresh))
+        why = _checked(new)
+        good = new.filter(pa.array([w is None for w in why]))
+        known = self._good if len(self._good) + len(good) <= _CACHE_VALUES else self._good.slice(0, 0)
+        self._good = pa.concat_arrays([known, good])
+        return {int(fresh[at]): w for at, w in enumerate(why) if w is not None}
 
 
 def _checked(values: pa.Array) -> list[str | None]:

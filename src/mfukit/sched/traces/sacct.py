@@ -103,6 +103,12 @@ def job_number(job_id: str, line: int) -> int:
         return line
 
 
+def is_number(job_id: str, number: int) -> bool:
+    """Whether ``job_id`` is ``number`` as Python prints it, within int64: the number alone tells
+    such JobIDs apart."""
+    return number < 2**63 and str(number) == job_id
+
+
 def state_code(text: str) -> int:
     """The row's state (an unknown spelling counts as COMPLETED), as a code in attempts.STATES."""
     return STATE_CODE[normalize_state(text) or COMPLETED]
@@ -225,9 +231,7 @@ def _json_fields(entries: list[dict[str, Any] | str], strings: Strings) -> Field
     names = [str(e.get("id", "")) for e in good]
     numbers = [job_number(name, row) for row, name in enumerate(names, start=1)]
     named = {
-        row: name
-        for row, (name, n) in enumerate(zip(names, numbers, strict=True))
-        if str(n) != name or n >= 2**63
+        row: name for row, (name, n) in enumerate(zip(names, numbers, strict=True)) if not is_number(name, n)
     }
     return Fields(
         line=np.arange(1, len(entries) + 1, dtype=np.int64),
@@ -238,7 +242,7 @@ def _json_fields(entries: list[dict[str, Any] | str], strings: Strings) -> Field
         names=named,
         state=np.array([state_code(str(e.get("state") or "")) for e in good], dtype=np.int8),
         gpus=integers([int(e.get("gpus") or 0) for e in good]),
-        nodes=integers([int(e.get("nodes") or 0) for e in good]),
+        nodes=np.array([int(e.get("nodes") or 0) for e in good], dtype=np.float64),
         submit=times("submit"),
         eligible=times("eligible"),
         start=times("start"),

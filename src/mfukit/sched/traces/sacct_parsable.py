@@ -47,6 +47,7 @@ from mfukit.sched.traces.sacct import (
     ALIASES,
     count,
     gpus_in_tres,
+    is_number,
     job_number,
     raw_limit_s,
     sacct_time,
@@ -58,8 +59,10 @@ from mfukit.sched.traces.shape import JobFactory
 
 BLOCK_BYTES = 8 << 20  # read and parsed at a time: fewer, larger batches cost less per row
 HEAD_BYTES = 64 << 10  # the first block
+PARSE_BYTES = 1 << 20  # parsed by one of Arrow's threads (a longer line: the block is split by Python)
 EXPECTED = "sacct -P output with its header (no -n) and --format as in `mfukit sched analyze --help`"
-_MOSTLY_DISTINCT = frozenset({"id", "submit", "eligible", "start", "end", "elapsed"})
+# read as bytes (their values are mostly distinct, or numbers); the others dictionary-encoded
+_AS_BYTES = frozenset({"id", "submit", "eligible", "start", "end", "elapsed", "nodes", "limit_min", "limit"})
 _TIMES = ("submit", "eligible", "start", "end")
 _UNREAD = "unread"  # a block parsed before the header was known
 _Parsed: TypeAlias = "pa.Table | str | None"  # a block as Arrow read it, or _UNREAD; None: it cannot
@@ -155,7 +158,7 @@ class _Header:
         def kind(key: str) -> pa.DataType:
             if key in times:
                 return pa.timestamp("s")
-            return pa.binary() if key in _MOSTLY_DISTINCT else pa.dictionary(pa.int32(), pa.binary())
+            return pa.binary() if key in _AS_BYTES else pa.dictionary(pa.int32(), pa.binary())
 
         return pcsv.ConvertOptions(
             include_columns=[self.names[position] for position in self.at.values()],
@@ -173,9 +176,7 @@ class _Header:
             values = pa.array(
                 [(f[position] if position < len(f) else "").encode() for f in rows], pa.binary()
             )
-            columns[self.names[position]] = (
-                values if key in _MOSTLY_DISTINCT else pc.dictionary_encode(values)
-            )
+            columns[self.names[position]] = values if key in _AS_BYTES else pc.dictionary_encode(values)
         return pa.record_batch(columns)
 
 
@@ -285,9 +286,10 @@ class _Reader:
 
         errors: list[dict[int, str]] = []  # per field, in the order a row's first bad field is named
         limit_s = self._limits(column("limit_min"), column("limit"), lines.size, errors)
-        elapsed = self._numbers(column("elapsed"), lines.size, errors)
+        elapsed = self._numbers(column("elapsed"), "elapsed", 1.0, _elapsed, lines.size, errors)
         times = {key: self._times(column(key), key, lines.size, errors) for key in _TIMES}
-        nodes = each("nodes", lambda text: int(count(text, "NNodes")) if text else 0, 0, int)
+        nodes = self._numbers(column("nodes"), "nodes", 1.0, _nodes, lines.size, errors)
+        nodes[np.isnan(nodes)] = 0.0
         gpus = each("tres", gpus_in_tres, 0, int)
         nodelist = column("nodelist")
         if nodelist is not None:
@@ -333,37 +335,38 @@ class _Reader:
         errors.append(self._rest(array, read, seconds, sacct_time, self.caches[key]))
         return seconds
 
-    def _numbers(self, array: pa.Array | None, rows: int, errors: list[dict[int, str]]) -> Floats:
-        """ElapsedRaw (NaN where empty)."""
+    def _numbers(
+        self,
+        array: pa.Array | None,
+        key: str,
+        scale: float,
+        parse: Callable[[str], float | None],
+        rows: int,
+        errors: list[dict[int, str]],
+    ) -> Floats:
+        """A column of counts as ``parse`` reads them (NaN where it gives None): one in the spelling
+        of a number, read for the whole column, is ``float(text) * scale``, as ``parse`` makes it."""
         if array is None:
             return np.full(rows, math.nan)
         whole, read = decimal_integers(array)
-        seconds = whole.astype(np.float64)  # rounded as float() rounds the digits
-        errors.append(
-            self._rest(
-                array,
-                read,
-                seconds,
-                lambda text: count(text, "ElapsedRaw") if text else None,
-                self.caches["elapsed"],
-            )
-        )
-        return seconds
+        values = whole.astype(np.float64) * scale  # the int64 rounded to a float as float() rounds its digits
+        errors.append(self._rest(array, read, values, parse, self.caches[key]))
+        return values
 
     def _limits(
         self, raw: pa.Array | None, text: pa.Array | None, rows: int, errors: list[dict[int, str]]
     ) -> Floats:
         """TimelimitRaw as seconds, else Timelimit (NaN: no limit)."""
-        results, codes, failed = distinct(raw, rows, raw_limit_s, self.caches["limit_min"])
-        limit_s = take(results, codes, math.nan, np.float64)
-        found = row_errors(codes, failed)
+        raw_errors: list[dict[int, str]] = []
+        limit_s = self._numbers(raw, "limit_min", 60.0, raw_limit_s, rows, raw_errors)
+        found = raw_errors[0] if raw_errors else {}
         rest = np.flatnonzero(np.isnan(limit_s))
-        rest = rest[~np.isin(rest, np.fromiter(found, dtype=np.int64, count=len(found)))]
+        rest = rest[~np.isin(rest, list(found))]
         if rest.size:
             subset = text.take(pa.array(rest)) if text is not None else None
             results, codes, failed = distinct(subset, rest.size, slurm_duration_s, self.caches["limit"])
             limit_s[rest] = take(results, codes, math.nan, np.float64)
-            found |= row_errors(codes, failed, rest)
+            found = found | row_errors(codes, failed, rest)
         errors.append(found)
         return limit_s
 
@@ -390,7 +393,7 @@ def _parsed(block: bytes, header: _Header, times: frozenset[str]) -> pa.Table | 
     try:
         table = pcsv.read_csv(
             pa.py_buffer(block),
-            read_options=pcsv.ReadOptions(column_names=header.names, block_size=len(block) + 1),
+            read_options=pcsv.ReadOptions(column_names=header.names, block_size=PARSE_BYTES),
             parse_options=_PARSE,
             convert_options=header.convert(times),
         )
@@ -401,6 +404,14 @@ def _parsed(block: bytes, header: _Header, times: frozenset[str]) -> pa.Table | 
         if earliest is not None and earliest < FIRST_SECOND:
             return None
     return table
+
+
+def _elapsed(text: str) -> float | None:
+    return count(text, "ElapsedRaw") if text else None
+
+
+def _nodes(text: str) -> float:
+    return count(text, "NNodes") if text else 0.0  # a job's nodes: int() of it
 
 
 def _column(batch: pa.RecordBatch, header: _Header, key: str) -> pa.Array:
@@ -419,13 +430,20 @@ def _array(values: pa.Array) -> np.ndarray[Any, Any]:
 def _job_ids(
     ids: pa.Array, numbers: Ints, read: Bools, lines: Ints
 ) -> tuple[np.ndarray[Any, Any], Bools, dict[int, str]]:
-    """(the number each JobID starts with, else its line; whether the JobID is that number as Python
-    prints it; row -> the JobID, stripped, where it is not), from :func:`decimal_integers` of the JobIDs."""
+    """(the number each JobID starts with, else its line; whether the JobID, stripped, is that number
+    as Python prints it; row -> the JobID, stripped, where it is not), from :func:`decimal_integers`
+    of the JobIDs."""
     if read.all():
         return numbers, read, {}
     rest = np.flatnonzero(~read)
     texts = [raw.decode("utf-8", "replace").strip() for raw in ids.take(pa.array(rest)).to_pylist()]
-    others = integers([job_number(text, int(lines[row])) for text, row in zip(texts, rest, strict=True)])
+    found = [job_number(text, int(lines[row])) for text, row in zip(texts, rest, strict=True)]
+    others = integers(found)
     job_id = numbers.astype(others.dtype)  # a copy: Arrow's numbers are read-only
     job_id[rest] = others
-    return job_id, read, dict(zip(rest.tolist(), texts, strict=True))
+    numbered = read.copy()
+    numbered[rest] = [is_number(text, n) for text, n in zip(texts, found, strict=True)]
+    names = {
+        row: text for row, text, n in zip(rest.tolist(), texts, found, strict=True) if not is_number(text, n)
+    }
+    return job_id, numbered, names
