@@ -82,11 +82,14 @@ def mixed(tmp_path: Path) -> Path:
     return write(tmp_path, [HEADER, *rows[:20], *extra, *rows[20:]])
 
 
-@pytest.mark.parametrize("block", [97, 1000, 5000])
-def test_blocks_do_not_change_the_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int) -> None:
+@pytest.mark.parametrize(("block", "split"), [(97, 1 << 16), (1000, 300), (5000, 200), (5000, 1 << 16)])
+def test_blocks_and_halves_do_not_change_the_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block: int, split: int
+) -> None:
     path = mixed(tmp_path)
     whole = read_trace(path, gpus_per_node=8, cluster_gpus=1024, skip_bad=True)
     monkeypatch.setattr(sacct_parsable, "BLOCK_BYTES", block)
+    monkeypatch.setattr(sacct_parsable, "SPLIT_BYTES", split)
     assert summary(read_trace(path, gpus_per_node=8, cluster_gpus=1024, skip_bad=True)) == summary(whole)
 
 

@@ -1,15 +1,18 @@
-"""``sacct -P`` text read a column at a time: Arrow's CSV parser on 1 MiB of whole lines at a time.
+"""``sacct -P`` text read a column at a time, by Arrow's C++ CSV parser, in blocks of whole lines.
 
 sacct -P output is ``|``-separated and never quoted (a ``"`` in a job name is a character), so the
-parser runs with quoting off and reads only the columns the analysis uses, each as raw bytes (those
-whose values repeat, such as users, states and TRES strings, dictionary-encoded by the parser itself).
-Times and numbers in sacct's own spelling are read a whole column at a time
-(:mod:`~mfukit.sched.traces.columns`); any other spelling, and every repeated column, is parsed once
-per distinct value by the row-at-a-time functions of :mod:`~mfukit.sched.traces.sacct`, so the result
-is the same as reading the rows one by one. A block with anything the parser would read differently
-from Python's text file (a blank line, a ``\\r``, a row with too few or too many fields, a BOM at its
-start) is split into lines by Python instead, with ``errors="replace"`` for bad UTF-8 as before.
-Memory is one block plus the attempts' columns.
+parser runs with quoting off and converts only the columns the analysis uses: times straight to
+timestamps while Arrow's ISO 8601 parser takes every value of the column, values that repeat (users,
+partitions, states, TRES strings, node lists) dictionary-encoded, the rest as bytes, parsed a whole
+column at a time (:mod:`~mfukit.sched.traces.columns`). A value no column parser takes (``Unknown``,
+an epoch time, spaces around a number), and each distinct value of a repeated column, goes through the
+row-at-a-time functions of :mod:`~mfukit.sched.traces.sacct`: every field reads as it does row by row,
+and a bad one makes the same bad row with the same message. A block that Arrow would split or read
+otherwise than Python's text file (a blank line, a lone ``\\r``, a row of another width, a BOM at its
+start, a line longer than ``PARSE_BYTES``) is halved until the halves Arrow can read are read by it,
+and the rest, at most ``SPLIT_BYTES`` each, is split into lines by Python, with ``errors="replace"``
+for bad UTF-8 as a text file reads it. The next block is read and parsed in a worker thread while this
+one is settled; memory is two blocks and the attempts' columns.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from mfukit.sched.traces.shape import JobFactory
 BLOCK_BYTES = 8 << 20  # read and parsed at a time: fewer, larger batches cost less per row
 HEAD_BYTES = 64 << 10  # the first block
 PARSE_BYTES = 1 << 20  # parsed by one of Arrow's threads (a longer line: the block is split by Python)
+SPLIT_BYTES = 64 << 10  # a block Arrow cannot read is halved down to this, then split by Python
 EXPECTED = "sacct -P output with its header (no -n) and --format as in `mfukit sched analyze --help`"
 # read as bytes (their values are mostly distinct, or numbers); the others dictionary-encoded
 _AS_BYTES = frozenset({"id", "submit", "eligible", "start", "end", "elapsed", "nodes", "limit_min", "limit"})
@@ -219,7 +223,12 @@ class _Reader:
             or not batches
             or any((lengths(_column(b, header, "id")) == 0).any() for b in batches)
         ):
-            self._by_line(block)
+            middle = block.find(b"\n", len(block) // 2) + 1
+            if header is None or len(block) <= SPLIT_BYTES or not 0 < middle < len(block):
+                self._by_line(block)
+            else:  # halves, so that Python splits only the few lines Arrow cannot read
+                for half in (block[:middle], block[middle:]):
+                    self.read(half, self.parse(half))
             return
         for batch in batches:
             lines = np.arange(self.line + 1, self.line + 1 + batch.num_rows, dtype=np.int64)
