@@ -60,7 +60,7 @@ from mfukit.sched.traces.sacct import (
 )
 from mfukit.sched.traces.shape import JobFactory
 
-BLOCK_BYTES = 8 << 20  # read and parsed at a time: fewer, larger batches cost less per row
+BLOCK_BYTES = 4 << 20  # read and parsed at a time: larger batches cost less per row, and more memory
 HEAD_BYTES = 64 << 10  # the first block
 PARSE_BYTES = 1 << 20  # parsed by one of Arrow's threads (a longer line: the block is split by Python)
 SPLIT_BYTES = 64 << 10  # a block Arrow cannot read is halved down to this, then split by Python
