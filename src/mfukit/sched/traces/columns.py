@@ -62,7 +62,7 @@ def decimal_integers(array: pa.Array) -> tuple[Ints, Bools]:
         first[read] = np.frombuffer(array.buffers()[2], dtype=np.uint8)[_offsets(array)[:-1][read]]
         read &= ((first > ord("0")) & (first <= ord("9"))) | ((first == ord("0")) & (sizes == 1))
     try:
-        return np.asarray(array.cast(pa.string()).cast(pa.int64())), read
+        return np.asarray(array.cast(pa.int64())), read
     except pa.ArrowInvalid:  # bad UTF-8, or a value that is no integer: Arrow reads only ASCII digits
         pass
     text = _as_text(array, read, b"0")

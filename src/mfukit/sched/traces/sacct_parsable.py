@@ -9,7 +9,7 @@ an epoch time, spaces around a number), and each distinct value of a repeated co
 row-at-a-time functions of :mod:`~mfukit.sched.traces.sacct`: every field reads as it does row by row,
 and a bad one makes the same bad row with the same message. A block that Arrow would split or read
 otherwise than Python's text file (a blank line, a lone ``\\r``, a row of another width, a BOM at its
-start, a line longer than ``PARSE_BYTES``) is halved until the halves Arrow can read are read by it,
+start) is halved until the halves Arrow can read are read by it,
 and the rest, at most ``SPLIT_BYTES`` each, is split into lines by Python, with ``errors="replace"``
 for bad UTF-8 as a text file reads it. The next block is read and parsed in a worker thread while this
 one is settled; memory is two blocks and the attempts' columns.
@@ -62,7 +62,6 @@ from mfukit.sched.traces.shape import JobFactory
 
 BLOCK_BYTES = 4 << 20  # read and parsed at a time: larger batches cost less per row, and more memory
 HEAD_BYTES = 64 << 10  # the first block
-PARSE_BYTES = 1 << 20  # parsed by one of Arrow's threads (a longer line: the block is split by Python)
 SPLIT_BYTES = 64 << 10  # a block Arrow cannot read is halved down to this, then split by Python
 EXPECTED = "sacct -P output with its header (no -n) and --format as in `mfukit sched analyze --help`"
 # read as bytes (their values are mostly distinct, or numbers); the others dictionary-encoded
@@ -402,7 +401,9 @@ def _parsed(block: bytes, header: _Header, times: frozenset[str]) -> pa.Table | 
     try:
         table = pcsv.read_csv(
             pa.py_buffer(block),
-            read_options=pcsv.ReadOptions(column_names=header.names, block_size=PARSE_BYTES),
+            read_options=pcsv.ReadOptions(
+                column_names=header.names, use_threads=False, block_size=len(block) + 1
+            ),
             parse_options=_PARSE,
             convert_options=header.convert(times),
         )
