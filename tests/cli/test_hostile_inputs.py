@@ -13,7 +13,7 @@ from mfukit.diagnose.records import GpuSample
 from mfukit.errors import InputError
 from mfukit.sched.slurm.conf import _hostlist
 from mfukit.sched.traces import read_trace
-from mfukit.sched.traces.sacct import expand_hostlist
+from mfukit.sched.traces.hostlists import expand_hostlist
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "llama3-70b_h100x1024.toml"
 SACCT_HEADER = "JobID|State|Submit|Eligible|Start|End|ElapsedRaw|NNodes|AllocTRES|NodeList|TimelimitRaw"

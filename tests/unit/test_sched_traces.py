@@ -10,7 +10,8 @@ import pytest
 from mfukit.errors import InputError
 from mfukit.sched.job import COMPLETED, FAILED, TIMEOUT
 from mfukit.sched.traces import detect_format, read_trace
-from mfukit.sched.traces.sacct import expand_hostlist, gpus_in_tres, slurm_duration_s
+from mfukit.sched.traces.hostlists import expand_hostlist
+from mfukit.sched.traces.sacct import gpus_in_tres, slurm_duration_s
 
 DATA = Path(__file__).parents[1] / "data" / "sched"
 

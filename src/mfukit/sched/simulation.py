@@ -3,6 +3,7 @@ settings, the simulation, and its result with the assumptions and warnings that 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,7 +72,7 @@ class SimulationOutcome:
     output: Output
 
 
-def load_jobs(run: SimulationRun) -> tuple[list[Job], list[str], list[str]]:
+def load_jobs(run: SimulationRun) -> tuple[Sequence[Job], list[str], list[str]]:
     """The jobs of the run's trace, with the assumptions and warnings of reading or generating it."""
     if run.trace == SYNTHETIC:
         synth = SyntheticSpec(
@@ -108,7 +109,7 @@ def load_jobs(run: SimulationRun) -> tuple[list[Job], list[str], list[str]]:
     return read.jobs, assumptions, list(read.warnings)
 
 
-def ask_for_switches(jobs: list[Job], switches: Switches) -> str:
+def ask_for_switches(jobs: Sequence[Job], switches: Switches) -> str:
     """Every multi-node job asks for ``switches``; returns the assumption that says so."""
     for job in jobs:
         if job.num_nodes > 1:

@@ -4,7 +4,7 @@ with the same layout for both so a simulated replay and reality read alike."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +45,7 @@ def simulation_metrics(result: SimResult) -> Metrics:
     return metrics
 
 
-def node_gpus(attempts: list[Job]) -> dict[Hashable, int]:
+def node_gpus(attempts: Sequence[Job]) -> dict[Hashable, int]:
     """GPUs per node as sacct shows them: the most that one job was given on it (a job's GPUs split
     evenly over its nodes; sacct -X has no per-node count)."""
     nodes: dict[Hashable, int] = {}
@@ -56,7 +56,7 @@ def node_gpus(attempts: list[Job]) -> dict[Hashable, int]:
     return nodes
 
 
-def job_waits(jobs: list[Job], attempts: list[Job], until_s: float) -> list[tuple[float, float, int]]:
+def job_waits(jobs: Sequence[Job], attempts: Sequence[Job], until_s: float) -> list[tuple[float, float, int]]:
     """(from, until, GPUs asked per node) of every wait: submission (eligibility) to the first start,
     and a requeued job's end to its next start; a job that never started waits until ``until_s``."""
     by_job: dict[str, list[Job]] = defaultdict(list)
@@ -76,8 +76,8 @@ def job_waits(jobs: list[Job], attempts: list[Job], until_s: float) -> list[tupl
 
 
 def analysis_metrics(
-    jobs: list[Job],
-    attempts: list[Job],
+    jobs: Sequence[Job],
+    attempts: Sequence[Job],
     nodes: dict[Hashable, int],
     capacity_gpus: int,
     window: tuple[float, float],

@@ -29,7 +29,7 @@ from pathlib import Path
 from mfukit.errors import InputError
 from mfukit.sched.policies.slurm import BACKFILL, MAIN
 from mfukit.sched.traces.common import parse_timestamp
-from mfukit.sched.traces.sacct import expand_hostlist
+from mfukit.sched.traces.hostlists import expand_hostlist
 
 _STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)\] (.*)$")
 _MAIN = re.compile(r"sched: Running job scheduler for (?:full queue|default depth)\.")

@@ -14,7 +14,8 @@ from mfukit.errors import InputError, UnknownNameError
 from mfukit.sched.traces.alibaba import read_alibaba
 from mfukit.sched.traces.common import Rows, TraceRead
 from mfukit.sched.traces.helios import read_helios
-from mfukit.sched.traces.sacct import read_sacct_json, read_sacct_parsable
+from mfukit.sched.traces.sacct import read_sacct_json
+from mfukit.sched.traces.sacct_parsable import read_sacct_parsable
 from mfukit.sched.traces.shape import JobFactory
 from mfukit.sched.traces.swf import read_swf
 

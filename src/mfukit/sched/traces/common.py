@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,13 +28,13 @@ beyond it a number is a corrupted field, and sums over such times overflow or lo
 
 @dataclass
 class TraceRead:
-    jobs: list[Job]
+    jobs: Sequence[Job]
     source: str
     format: str
     warnings: list[str] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> rows, for rows that are not errors
-    attempts: list[Job] | None = None  # sacct: every attempt (row) with what really happened
+    attempts: Sequence[Job] | None = None  # sacct: every attempt (row) with what really happened
 
 
 class Rows:
@@ -55,10 +55,10 @@ class Rows:
             )
         self.bad.append(f"line {line}: {message}")
 
-    def skip(self, reason: str) -> None:
-        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+    def skip(self, reason: str, count: int = 1) -> None:
+        self.skipped[reason] = self.skipped.get(reason, 0) + count
 
-    def finish(self, jobs: list[Job], fmt: str, assumptions: list[str]) -> TraceRead:
+    def finish(self, jobs: Sequence[Job], fmt: str, assumptions: list[str]) -> TraceRead:
         warnings = []
         if self.bad:
             listed = "; ".join(self.bad[:MAX_LISTED])

@@ -43,7 +43,7 @@ class JobFactory:
             shape = shape_for_gpus(gpus, self.gpus_per_node)
         if limit_s is None:
             self.missing_limits += 1
-            limit_s = math.ceil(run_s * self.missing_limit_factor)
+            limit_s = self.assumed_limit_s(run_s)
         return Job(
             job_id,
             submit_s,
@@ -57,6 +57,10 @@ class JobFactory:
             name=name,
             exit_state=exit_state,
         )
+
+    def assumed_limit_s(self, run_s: float) -> float:
+        """The time limit of a job the trace gives none: ``run x missing_limit_factor``, whole seconds."""
+        return math.ceil(run_s * self.missing_limit_factor)
 
     def assumptions(self) -> list[str]:
         if not self.missing_limits:
