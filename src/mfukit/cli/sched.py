@@ -13,7 +13,7 @@ from mfukit.cli.common import emit, format_option, progress, report_option, scen
 from mfukit.cli.render import Format
 from mfukit.cli.sched_dev import dev_cluster
 from mfukit.core.files import write_text_atomic
-from mfukit.core.scenario import ClusterSection, FtSection, load_scenario
+from mfukit.core.scenario import ClusterSection, FtSection, by_section, load_scenario
 from mfukit.core.schema import validate_as
 from mfukit.errors import InputError
 from mfukit.sched import analysis, summary
@@ -45,12 +45,9 @@ def _failures(
         scenario = load_scenario(scenario_path, overrides)
         cluster, ft = scenario.cluster, scenario.ft
     else:
-
-        def section(name: str) -> dict[str, Any]:
-            return {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith(name + ".")}
-
-        cluster = validate_as(ClusterSection, section("cluster"), source="command line")
-        ft = validate_as(FtSection, section("ft"), source="command line")
+        sections = by_section(overrides)
+        cluster = validate_as(ClusterSection, sections.get("cluster", {}), source="command line")
+        ft = validate_as(FtSection, sections.get("ft", {}), source="command line")
     return node_failures(
         model=ft.failure_model if "failure_model" in ft.model_fields_set else None,
         rates=ft.rates,

@@ -11,12 +11,8 @@ from mfukit.catalog import resolve
 from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
-from mfukit.core.scenario import ClusterSection, FtSection, TrainingSection, load_scenario
+from mfukit.core.scenario import ClusterSection, FtSection, TrainingSection, by_section, load_scenario
 from mfukit.core.schema import validate_as
-
-
-def _section(overrides: dict[str, Any], prefix: str) -> dict[str, Any]:
-    return {key.split(".", 1)[1]: value for key, value in overrides.items() if key.startswith(prefix + ".")}
 
 
 class Job(NamedTuple):
@@ -44,16 +40,16 @@ def job(scenario_path: Path | None, overrides: dict[str, Any]) -> Job:
             cluster = resolve.cluster(section, source=source)
         return Job(model, scenario.training, scenario.parallelism, cluster, scenario.ft, section)
     training = validate_as(
-        TrainingSection, _section(overrides, "training"), source="command line", prefix="training"
+        TrainingSection, by_section(overrides).get("training", {}), source="command line", prefix="training"
     )
-    layout_fields = _section(overrides, "parallelism")
+    layout_fields = by_section(overrides).get("parallelism", {})
     layout = (
         validate_as(Parallelism, layout_fields, source="command line", prefix="parallelism")
         if layout_fields
         else None
     )
     section = validate_as(
-        ClusterSection, _section(overrides, "cluster"), source="command line", prefix="cluster"
+        ClusterSection, by_section(overrides).get("cluster", {}), source="command line", prefix="cluster"
     )
     cluster = None
     if (section.system or section.gpu) and (section.num_gpus or section.num_nodes):
