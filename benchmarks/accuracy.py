@@ -1,10 +1,10 @@
 """How close the step-time model comes to measured training throughput on sources it was never fitted on.
 
 Peers: every usable row of ``benchmarks/data/calibration/`` (LLM Foundry's MPT benchmarks, vTrain's
-Megatron-DeepSpeed runs, the Ultra-Scale Playbook's nanotron sweep, torchtitan's Llama 3.1 runs, Korthikanti
-et al. 2022, the Megatron-Core H100 scaling tables, NeMo's FP8 recipes, and the runs gathered from papers
-and vendor tables in ``gathered_runs.csv``), each turned into a model, layout and cluster by
-``mfukit.perf.calibration_data``.
+Megatron-DeepSpeed runs, the Ultra-Scale Playbook's nanotron sweep, torchtitan's Llama 3.1 runs, and the
+runs gathered from papers and vendor tables in ``gathered_runs.csv``), each turned into a model, layout and
+cluster by ``mfukit.perf.calibration_data``. The Megatron-stack rows of shared/reference are reserved for
+checking the model: never fitted, they are predicted by ``mfukit validate`` as a site's file.
 
 Metric, leave-one-source-out: each source's rows are predicted by constants fitted without that source
 (``mfukit.perf.loso``: every constant refitted, a stack or network only that source ran falls back to the

@@ -285,6 +285,7 @@ def write_residuals(path: Path, residuals: Sequence[Residual]) -> None:
     load_residuals.cache_clear()
     cached_interval.cache_clear()
     _table_of.cache_clear()
+    _kind_scale.cache_clear()
 
 
 def residuals_path() -> Path:
@@ -370,16 +371,13 @@ def interval_for(
     pool = table.families != held_out
     if not pool.any():
         return Interval(0.5, 1.5, 0, 0, (), True, "no residual table (run python -m mfukit.perf.calibrate)")
-    band_low, band_high, names, members, reason = _band(table, regime, pool)
-    scale = band_scale(table, pool & (table.extrapolated == bool(reason)))
+    band_low, band_high, names, members, reason, nearest = _band(table, regime, pool)
+    scale = _kind_scale(table, held_out, bool(reason))
     low, high = (float(end) for end in scaled(np.asarray([[band_low, band_high]]), scale)[0])
     if reason:
         # never narrower than the interval of the nearest measured runs (the broader regime matched): an
         # extrapolation is at least as uncertain as the runs it steps away from
-        nearest = _extrapolation_of(table, regime, pool)[1]
-        near = scaled(
-            np.asarray([_quantile_band(table, nearest)]), band_scale(table, pool & ~table.extrapolated)
-        )
+        near = scaled(np.asarray([_quantile_band(table, nearest)]), _kind_scale(table, held_out, False))
         low, high = min(low, float(near[0, 0])), max(high, float(near[0, 1]))
     peers = table.where(regime, ("family", "stack", "precision"), pool)
     return Interval(
@@ -403,6 +401,13 @@ def scaled(band: np.ndarray, scale: float) -> np.ndarray:
     return np.stack([np.minimum(centre - scale * half, 0.0), np.maximum(centre + scale * half, 0.0)], axis=1)
 
 
+@cache
+def _kind_scale(table: _Table, held_out: str | None, extrapolated: bool) -> float:
+    """:func:`band_scale` of the runs of one kind outside the ``held_out`` family, once per table (coverage
+    and validation ask for every run)."""
+    return band_scale(table, (table.families != held_out) & (table.extrapolated == extrapolated))
+
+
 def band_scale(table: _Table, pool: np.ndarray) -> float:
     """The smallest of :data:`SCALES` that puts :data:`TARGET_COVERAGE` of the ``pool`` runs inside their own
     :func:`scaled` bands, sources weighted equally (1.0 where no run has a band: a table of runs alone).
@@ -424,16 +429,18 @@ def band_scale(table: _Table, pool: np.ndarray) -> float:
 
 def _band(
     table: _Table, regime: Regime, pool: np.ndarray
-) -> tuple[float, float, tuple[str, ...], np.ndarray, str]:
+) -> tuple[float, float, tuple[str, ...], np.ndarray, str, np.ndarray]:
     """The unscaled band (10th and 90th percentiles of ln(measured / predicted)) of a prediction in ``regime``
-    from the ``pool`` runs: the names matched, the runs it rests on, and why it extrapolates ('' if not)."""
-    names, members, reason = _extrapolation_of(table, regime, pool)
+    from the ``pool`` runs: the names matched, the runs it rests on, why it extrapolates ('' if not), and the
+    nearest measured runs (the broadest regime matched; the same runs unless it extrapolates)."""
+    names, nearest, reason = _extrapolation_of(table, regime, pool)
+    members = nearest
     if reason:
         extrapolations = pool & table.extrapolated
         if table.source_count(extrapolations) >= MIN_SOURCES:
             names, members = ("runs whose own prediction extrapolated",), extrapolations
     low, high = _quantile_band(table, members)
-    return low, high, names, members, reason
+    return low, high, names, members, reason, nearest
 
 
 def _quantile_band(table: _Table, members: np.ndarray) -> tuple[float, float]:
