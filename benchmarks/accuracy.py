@@ -154,18 +154,20 @@ def twins(cases: list[Case]) -> list[dict[str, object]]:
 def main() -> None:
     cases = load_cases()
     measured = np.asarray([c.measured_tokens_per_s_per_gpu for c in cases])
-    in_sample = predict_with(efficiency_file(), cases) / measured - 1
-    held_out_tokens = (
+    in_sample = predict_with(efficiency_file(), cases)[0] / measured - 1
+    held_out_tokens, ceilings = (
         leave_one_source_out(cases, progress=stderr_progress) if "--refit" in sys.argv else _from_table(cases)
     )
     held_out = held_out_tokens / measured - 1
     residuals = annotated(
         [
-            residual_of(c, float(np.log(m / p)))
-            for c, m, p in zip(cases, measured, held_out_tokens, strict=True)
+            residual_of(c, float(np.log(m / p)), k)
+            for c, m, p, k in zip(cases, measured, held_out_tokens, ceilings, strict=True)
         ]
     )
-    inside = np.asarray([_inside(c, p, residuals) for c, p in zip(cases, held_out_tokens, strict=True)])
+    inside = np.asarray(
+        [_inside(c, p, k, residuals) for c, p, k in zip(cases, held_out_tokens, ceilings, strict=True)]
+    )
     constant = _constant_answer(cases)
     by_source: dict[str, list[int]] = collections.defaultdict(list)
     for index, case in enumerate(cases):
@@ -245,21 +247,23 @@ def main() -> None:
     RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
 
 
-def _from_table(cases: list[Case]) -> np.ndarray:
-    """The held-out predictions ``python -m mfukit.perf.calibrate`` made (its residual table holds ln(measured /
-    predicted) of every run, from constants fitted without the run's source)."""
-    table = {(r.source, r.row_id): r.log_error for r in load_residuals()}
+def _from_table(cases: list[Case]) -> tuple[np.ndarray, np.ndarray]:
+    """The held-out predictions ``python -m mfukit.perf.calibrate`` made and their kernel ceilings (its residual
+    table holds ln(measured / predicted) of every run, from constants fitted without the run's source)."""
+    table = {(r.source, r.row_id): r for r in load_residuals()}
     missing = [c for c in cases if (c.source, c.row_id) not in table]
     if missing:
         raise SystemExit(
             f"{len(missing)} runs are not in the residual table: run python -m mfukit.perf.calibrate, or pass --refit"
         )
-    return np.asarray([c.measured_tokens_per_s_per_gpu / np.exp(table[(c.source, c.row_id)]) for c in cases])
+    rows = [table[(c.source, c.row_id)] for c in cases]
+    tokens = [c.measured_tokens_per_s_per_gpu / np.exp(r.log_error) for c, r in zip(cases, rows, strict=True)]
+    return np.asarray(tokens), np.exp([r.ceiling for r in rows])
 
 
-def _inside(case: Case, predicted: float, residuals: list[Residual]) -> bool:
+def _inside(case: Case, predicted: float, ceiling: float, residuals: list[Residual]) -> bool:
     interval = interval_for(case_regime(case), exclude_source=case.source, residuals=residuals)
-    low, high = interval.around(predicted)
+    low, high = interval.capped(ceiling).around(predicted)
     return bool(low <= case.measured_tokens_per_s_per_gpu <= high)
 
 

@@ -238,3 +238,16 @@ def test_size_at_a_given_mfu_also_rounds_a_batch_in_tokens(mfukit) -> None:  # t
     sequences = result["layout"]["dp"] * result["num_microbatches"]  # micro-batch 1
     assert sequences == 2048  # the nearest whole number of micro-batches per rank to 1,953
     assert any("global batch 1,953 -> 2,048 sequences (+4.9 %)" in line for line in envelope["warnings"])
+
+
+def test_estimate_takes_the_micro_batch_a_tuned_run_uses_and_says_so(mfukit) -> None:  # type: ignore[no-untyped-def]
+    zero3 = [*GPT3, "--tp", "8", "--zero", "3", "--recompute", "full", "--format", "json"]
+    assumed = mfukit("estimate", *zero3)
+    given = mfukit("estimate", *zero3, "--micro-batch-size", "1")
+    assert assumed.exit_code == 0 and given.exit_code == 0, assumed.stderr + given.stderr
+    size = assumed.json()["inputs"]["micro_batch_size"]
+    assert size > 1 and given.json()["inputs"]["micro_batch_size"] == 1
+    assert any(f"micro-batch not given: {size}" in line for line in assumed.json()["assumptions"])
+    assert not any("micro-batch not given" in line for line in given.json()["assumptions"])
+    # one gather of the weights per micro-batch: fewer, larger micro-batches are faster
+    assert assumed.json()["result"]["step_time_s"] < given.json()["result"]["step_time_s"]

@@ -4,6 +4,7 @@ beyond it, scaled to the coverage measured on held-out runs."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -11,10 +12,13 @@ import pytest
 
 from mfukit.perf.uncertainty import (
     MIN_ROWS,
+    SCALES,
     TARGET_COVERAGE,
     Regime,
     Residual,
+    _table_of,
     annotated,
+    band_scale,
     interval_for,
     load_residuals,
     scaled,
@@ -28,7 +32,7 @@ def _pool(errors_a: list[float], errors_b: list[float], regime: Regime) -> list[
     ]
 
 
-REGIME = Regime("ampere", "megatron-core", "sharded optimizer", 512, "16-bit")
+REGIME = Regime("ampere", "megatron-core", "full weights", 512, "16-bit")
 
 
 def test_the_interval_is_the_source_weighted_spread_of_matching_residuals() -> None:
@@ -43,7 +47,7 @@ def test_the_interval_is_the_source_weighted_spread_of_matching_residuals() -> N
 
 
 def test_too_few_runs_fall_back_to_a_broader_regime_and_say_what_matched() -> None:
-    other_band = Regime("ampere", "megatron-core", "sharded optimizer", 8, "16-bit")
+    other_band = Regime("ampere", "megatron-core", "full weights", 8, "16-bit")
     pool = _pool([0.05] * MIN_ROWS, [-0.05] * MIN_ROWS, other_band)
     interval = interval_for(REGIME, residuals=pool)
     assert interval.matched_on == ("family", "stack", "sharding", "precision")
@@ -55,13 +59,11 @@ def test_a_regime_no_run_shares_is_extrapolated_and_rests_on_past_extrapolations
     zero3 = Regime("ampere", "megatron-core", "sharded weights", 512, "16-bit")
     outside = interval_for(zero3, residuals=pool)
     assert outside.extrapolated and "sharded weights" in outside.reason
-    larger = interval_for(
-        Regime("ampere", "megatron-core", "sharded optimizer", 4096, "16-bit"), residuals=pool
-    )
+    larger = interval_for(Regime("ampere", "megatron-core", "full weights", 4096, "16-bit"), residuals=pool)
     assert larger.extrapolated and "beyond the largest measured" in larger.reason
     # runs whose own held-out prediction extrapolated (sources c and d: a stack no other source ran) were
     # 40 % off: an extrapolated prediction's band is theirs, not the matched runs' 10 %
-    novel = Regime("ampere", "nanotron", "replicated", 64, "16-bit")
+    novel = Regime("ampere", "nanotron", "full weights", 64, "16-bit")
     matched = [
         Residual(name, i, REGIME, e)
         for name, e in (("a", 0.1), ("b", -0.1), ("e", 0.0))
@@ -75,7 +77,7 @@ def test_a_regime_no_run_shares_is_extrapolated_and_rests_on_past_extrapolations
     assert {r.source for r in wider if r.extrapolated} == {"c", "d"}
     band = interval_for(zero3, residuals=wider)
     assert band.matched_on == ("runs whose own prediction extrapolated",)
-    assert math.log(band.high_factor) / band.scale == pytest.approx(0.4, rel=1e-6)
+    assert math.log(band.high_factor) / band.scales[1] == pytest.approx(0.4, rel=1e-6)
 
 
 def test_the_band_is_scaled_until_the_held_out_runs_reach_the_target_coverage() -> None:
@@ -90,15 +92,22 @@ def test_the_band_is_scaled_until_the_held_out_runs_reach_the_target_coverage() 
         ]
     )
     interval = interval_for(REGIME, residuals=pool)
-    assert interval.scale > 1.0
+    below, above = interval.scales
+    assert max(below, above) > 1.0
     bands = np.asarray([[r.band_low, r.band_high] for r in pool])
     errors = np.asarray([r.log_error for r in pool])
+    miss = (1 - TARGET_COVERAGE) / 2
 
-    def coverage(scale: float) -> float:
-        inside = scaled(bands, scale)
-        return float(np.mean((errors >= inside[:, 0]) & (errors <= inside[:, 1])))
+    def misses(low_scale: float, high_scale: float) -> tuple[float, float]:
+        inside = scaled(bands, low_scale, high_scale)
+        return float(np.mean(errors < inside[:, 0])), float(np.mean(errors > inside[:, 1]))
 
-    assert coverage(interval.scale) >= TARGET_COVERAGE > coverage(interval.scale - 0.05)
+    # each half is the smallest that leaves at most 10 % of the runs beyond it
+    assert max(misses(below, above)) <= miss
+    if below > SCALES[0]:
+        assert misses(below - 0.05, above)[0] > miss
+    if above > SCALES[0]:
+        assert misses(below, above - 0.05)[1] > miss
     assert interval.low_factor < 1.0 < interval.high_factor
 
 
@@ -121,3 +130,38 @@ def test_the_shipped_table_covers_every_calibration_source() -> None:
 
     shipped = {r.source for r in load_residuals()}
     assert shipped == {case.source for case in load_cases()}, "refit: python -m mfukit.perf.calibrate"
+
+
+def test_a_plan_interval_stops_at_the_kernel_ceiling_and_never_below_the_estimate() -> None:
+    from mfukit import catalog
+    from mfukit.core.parallelism import Parallelism
+    from mfukit.perf.layouts import Workload, grid_of
+    from mfukit.perf.planner import evaluate_grid, plan_at
+    from mfukit.perf.step_time import machine_for
+    from mfukit.perf.uncertainty import Interval
+
+    workload = Workload(model=catalog.model("gpt3-175b"), seq_len=2048, global_batch_sequences=1536)
+    layout = Parallelism(tp=8, pp=8, dp=16, recompute="full")
+    grid = grid_of([layout], model=workload.model, micro_batch_size=[1], num_microbatches=[96])
+    machine = machine_for(catalog.system("dgx-a100-80gb"), catalog.accelerator("a100-80gb-sxm"), 1024)
+    estimate, memory, crosses = evaluate_grid(workload, grid, machine)
+    wide = Interval(0.5, 10.0, 100, 5, ("family",), False, "")
+    plan = plan_at(workload, grid, estimate, memory, crosses, 0, None, wide)
+    kernels = plan.breakdown_s["compute"] + plan.breakdown_s["recompute"]
+    assert plan.mfu_interval is not None
+    assert plan.mfu_interval[1] == pytest.approx(plan.mfu * plan.step_time_s / kernels)
+    assert wide.capped(0.7).high_factor == 1.0 and wide.capped(2.0).high_factor == 2.0
+
+
+def test_a_run_above_its_kernel_ceiling_is_not_counted_inside_its_band() -> None:
+    # every run 30 % faster than predicted, its band reaching +40 %: inside, unless its ceiling is +20 %
+    base = [
+        Residual(s, i, REGIME, math.log(1.3), band_low=-0.1, band_high=math.log(1.4))
+        for s in "abcd"
+        for i in range(5)
+    ]
+    everyone = np.ones(len(base), dtype=bool)
+    assert band_scale(_table_of(tuple(base)), everyone)[1] <= 1.0
+    capped = _table_of(tuple(replace(r, ceiling=math.log(1.2)) for r in base))
+    below, above = band_scale(capped, everyone)
+    assert above == SCALES[-1] and below == SCALES[0]  # no stretch puts them inside; the low end is not moved

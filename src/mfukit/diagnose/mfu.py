@@ -35,7 +35,7 @@ from mfukit.errors import InputError
 from mfukit.perf.estimate import best_plan, training_plan
 from mfukit.perf.flops import model_flops_per_token, utilization
 from mfukit.perf.inputs import training_workload
-from mfukit.perf.memory import sharding_of
+from mfukit.perf.memory import headroom_bytes, sharding_of
 from mfukit.perf.planner import Plan
 
 WARMUP_FRACTION = 0.1  # the first 10 % of logged steps (compile, allocator warm-up) are left out
@@ -127,8 +127,13 @@ def _predicted(
         "micro-batch against the job's launch flags)"
     )
     sequences = training.global_batch_sequences or 0  # known: expected_mfu asks for it
+    # the planner's best on the same GPUs and batch, with the HBM headroom `plan` keeps free
     best, _ = best_plan(
-        training_workload(model, training, sequences), cluster.system, cluster.accelerator, cluster.num_gpus
+        training_workload(model, training, sequences),
+        cluster.system,
+        cluster.accelerator,
+        cluster.num_gpus,
+        headroom_bytes=headroom_bytes(None, hbm_bytes),
     )
     if best is None:
         return None, f"{problem}; and no layout fits on {cluster.num_gpus:,} GPUs"

@@ -24,6 +24,7 @@ from mfukit.perf.planner import (
     search,
 )
 from mfukit.perf.step_time import Machine, machine_for
+from mfukit.perf.unpublished import tuned_choice
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class LayoutEstimate:
     efficiency: Efficiency
     plan: Plan | None  # None when the layout cannot be built
     memory: MemoryEstimate | None
+    # what was not given and how it was chosen (:func:`mfukit.perf.unpublished.tuned_choice`)
+    assumed: tuple[str, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -61,14 +64,17 @@ def plan_memory(workload: Workload, plan: Plan, gpus_per_node: int) -> MemoryEst
 def estimate_layout(
     inputs: PerfInputs, layout: Parallelism, *, micro_batch_size: int | None = None
 ) -> LayoutEstimate:
-    """Step time, MFU and memory of ``layout``, or the rules it breaks."""
+    """Step time, MFU and memory of ``layout``, or the rules it breaks. A micro-batch neither passed nor in the
+    scenario, and a recompute the layout does not set, are what a tuned run of the layout uses
+    (:mod:`mfukit.perf.unpublished`)."""
+    given = micro_batch_size or (inputs.micro_batch_size if inputs.micro_batch_given else None)
     return evaluate_layout(
         inputs.workload,
         inputs.system,
         inputs.accelerator,
         inputs.num_gpus or layout.world_size,
         layout,
-        micro_batch_size=micro_batch_size or inputs.micro_batch_size,
+        micro_batch_size=given,
         tokens=inputs.tokens,
         source=inputs.source,
     )
@@ -81,26 +87,29 @@ def evaluate_layout(
     num_gpus: int,
     layout: Parallelism,
     *,
-    micro_batch_size: int,
+    micro_batch_size: int | None,
     tokens: float | None = None,
     source: str | None = None,
 ) -> LayoutEstimate:
+    """:func:`estimate_layout` on plain values (``micro_batch_size`` None, or a recompute ``layout`` does not
+    set: :func:`~mfukit.perf.unpublished.tuned_choice`)."""
     machine = machine_for(system, accelerator, num_gpus)
     efficiency = efficiency_for(accelerator, workload.framework)
+    probe = micro_batch_size or 1
+    problems = _problems(workload, system, num_gpus, layout, probe)
+    if problems:
+        return LayoutEstimate(layout, num_gpus, probe, problems, machine, efficiency, None, None)
+    given = (layout.recompute,) if "recompute" in layout.model_fields_set else None
+    choice = tuned_choice(workload, layout, machine, micro_batch_size=micro_batch_size, recomputes=given)
+    layout, micro_batch_size = choice.layout, choice.micro_batch_size
     per_step = layout.dp * micro_batch_size
     # a batch given in tokens is rounded to this layout (when it can be, within the bound; else the rule says why)
     sequences = int(rounded_batch(workload, [per_step])[0]) or workload.global_batch_sequences
-    problems = layout_problems(
-        layout,
-        workload.model,
-        seq_len=workload.seq_len,
-        global_batch_sequences=sequences,
-        micro_batch_size=micro_batch_size,
-        num_gpus=num_gpus,
-        max_tp=system.scale_up_domain_gpus,
-    )
+    problems = _problems(workload, system, num_gpus, layout, micro_batch_size)
     if problems:
-        return LayoutEstimate(layout, num_gpus, micro_batch_size, problems, machine, efficiency, None, None)
+        return LayoutEstimate(
+            layout, num_gpus, micro_batch_size, problems, machine, efficiency, None, None, tuple(choice.notes)
+        )
     microbatches = sequences // per_step
     if interleaving_breaks(layout.pp, layout.vpp, microbatches):
         raise InputError(
@@ -129,6 +138,25 @@ def evaluate_layout(
         efficiency,
         plan,
         plan_memory(workload, plan, machine.gpus_per_node),
+        tuple(choice.notes),
+    )
+
+
+def _problems(
+    workload: Workload, system: System, num_gpus: int, layout: Parallelism, micro_batch_size: int
+) -> list[LayoutProblem]:
+    """The divisibility rules ``layout`` breaks at ``micro_batch_size`` (its batch rounded where it may be)."""
+    sequences = (
+        int(rounded_batch(workload, [layout.dp * micro_batch_size])[0]) or workload.global_batch_sequences
+    )
+    return layout_problems(
+        layout,
+        workload.model,
+        seq_len=workload.seq_len,
+        global_batch_sequences=sequences,
+        micro_batch_size=micro_batch_size,
+        num_gpus=num_gpus,
+        max_tp=system.scale_up_domain_gpus,
     )
 
 
@@ -140,14 +168,16 @@ def best_plan(
     *,
     layout: Parallelism | None = None,
     micro_batch_size: int | None = None,
+    headroom_bytes: float = 0.0,
 ) -> tuple[Plan | None, str]:
     """The scenario's layout when it has one (dp from the GPU count when left out), else the best of the
-    planner's search on ``num_gpus`` GPUs; and how it was chosen."""
+    planner's search on ``num_gpus`` GPUs (keeping ``headroom_bytes`` of HBM free, as ``plan`` does); and how
+    it was chosen."""
     if layout is not None:
         if "dp" not in layout.model_fields_set:
             layout = layout.model_copy(update={"dp": max(1, num_gpus // (layout.tp * layout.pp * layout.cp))})
         found = evaluate_layout(
-            workload, system, accelerator, num_gpus, layout, micro_batch_size=micro_batch_size or 1
+            workload, system, accelerator, num_gpus, layout, micro_batch_size=micro_batch_size
         )
         if found.plan is None:
             return None, "the scenario's layout cannot be built: " + "; ".join(
@@ -155,7 +185,9 @@ def best_plan(
             )
         return found.plan, "the scenario's layout"
     space = SearchSpace(micro_batch_size=(micro_batch_size,) if micro_batch_size else None)
-    result = search(workload, system, accelerator, [num_gpus], space=space, top_k=1)
+    result = search(
+        workload, system, accelerator, [num_gpus], space=space, top_k=1, headroom_bytes=headroom_bytes
+    )
     plan = result.best_per_count[num_gpus]
     if plan is None:
         return None, result.nothing_fits(workload, num_gpus)
@@ -171,7 +203,7 @@ def training_plan(
     layout: Parallelism | None,
 ) -> tuple[Plan | None, str]:
     """:func:`best_plan` for a scenario's ``[training]`` (which must give the global batch): its micro-batch
-    when the scenario names one, else the planner's (1 on a given layout)."""
+    when the scenario names one, else the planner's (on a given layout, :mod:`mfukit.perf.unpublished`'s rule)."""
     sequences = training.global_batch_sequences
     if sequences is None:
         return None, "the performance model needs the global batch (--global-batch-tokens)"

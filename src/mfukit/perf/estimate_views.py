@@ -44,6 +44,7 @@ def estimate_output(inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memo
         "layout": layout_json(result.layout),
     }
     assumptions = model_assumptions(workload, result.machine, result.efficiency)
+    assumptions += result.assumed
     warnings = list(result.efficiency.uncalibrated_notes)
     hbm = accelerator.hbm_bytes
     fits = result.fits

@@ -77,12 +77,23 @@ class Evaluator:
     ) -> Floats:
         """Tokens/s per GPU of every case; ``efficiency(accelerator, framework)`` gives the constants.
         ``only``: re-evaluate just those groups (indices into ``groups``), the others taken from ``base``."""
+        return self._run(efficiency, only, base)[0]
+
+    def predict_with_ceiling(self, efficiency: Callable[[str, str], Efficiency]) -> tuple[Floats, Floats]:
+        """:meth:`predict`, and each prediction's kernel ceiling (``StepEstimate.kernel_ceiling``)."""
+        return self._run(efficiency, None, None)
+
+    def _run(
+        self, efficiency: Callable[[str, str], Efficiency], only: Sequence[int] | None, base: Floats | None
+    ) -> tuple[Floats, Floats]:
         out = np.empty(len(self.cases)) if base is None else base.copy()
+        ceilings = np.full(len(self.cases), np.inf)
         for number in range(len(self.groups)) if only is None else only:
             group = self.groups[number]
             estimate = evaluate(group.prepared, efficiency(group.accelerator, group.framework))
             out[group.indices] = estimate.tokens_per_s / group.prepared.grid.world_size
-        return out
+            ceilings[group.indices] = estimate.kernel_ceiling
+        return out, ceilings
 
 
 def _machine(case: Case, num_gpus: int, networks: dict[str, NetworkProfile]) -> Machine:

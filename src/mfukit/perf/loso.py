@@ -29,16 +29,19 @@ FOLD_ITERATIONS = 15
 WORKERS = 2
 
 
-def predict_with(file: EfficiencyFile, cases: Sequence[Case]) -> Floats:
-    """Tokens/s per GPU of ``cases`` under the constants of ``file`` (its network profiles included)."""
+def predict_with(file: EfficiencyFile, cases: Sequence[Case]) -> tuple[Floats, Floats]:
+    """Tokens/s per GPU of ``cases`` under the constants of ``file`` (its network profiles included), and
+    each prediction's kernel ceiling (``StepEstimate.kernel_ceiling``)."""
     if not cases:
-        return np.zeros(0)
+        return np.zeros(0), np.zeros(0)
     accelerators = {case.accelerator.name: case.accelerator for case in cases}
     evaluator = Evaluator(cases, networks={profile.name: profile for profile in file.network})
-    return evaluator.predict(lambda name, stack: efficiency_for(accelerators[name], stack, file=file))
+    return evaluator.predict_with_ceiling(
+        lambda name, stack: efficiency_for(accelerators[name], stack, file=file)
+    )
 
 
-def _fold(cases: Sequence[Case], family: str, start: EfficiencyFile) -> Floats:
+def _fold(cases: Sequence[Case], family: str, start: EfficiencyFile) -> tuple[Floats, Floats]:
     held = [case for case in cases if source_family(case.source) == family]
     folded, _ = fit([case for case in cases if source_family(case.source) != family], start, FOLD_ITERATIONS)
     return predict_with(folded, held)
@@ -48,21 +51,23 @@ def leave_one_source_out(
     cases: Sequence[Case],
     start: EfficiencyFile | None = None,
     progress: Callable[[str], None] | None = None,
-) -> Floats:
-    """Tokens/s per GPU of every case, predicted by constants fitted on the other sources only."""
+) -> tuple[Floats, Floats]:
+    """Tokens/s per GPU of every case, predicted by constants fitted on the other sources only, and each
+    prediction's kernel ceiling."""
     # every fold starts from no fitted value: a constant its runs do not pin down keeps nothing of the
     # held-out source (the constants fitted on every source are not a fold's start)
     start = neutral_prior(start or efficiency_file())
     predicted = np.empty(len(cases))
+    ceilings = np.empty(len(cases))
     families = sorted({source_family(case.source) for case in cases})
     with ProcessPoolExecutor(max_workers=WORKERS) as pool:
         futures = {family: pool.submit(_fold, list(cases), family, start) for family in families}
         for number, (family, future) in enumerate(futures.items(), start=1):
             held = [index for index, case in enumerate(cases) if source_family(case.source) == family]
-            predicted[held] = future.result()
+            predicted[held], ceilings[held] = future.result()
             if progress:
                 progress(f"[{number}/{len(families)}] predicted {family} ({len(held)} rows) without it")
-    return predicted
+    return predicted, ceilings
 
 
 def stderr_progress(message: str) -> None:

@@ -23,11 +23,11 @@ from typing import Any, Literal
 from mfukit import catalog
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
-from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split
+from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split, layout_problems
 from mfukit.core.scenario import Precision
 from mfukit.errors import InputError
 from mfukit.perf import flops
-from mfukit.perf.layouts import Workload
+from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload, rounded_batch
 from mfukit.perf.memory import stack_memory_fields
 
 Accounting = Literal["model", "hardware"]
@@ -73,6 +73,10 @@ SOURCE_STACKS = {
     "megatron_core_h100_2024": "megatron-core",
     "nemo_megatron_bridge": "nemo",
 }
+# the attention kernel of a source whose rows do not say: Megatron-LM of 2022 (Korthikanti et al.) ran the
+# unfused core attention (QK^T and softmax-V as batched GEMMs around a fused softmax, the s^2 scores stored:
+# the very tensors its selective recompute drops); FlashAttention came to Megatron-LM in 2023
+SOURCE_ATTENTION = {"korthikanti2022": "eager"}
 # stacks whose layers always run sequence parallel with TP (Megatron-Core and NeMo recipes, nanotron,
 # torchtitan); Megatron-DeepSpeed, DeepSpeed and FSDP only when the row says so
 SEQUENCE_PARALLEL_STACKS = frozenset({"megatron-core", "nemo", "nanotron", "torchtitan"})
@@ -238,17 +242,21 @@ def _sharding(row: _Row, stack: str) -> dict[str, object]:
     return {}
 
 
-def _recompute(row: _Row, stack: str) -> tuple[Recompute, bool]:
+def _recompute(row: _Row, stack: str) -> tuple[tuple[Recompute, ...] | None, bool]:
+    """The recompute modes the row allows (None: not published, any) and whether it says sequence parallel."""
     text = row.text("activation_recompute").lower()
     sp = "sequence-parallel" in text or "sequence parallel" in text
     if text.startswith("full"):
-        return "full", sp
-    if text.startswith("selective") or text.startswith("per-op selective"):  # torchtitan's per-op SAC
-        return "selective", sp
+        return ("full",), sp
+    if text.startswith("per-op selective") or (text.startswith("selective") and stack != "fsdp"):
+        return ("selective",), sp  # Megatron's core-attention recompute, torchtitan's per-op SAC
+    if text.startswith("selective"):
+        # FSDP stacks (IBM's fms-fsdp, LLM Foundry) call checkpointing a fraction of the blocks "selective":
+        # between Megatron's selective and full, as far as it needed to fit
+        return ("selective", "full"), sp
     if text == "no" or text.startswith(("none", "no ", "no-", "no+")):
-        return "none", sp
-    # not published: Megatron-Core and NeMo recipes default to selective recompute with SP
-    return ("selective" if stack in ("megatron-core", "nemo") else "none"), sp
+        return ("none",), sp
+    return None, sp
 
 
 def _measured(
@@ -301,19 +309,7 @@ def _case(row: _Row) -> Case | SkippedRow:
         batch = max(1, int(row.number("global_batch_tokens") // seq))
     else:
         return SkippedRow(row_id, "not published: global_batch_sequences, global_batch_tokens")
-    micro = row.integer("micro_batch", default=1)
-    published = batch
-    # a batch published in tokens (OPT's 2M) need not split into whole micro-batches per rank: the nearest
-    # whole number of them runs the same per-GPU work (the measurement converts with the published batch)
-    per_step = dp * micro
-    if round(batch / per_step) < 1 or abs(round(batch / per_step) * per_step - batch) > 0.1 * batch:
-        raise row.error(
-            "global_batch_sequences",
-            f"global batch {batch} is not (within 10 %) a whole number of dp x micro_batch = {per_step}",
-            "check the batch, dp and micro_batch columns",
-        )
-    batch = round(batch / per_step) * per_step
-    recompute, sp_given = _recompute(row, stack)
+    recomputes, sp_given = _recompute(row, stack)
     split = default_stage_split(model.num_hidden_layers, pp, vpp)
     layout = Parallelism(
         tp=tp,
@@ -323,11 +319,11 @@ def _case(row: _Row) -> Case | SkippedRow:
         ep=ep,
         vpp=vpp,
         sequence_parallel=tp > 1 and (sp_given or stack in SEQUENCE_PARALLEL_STACKS),
-        recompute=recompute,
+        recompute=recomputes[0] if recomputes else "none",
         **_sharding(row, stack),
         **({"first_stage_layers": split[0], "last_stage_layers": split[1]} if split else {}),
     )
-    attention = row.text("attention").lower()
+    attention = row.text("attention").lower() or SOURCE_ATTENTION.get(row.text("source_group"), "")
     if attention not in ("", "flash", "eager"):
         raise row.error("attention", f"attention is {attention!r}", "use flash or eager")
     offload = row.text("offload").lower()
@@ -336,6 +332,7 @@ def _case(row: _Row) -> Case | SkippedRow:
         model=model,
         seq_len=seq,
         global_batch_sequences=batch,
+        batch_rounding_frac=BATCH_ROUNDING_FRAC,
         precision=_precision(row),
         flash_attention=attention != "eager",
         framework=stack,
@@ -344,6 +341,39 @@ def _case(row: _Row) -> Case | SkippedRow:
         offload_activations=1.0 if "activation" in offload else 0.0,
         **stack_fields,
     )
+    published = batch
+    micro: int | None = row.integer("micro_batch", default=0) or None
+    problems = layout_problems(
+        layout, model, seq_len=seq, global_batch_sequences=None, micro_batch_size=micro or 1, num_gpus=n_gpus
+    )
+    if problems:
+        raise row.error(problems[0].field.split(".")[-1], problems[0].message, problems[0].fix)
+    if micro is None or recomputes is None or len(recomputes) > 1:
+        # an unpublished knob: what a tuned run of the layout uses (the step-time and memory models' choice)
+        from mfukit.perf.step_time import machine_for
+        from mfukit.perf.unpublished import tuned_choice
+
+        choice = tuned_choice(
+            workload,
+            layout,
+            machine_for(system, accelerator, n_gpus),
+            micro_batch_size=micro,
+            recomputes=recomputes,
+        )
+        layout, micro = choice.layout, choice.micro_batch_size
+    # a batch published in tokens (OPT's 2M) need not split into whole micro-batches per rank: the nearest
+    # whole number of them (within 10 %) runs the same per-GPU work (the measurement converts with the
+    # published batch)
+    micro = micro or 1
+    per_step = dp * micro
+    batch = int(rounded_batch(workload, [per_step])[0])
+    if batch == 0:
+        raise row.error(
+            "global_batch_sequences",
+            f"global batch {published} is not (within 10 %) a whole number of dp x micro_batch = {per_step}",
+            "check the batch, dp and micro_batch columns",
+        )
+    workload = replace(workload, global_batch_sequences=batch)
     measured, accounting = _measured(
         row, replace(workload, global_batch_sequences=published), layout, n_gpus, accelerator
     )

@@ -332,7 +332,7 @@ def plan_at(
     num_gpus = int(grid.world_size[index])
     tokens_per_s = float(estimate.tokens_per_s[index])
     return Plan(
-        interval=interval,
+        interval=None if interval is None else interval.capped(float(estimate.kernel_ceiling[index])),
         num_gpus=num_gpus,
         layout=grid.layout(index, workload.model.num_hidden_layers),
         micro_batch_size=int(grid.mbs[index]),

@@ -181,6 +181,15 @@ class StepEstimate:
     def row(self, i: int) -> dict[str, float]:
         return {name: float(values[i]) for name, values in self.breakdown_s.items()}
 
+    @property
+    def kernel_ceiling(self) -> Floats:
+        """How many times faster each step would run if nothing but its GEMMs and attention (with their
+        recompute) took time, at the GPU family's fitted kernel curves: no communication, element-wise work,
+        host time, bubble or stragglers. Under the shipped constants 99 % of the measured runs lie below it
+        (``docs/performance-model.md`` section Intervals), so an interval's high end stops there."""
+        kernels = self.breakdown_s["compute"] + self.breakdown_s["recompute"]
+        return np.asarray(np.maximum(1.0, self.step_time_s / np.maximum(kernels, 1e-30)), dtype=np.float64)
+
 
 def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
     """Shapes and collective times of every layout of ``grid`` (the efficiency-independent half)."""

@@ -2,7 +2,7 @@
 
 Every measured run in the calibration data was predicted by constants fitted without its source
 (:mod:`mfukit.perf.loso`); ``data/loso_residuals.csv`` keeps ln(measured / predicted) of each with the run's
-regime: GPU family, software stack, sharding (replicated, sharded optimizer, sharded weights), scale band and
+regime: GPU family, software stack, sharding (full weights on every rank, or sharded weights), scale band and
 precision. A prediction's band is the 10th-90th percentile of the residuals of the runs that share its
 regime, each source weighted equally (a sweep of a thousand rows counts as one source). Where fewer than
 :data:`MIN_ROWS` runs of :data:`MIN_SOURCES` sources share the whole regime, the scale band is dropped, then
@@ -12,14 +12,21 @@ shares (another GPU family or stack, or beyond the largest measured scale of its
 the model was when it last stepped outside what it had seen), its interval is never narrower than that of
 the nearest measured runs, and it says so.
 
-The band is then stretched (in ln space, about its centre) by the factor that makes :data:`TARGET_COVERAGE`
-of the held-out runs of the *other* source families, of the same kind (matched or extrapolated), fall
-inside their own bands, sources weighted equally
+The band is then stretched (in ln space, about its centre), each half by the factor that leaves at most half
+of 1 - :data:`TARGET_COVERAGE` of the held-out runs of the *other* source families, of the same kind (matched
+or extrapolated), beyond that end of their own bands, sources weighted equally
 (split-conformal calibration, Vovk et al. 2005; Angelopoulos & Bates 2021, section 2): residuals of one
 source share a bias, so pooling runs gives bands too narrow for a new source, and this factor measures by
 how much. Each run's own band (built without its family) and whether it was an extrapolation are computed
 once, when the table is written. ``benchmarks/accuracy.py`` measures the coverage leave-one-source-out: a
 source's rows are judged by bands whose factor was fitted without that source.
+
+An interval's high end never passes the layout's *kernel ceiling*
+(:attr:`~mfukit.perf.step_time.StepEstimate.kernel_ceiling`): the speed of the step if nothing but its GEMMs and
+attention took time. Residual bands are wide where a few sources were badly under-predicted, and an MFU
+interval reaching 100 % says nothing; no measured run is faster than its own kernels (99 % of the calibration
+runs lie under the ceiling of their in-sample prediction), so the band stops there. Each run's held-out ceiling
+is kept in the table, and the stretch factor and the coverage are measured with it.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import csv
 import io
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
@@ -56,6 +63,7 @@ COLUMNS = (
     "extrapolated",
     "band_low",
     "band_high",
+    "ceiling",
 )
 MIN_ROWS = 12
 MIN_SOURCES = 2
@@ -95,26 +103,26 @@ def scale_band(num_gpus: int) -> str:
 
 
 def sharding_class(layout: Parallelism) -> str:
-    """Replicated states, a sharded optimizer (ZeRO-1/2, Megatron's distributed optimizer) or sharded
-    weights (ZeRO-3, FSDP): the three regimes of data parallelism's traffic."""
-    if layout.shards_parameters:
-        return "sharded weights"
-    return "sharded optimizer" if layout.zero in (1, 2) else "replicated"
+    """Full weights on every rank (DDP, ZeRO-1/2, Megatron's distributed optimizer) or sharded weights (ZeRO-3,
+    FSDP): the two regimes of data parallelism's traffic. A sharded optimizer moves what DDP moves (its
+    reduce-scatter of the gradients and all-gather of the updated weights are the two halves of an all-reduce,
+    Rabenseifner 2004), once per step; sharded weights are gathered again for every micro-batch's forward and
+    backward, under the compute of one layer."""
+    return "sharded weights" if layout.shards_parameters else "full weights"
 
 
 def sharding_class_of(name: str) -> str:
     """:func:`sharding_class` of a planner sharding name (``perf.memory.Sharding``)."""
-    if name in ("zero-3", "fsdp-full", "fsdp-hybrid"):
-        return "sharded weights"
-    return "replicated" if name == "none" else "sharded optimizer"
+    return "sharded weights" if name in ("zero-3", "fsdp-full", "fsdp-hybrid") else "full weights"
 
 
 def family_of(accelerator: str) -> str:
-    """The GPU family whose constants an accelerator runs on (its hardware profile, borrowed resolved)."""
+    """The GPU family an accelerator belongs to: its own hardware profile, even one that borrows another's
+    constants. A run on a borrowing family (MI300X on Hopper's constants, H200 on H100's) tests the lender's
+    constants on other silicon: its residuals are not the lender's, and a prediction there is an
+    extrapolation until enough runs of that family were measured."""
     profile = hardware_profile_of(accelerator)
-    if profile is None:
-        return "unprofiled"
-    return profile.borrows or profile.name
+    return "unprofiled" if profile is None else profile.name
 
 
 def precision_class(precision: str) -> str:
@@ -160,10 +168,15 @@ class Residual:
     extrapolated: bool = False
     band_low: float = math.nan
     band_high: float = math.nan
+    # ln of the held-out prediction's kernel ceiling (StepEstimate.kernel_ceiling): its interval's highest end
+    ceiling: float = math.inf
 
 
-def residual_of(case: Case, log_error: float) -> Residual:
-    return Residual(case.source, case.row_id, case_regime(case), log_error, measured_mfu(case))
+def residual_of(case: Case, log_error: float, ceiling: float = math.inf) -> Residual:
+    """A run's residual; ``ceiling``: its held-out prediction's kernel ceiling (a factor, at least 1)."""
+    return Residual(
+        case.source, case.row_id, case_regime(case), log_error, measured_mfu(case), ceiling=math.log(ceiling)
+    )
 
 
 @dataclass(frozen=True)
@@ -179,7 +192,13 @@ class Interval:
     reason: str
     # the highest MFU any measured run of the regime's GPU family, stack and precision reached (None: none)
     highest_measured_mfu: float | None = None
-    scale: float = 1.0  # the calibrated factor the band was scaled by (ln space)
+    # the calibrated factors the band's lower and upper halves were stretched by (ln space)
+    scales: tuple[float, float] = (1.0, 1.0)
+
+    def capped(self, ceiling: float) -> Interval:
+        """This interval with its high end at most ``ceiling`` times the estimate (the layout's
+        :attr:`~mfukit.perf.step_time.StepEstimate.kernel_ceiling`)."""
+        return replace(self, high_factor=max(1.0, min(self.high_factor, ceiling)))
 
     def around(self, value: float) -> tuple[float, float]:
         return value * self.low_factor, value * self.high_factor
@@ -191,7 +210,11 @@ class Interval:
 
     def basis(self) -> str:
         keys = ", ".join(self.matched_on) if self.matched_on else "every run"
-        text = f"{self.rows} held-out runs of {self.sources} sources sharing {keys}, spread x{self.scale:.2f}"
+        below, above = self.scales
+        text = (
+            f"{self.rows} held-out runs of {self.sources} sources sharing {keys}, "
+            f"spread x{below:.2f} below and x{above:.2f} above"
+        )
         return f"{text}; extrapolated: {self.reason}" if self.extrapolated else text
 
 
@@ -204,6 +227,7 @@ class _Table:
         self.families = np.asarray([source_family(r.source) for r in residuals], dtype=object)
         self.log_error = np.asarray([r.log_error for r in residuals], dtype=np.float64)
         self.extrapolated = np.asarray([r.extrapolated for r in residuals], dtype=bool)
+        self.ceiling = np.asarray([r.ceiling for r in residuals], dtype=np.float64)
         self.band = np.asarray([(r.band_low, r.band_high) for r in residuals], dtype=np.float64).reshape(
             -1, 2
         )
@@ -279,6 +303,7 @@ def write_residuals(path: Path, residuals: Sequence[Residual]) -> None:
                 int(r.extrapolated),
                 f"{r.band_low:.5f}",
                 f"{r.band_high:.5f}",
+                f"{r.ceiling:.5f}",
             ]
         )
     write_text_atomic(path, buffer.getvalue())
@@ -320,6 +345,7 @@ def load_residuals(path: Path | None = None) -> tuple[Residual, ...]:
                         row["extrapolated"] == "1",
                         float(row["band_low"]),
                         float(row["band_high"]),
+                        float(row.get("ceiling") or "inf"),  # a table written before ceilings: none
                     )
                 )
     except (KeyError, ValueError, OSError, TypeError) as error:
@@ -372,12 +398,12 @@ def interval_for(
     if not pool.any():
         return Interval(0.5, 1.5, 0, 0, (), True, "no residual table (run python -m mfukit.perf.calibrate)")
     band_low, band_high, names, members, reason, nearest = _band(table, regime, pool)
-    scale = _kind_scale(table, held_out, bool(reason))
-    low, high = (float(end) for end in scaled(np.asarray([[band_low, band_high]]), scale)[0])
+    scales = _kind_scale(table, held_out, bool(reason))
+    low, high = (float(end) for end in scaled(np.asarray([[band_low, band_high]]), *scales)[0])
     if reason:
         # never narrower than the interval of the nearest measured runs (the broader regime matched): an
         # extrapolation is at least as uncertain as the runs it steps away from
-        near = scaled(np.asarray([_quantile_band(table, nearest)]), _kind_scale(table, held_out, False))
+        near = scaled(np.asarray([_quantile_band(table, nearest)]), *_kind_scale(table, held_out, False))
         low, high = min(low, float(near[0, 0])), max(high, float(near[0, 1]))
     peers = table.where(regime, ("family", "stack", "precision"), pool)
     return Interval(
@@ -389,42 +415,53 @@ def interval_for(
         matched_on=names,
         extrapolated=bool(reason),
         reason=reason,
-        scale=scale,
+        scales=scales,
     )
 
 
-def scaled(band: np.ndarray, scale: float) -> np.ndarray:
-    """Bands (rows of ln low, ln high) stretched ``scale`` times about their centres, then widened to hold the
-    estimate itself (0): intervals in ln factors."""
+def scaled(band: np.ndarray, below: float, above: float | None = None) -> np.ndarray:
+    """Bands (rows of ln low, ln high) with their lower half stretched ``below`` times and their upper half
+    ``above`` times (``below`` when not given) about their centres, then widened to hold the estimate itself
+    (0): intervals in ln factors."""
     centre = band.mean(axis=1)
     half = 0.5 * (band[:, 1] - band[:, 0])
-    return np.stack([np.minimum(centre - scale * half, 0.0), np.maximum(centre + scale * half, 0.0)], axis=1)
+    upper = below if above is None else above
+    return np.stack([np.minimum(centre - below * half, 0.0), np.maximum(centre + upper * half, 0.0)], axis=1)
 
 
 @cache
-def _kind_scale(table: _Table, held_out: str | None, extrapolated: bool) -> float:
+def _kind_scale(table: _Table, held_out: str | None, extrapolated: bool) -> tuple[float, float]:
     """:func:`band_scale` of the runs of one kind outside the ``held_out`` family, once per table (coverage
     and validation ask for every run)."""
     return band_scale(table, (table.families != held_out) & (table.extrapolated == extrapolated))
 
 
-def band_scale(table: _Table, pool: np.ndarray) -> float:
-    """The smallest of :data:`SCALES` that puts :data:`TARGET_COVERAGE` of the ``pool`` runs inside their own
-    :func:`scaled` bands, sources weighted equally (1.0 where no run has a band: a table of runs alone).
-    :func:`interval_for` passes the runs of the prediction's kind, extrapolated or matched: an extrapolated
-    band already rests on the errors of extrapolations, and one factor for both would stretch it for the
-    matched runs' sake."""
+def band_scale(table: _Table, pool: np.ndarray) -> tuple[float, float]:
+    """The smallest of :data:`SCALES` for each half of the ``pool`` runs' own :func:`scaled` bands that leaves
+    at most half of 1 - :data:`TARGET_COVERAGE` of them (sources weighted equally) below the band, and the
+    same share above it, its high end at most each run's kernel ceiling ((1.0, 1.0) where no run has a band:
+    a table of runs alone). The halves are calibrated apart (as conformalized quantile regression does,
+    Romano et al. 2019): a run above its ceiling can never be inside, and one factor for both halves would
+    stretch the lower end for its sake. :func:`interval_for` passes the runs of the prediction's kind,
+    extrapolated or matched: an extrapolated band already rests on the errors of extrapolations, and one
+    factor for both kinds would stretch it for the matched runs' sake."""
     usable = pool & np.isfinite(table.band).all(axis=1)
     if not usable.any():
-        return 1.0
+        return 1.0, 1.0
     errors = table.log_error[usable]
+    ceilings = table.ceiling[usable]
     weights = _source_weights(table.sources[usable])
-    for scale in SCALES.tolist():
-        interval = scaled(table.band[usable], scale)
-        inside = (errors >= interval[:, 0]) & (errors <= interval[:, 1])
-        if float((weights * inside).sum() / weights.sum()) >= TARGET_COVERAGE:
-            return float(scale)
-    return float(SCALES[-1])
+    weights = weights / weights.sum()
+    miss = (1.0 - TARGET_COVERAGE) / 2
+    centre = table.band[usable].mean(axis=1)
+    half = 0.5 * (table.band[usable, 1] - table.band[usable, 0])
+
+    def smallest(outside: Callable[[float], np.ndarray]) -> float:
+        return next((s for s in SCALES.tolist() if float(weights @ outside(s)) <= miss), float(SCALES[-1]))
+
+    below = smallest(lambda s: errors < np.minimum(centre - s * half, 0.0))
+    above = smallest(lambda s: errors > np.minimum(np.maximum(centre + s * half, 0.0), ceilings))
+    return float(below), float(above)
 
 
 def _band(

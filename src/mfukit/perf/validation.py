@@ -54,8 +54,9 @@ class RowCheck:
     case: Case
     measured_mfu: float
     predicted_mfu: float
-    interval: Interval
+    interval: Interval  # capped at the prediction's kernel ceiling
     in_sample: bool
+    kernel_ceiling: float  # StepEstimate.kernel_ceiling of the prediction
 
     @property
     def error(self) -> float:
@@ -81,20 +82,16 @@ class SourceSummary:
 def check_runs(cases: Sequence[Case], file: EfficiencyFile | None = None) -> list[RowCheck]:
     """Every case predicted under ``file`` (the constants in effect), with its interval."""
     constants = file or efficiency_file()
-    predicted = predict_with(constants, cases)
-    fitted_sources = {r.source for r in load_residuals()}
+    predicted, ceilings = predict_with(constants, cases)
+    fitted_runs = {(r.source, r.row_id) for r in load_residuals()}
     checks = []
-    for case, tokens in zip(cases, predicted.tolist(), strict=True):
-        in_sample = case.source in fitted_sources
+    for case, tokens, ceiling in zip(cases, predicted.tolist(), ceilings.tolist(), strict=True):
+        in_sample = (case.source, case.row_id) in fitted_runs
         # a fitted source's interval comes from the other sources' residuals, as leave-one-source-out
         interval = interval_for(case_regime(case), exclude_source=case.source if in_sample else None)
         checks.append(
             RowCheck(
-                case,
-                measured_mfu(case),
-                mfu_at(case, tokens),
-                interval,
-                in_sample,
+                case, measured_mfu(case), mfu_at(case, tokens), interval.capped(ceiling), in_sample, ceiling
             )
         )
     return checks
@@ -148,7 +145,10 @@ def calibrate_site(
     merged = _merged(shipped, refitted)
     out_dir.mkdir(parents=True, exist_ok=True)
     write_file(merged, out_dir / "efficiency.toml")
-    own = [residual_of(check.case, math.log(check.measured_mfu / check.predicted_mfu)) for check in before]
+    own = [
+        residual_of(check.case, math.log(check.measured_mfu / check.predicted_mfu), check.kernel_ceiling)
+        for check in before
+    ]
     write_residuals(out_dir / RESIDUALS_FILE.name, [*load_residuals(RESIDUALS_FILE), *own])
     after = check_runs(cases, merged)
     return merged, before, after
