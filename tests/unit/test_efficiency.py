@@ -49,8 +49,9 @@ def test_framework_facts_follow_the_code_they_cite() -> None:
     ds = efficiency_for(h100, "deepspeed")  # ZeRO-3 fetches per submodule, prefetches 5e7 parameters
     assert ds.zero3_gathers == "per-matrix" and ds.zero3_prefetch_params == 5e7
     assert ds.host_layer_s == deepspeed.host_layer_s  # the DeepSpeed engine's host costs
-    nemo = efficiency_for(h100, "nemo")  # Megatron-Core underneath, FP8 current scaling of its own
-    assert nemo.host_layer_s == megatron.host_layer_s and nemo.fp8_input_cast_bytes == 6
+    nemo = efficiency_for(h100, "nemo")  # Megatron-Core underneath, its Transformer Engine FP8 path too
+    assert nemo.host_layer_s == megatron.host_layer_s and nemo.fp8_fused_input_casts == 1.0
+    assert megatron.fp8_input_cast_bytes == 4  # delayed scaling: read 2 B, write 1 + 1 B
 
 
 def test_fitted_network_profile_reaches_only_its_own_network() -> None:

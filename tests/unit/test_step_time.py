@@ -273,3 +273,47 @@ def test_hidden_communication_still_costs_the_sms_it_holds() -> None:
     assert share == pytest.approx(24 / 108)
     cost = hidden_cost(np.asarray([1.0, 1.0]), np.asarray([2.0, 0.5]), share)
     assert cost.tolist() == pytest.approx([share, 0.5 + 0.5 * share])
+
+
+def test_fp8_inputs_cast_inside_fused_norm_and_activation_kernels_cost_nothing_of_their_own() -> None:
+    from mfukit.perf.efficiency import efficiency_for
+
+    spec = catalog.model("llama2-70b")
+    system, accelerator = catalog.system("dgx-h100"), catalog.accelerator("h100-sxm")
+    workload = Workload(model=spec, seq_len=4096, global_batch_sequences=64, precision="fp8")
+    layout = Parallelism(tp=8, dp=8, sequence_parallel=True)
+    grid = grid_of([layout], model=spec, micro_batch_size=[1], num_microbatches=[8])
+    prepared = prepare(workload, grid, machine_for(system, accelerator, 64))
+    base = efficiency_for(accelerator, "megatron-core")
+    fused, unfused = (base.model_copy(update={"fp8_fused_input_casts": value}) for value in (1.0, 0.0))
+    saved = (
+        evaluate(prepared, unfused).breakdown_s["memory_bound"]
+        - evaluate(prepared, fused).breakdown_s["memory_bound"]
+    )
+    # what the fused kernels save: the recipe's bytes on the QKV, first- and second-MLP inputs (the
+    # projection's input, from attention, still pays), every layer of every micro-batch
+    h, ffn, t = spec.hidden_size, spec.intermediate_size, 4096.0
+    per_layer = base.fp8_input_cast_bytes * t * (h + h + ffn / 8)
+    expected = 8 * spec.num_hidden_layers * per_layer / (accelerator.hbm_bytes_per_s * base.hbm_fraction)
+    assert float(saved[0]) == pytest.approx(expected, rel=1e-6)
+
+
+def test_current_scaling_pays_an_amax_pass_on_every_fp8_input() -> None:
+    spec = catalog.model("llama2-70b")
+    system, accelerator = catalog.system("dgx-h100"), catalog.accelerator("h100-sxm")
+    layout = Parallelism(tp=8, dp=8, sequence_parallel=True)
+    grid = grid_of([layout], model=spec, micro_batch_size=[1], num_microbatches=[8])
+    machine = machine_for(system, accelerator, 64)
+    parts = {
+        recipe: evaluate(
+            prepare(
+                Workload(
+                    model=spec, seq_len=4096, global_batch_sequences=64, precision="fp8", fp8_recipe=recipe
+                ),
+                grid,
+                machine,
+            )
+        ).breakdown_s["memory_bound"][0]
+        for recipe in ("delayed", "current")
+    }
+    assert parts["current"] > parts["delayed"]

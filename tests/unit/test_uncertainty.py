@@ -19,6 +19,7 @@ from mfukit.perf.uncertainty import (
     _table_of,
     annotated,
     band_scale,
+    ceiling_margin,
     interval_for,
     load_residuals,
     scaled,
@@ -153,15 +154,21 @@ def test_a_plan_interval_stops_at_the_kernel_ceiling_and_never_below_the_estimat
     assert wide.capped(0.7).high_factor == 1.0 and wide.capped(2.0).high_factor == 2.0
 
 
-def test_a_run_above_its_kernel_ceiling_is_not_counted_inside_its_band() -> None:
-    # every run 30 % faster than predicted, its band reaching +40 %: inside, unless its ceiling is +20 %
+def test_the_kernel_ceiling_is_stretched_as_far_as_held_out_runs_passed_it() -> None:
+    # every run 30 % faster than predicted; their ceilings at +20 %: the margin is the smallest step that
+    # leaves none of them above it (1.1: 1.2 x 1.1 = 1.32), and with it the band's 1.4 may stand
     base = [
-        Residual(s, i, REGIME, math.log(1.3), band_low=-0.1, band_high=math.log(1.4))
+        Residual(s, i, REGIME, math.log(1.3), band_low=-0.1, band_high=math.log(1.4), ceiling=math.log(1.2))
         for s in "abcd"
         for i in range(5)
     ]
+    table = _table_of(tuple(base))
     everyone = np.ones(len(base), dtype=bool)
-    assert band_scale(_table_of(tuple(base)), everyone)[1] <= 1.0
-    capped = _table_of(tuple(replace(r, ceiling=math.log(1.2)) for r in base))
-    below, above = band_scale(capped, everyone)
-    assert above == SCALES[-1] and below == SCALES[0]  # no stretch puts them inside; the low end is not moved
+    assert ceiling_margin(table, everyone) == pytest.approx(1.1)
+    assert band_scale(table, everyone)[1] <= 1.0
+    # a fifth of the runs twice as fast as their ceiling says: the margin must reach past 2
+    fast = [replace(r, log_error=math.log(2.5)) for r in base if r.row_id == 0]
+    wider = _table_of(tuple([r for r in base if r.row_id != 0] + fast))
+    assert ceiling_margin(wider, everyone) >= 2.5 / 1.2 - 0.05
+    interval = interval_for(REGIME, residuals=tuple(base))
+    assert interval.capped(1.2).high_factor == pytest.approx(min(interval.high_factor, 1.2 * 1.1))

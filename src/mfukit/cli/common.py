@@ -104,6 +104,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--framework": "training.framework",
     "--compile": "training.compile",
     "--tp-comm-overlap": "training.tp_comm_overlap",
+    "--fp8-recipe": "training.fp8_recipe",
     "--system": "cluster.system",
     "--gpu": "cluster.gpu",
     "--gpus": "cluster.num_gpus",

@@ -19,6 +19,7 @@ PERF_FLAGS = (
     "framework",
     "compile",
     "tp_comm_overlap",
+    "fp8_recipe",
     "system",
     "gpu",
     "gpus",

@@ -34,6 +34,7 @@ from mfukit.errors import InputError
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 AttentionConvention = Literal["full", "causal"]
+Fp8Recipe = Literal["delayed", "current"]
 # The software stacks the performance model tells apart (mfukit.perf.efficiency has a profile for each).
 Stack = Literal["megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "fsdp", "nanotron"]
 STACKS: tuple[Stack, ...] = get_args(Stack)
@@ -139,6 +140,13 @@ class TrainingSection(Strict):
         description="TP collectives split into chunks that overlap the GEMMs they feed (torchtitan's async TP, "
         "Megatron's --tp-comm-overlap); needs sequence parallelism; default: what the stack's recipes set "
         "(on for megatron-core and nemo with SP, off otherwise)",
+    )
+    fp8_recipe: Fp8Recipe = Field(
+        default="delayed",
+        description="FP8 scaling under Transformer Engine (precision = fp8): delayed (the amax of past steps; the "
+        "norm and activation kernels emit FP8, Megatron-Core's default) or current (each tensor's own amax first, "
+        "one more pass over every FP8 input: Float8CurrentScaling, NeMo / Megatron-Bridge 'FP8-CS' recipes); "
+        "torchtitan's torchao recipe is its own",
     )
     offload_optimizer: Fraction = Field(
         default=0.0,

@@ -299,10 +299,20 @@ def socket_price(
         fabric, _ = training_plan(
             model, training, cluster.system, cluster.accelerator, cluster.num_gpus, layout
         )
-        slow, _ = training_plan(model, training, sockets, cluster.accelerator, cluster.num_gpus, layout)
+        if fabric is None:
+            return None
+        # the same layout, micro-batch and recompute on the sockets: only the network's price changes
+        slow, _ = training_plan(
+            model,
+            training.model_copy(update={"micro_batch_size": fabric.micro_batch_size}),
+            sockets,
+            cluster.accelerator,
+            cluster.num_gpus,
+            fabric.layout,
+        )
     except InputError:
         return None
-    if fabric is None or slow is None:
+    if slow is None:
         return None
     parts = {
         name: slow.breakdown_s[name] - fabric.breakdown_s.get(name, 0.0)

@@ -82,6 +82,14 @@ FRAMEWORK_FACTS: dict[str, float | str | None] = {
     "fp8_input_cast_bytes": 4.0,
     "fp8_grad_cast_bytes": 4.0,
     "fp8_weight_cast_bytes": 0.0,
+    # (these three and the next are the stack's own recipe; training.fp8_recipe = "current" replaces them with
+    # CURRENT_SCALING's)
+    # 1: an FP8 GEMM input that a fused kernel produces (the norm before the QKV and first MLP GEMMs, the
+    # activation before the second) is scaled and cast inside that kernel, at no traffic of its own:
+    # Transformer Engine's LayerNormLinear / LayerNormMLP emit FP8 from the norm and the activation under
+    # delayed scaling (the amax of the previous steps is known before the kernel runs). 0: every FP8 input
+    # pays the recipe's bytes (current scaling needs the tensor's own amax first; torchao casts each input)
+    "fp8_fused_input_casts": 0.0,
     # 1: with sequence parallelism on a GPU with FP8 tensor cores (Hopper and later), the stack's recipes split
     # the TP collectives under the GEMMs (Transformer Engine userbuffers, --tp-comm-overlap) unless told not to
     "tp_comm_overlap": 0.0,
@@ -94,6 +102,15 @@ FRAMEWORK_FACTS: dict[str, float | str | None] = {
     # the data-parallel shardings the stack implements (perf.memory.Sharding names; None: every one), which
     # the planner searches
     "shardings": None,
+}
+# Transformer Engine's FP8 current scaling (Float8CurrentScaling; NeMo / Megatron-Bridge "FP8-CS" recipes),
+# bytes per element: each FP8 input's own amax first (read 2 B), then the cast-transpose (read 2 B, write
+# 1 + 1 B), so no norm or activation kernel can emit FP8 itself; the output gradient the same way. What
+# training.fp8_recipe = "current" means on any Transformer Engine stack.
+CURRENT_SCALING: dict[str, float] = {
+    "fp8_input_cast_bytes": 6.0,
+    "fp8_grad_cast_bytes": 6.0,
+    "fp8_fused_input_casts": 0.0,
 }
 EagerElementwise = Literal["fused", "composite"]
 Zero3Gathers = Literal["per-layer", "per-matrix"]
@@ -150,6 +167,7 @@ class FrameworkProfile(Strict):
     fp8_input_cast_bytes: float | None = Field(default=None, ge=0)
     fp8_grad_cast_bytes: float | None = Field(default=None, ge=0)
     fp8_weight_cast_bytes: float | None = Field(default=None, ge=0)
+    fp8_fused_input_casts: float | None = Field(default=None, ge=0, le=1)
     tp_comm_overlap: float | None = Field(default=None, ge=0, le=1)
     zero3_gathers: Zero3Gathers | None = None
     zero3_prefetch_params: float | None = Field(default=None, gt=0)
@@ -227,6 +245,7 @@ class Efficiency(Strict):
     fp8_input_cast_bytes: float = Field(ge=0)
     fp8_grad_cast_bytes: float = Field(ge=0)
     fp8_weight_cast_bytes: float = Field(ge=0)
+    fp8_fused_input_casts: float = Field(ge=0, le=1)
     tp_comm_overlap: float = Field(ge=0, le=1)
     zero3_gathers: Zero3Gathers
     zero3_prefetch_params: float | None = Field(default=None, gt=0)

@@ -77,6 +77,7 @@ def estimate_layout(
         micro_batch_size=given,
         tokens=inputs.tokens,
         source=inputs.source,
+        headroom_bytes=inputs.hbm_headroom_bytes,
     )
 
 
@@ -90,6 +91,7 @@ def evaluate_layout(
     micro_batch_size: int | None,
     tokens: float | None = None,
     source: str | None = None,
+    headroom_bytes: float = 0.0,
 ) -> LayoutEstimate:
     """:func:`estimate_layout` on plain values (``micro_batch_size`` None, or a recompute ``layout`` does not
     set: :func:`~mfukit.perf.unpublished.tuned_choice`)."""
@@ -100,7 +102,14 @@ def evaluate_layout(
     if problems:
         return LayoutEstimate(layout, num_gpus, probe, problems, machine, efficiency, None, None)
     given = (layout.recompute,) if "recompute" in layout.model_fields_set else None
-    choice = tuned_choice(workload, layout, machine, micro_batch_size=micro_batch_size, recomputes=given)
+    choice = tuned_choice(
+        workload,
+        layout,
+        machine,
+        micro_batch_size=micro_batch_size,
+        recomputes=given,
+        headroom_bytes=headroom_bytes,
+    )
     layout, micro_batch_size = choice.layout, choice.micro_batch_size
     per_step = layout.dp * micro_batch_size
     # a batch given in tokens is rounded to this layout (when it can be, within the bound; else the rule says why)
@@ -177,7 +186,13 @@ def best_plan(
         if "dp" not in layout.model_fields_set:
             layout = layout.model_copy(update={"dp": max(1, num_gpus // (layout.tp * layout.pp * layout.cp))})
         found = evaluate_layout(
-            workload, system, accelerator, num_gpus, layout, micro_batch_size=micro_batch_size
+            workload,
+            system,
+            accelerator,
+            num_gpus,
+            layout,
+            micro_batch_size=micro_batch_size,
+            headroom_bytes=headroom_bytes,
         )
         if found.plan is None:
             return None, "the scenario's layout cannot be built: " + "; ".join(

@@ -62,6 +62,7 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
         framework=training.framework,
         compile=training.compile,
         tp_comm_overlap=training.tp_comm_overlap,
+        fp8_recipe=training.fp8_recipe,
         batch_rounding_frac=batch_rounding_frac(training),
         flash_attention=training.attention == "flash",
         offload_optimizer=training.offload_optimizer,

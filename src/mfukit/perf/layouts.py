@@ -19,7 +19,7 @@ import numpy.typing as npt
 from mfukit import units
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute, stage_layer_counts
-from mfukit.core.scenario import Precision
+from mfukit.core.scenario import Fp8Recipe, Precision
 from mfukit.perf.activations import Kernels, SelectiveRecompute
 from mfukit.perf.flops import AttentionConvention
 from mfukit.perf.memory import Fp8Weights, Sharding, StepShape, sharding_of
@@ -92,6 +92,7 @@ class Workload:
     compile: bool = False  # torch.compile: element-wise ops fused by Inductor
     # TP collectives decomposed under the GEMMs (async TP, --tp-comm-overlap); None: the stack's default
     tp_comm_overlap: bool | None = None
+    fp8_recipe: Fp8Recipe = "delayed"  # training.fp8_recipe: Transformer Engine's FP8 scaling
     # how far a layout may move the global batch to make it a whole number of micro-batches per DP rank
     # (BATCH_ROUNDING_FRAC when it was given in tokens; 0: exact, given in sequences)
     batch_rounding_frac: float = 0.0

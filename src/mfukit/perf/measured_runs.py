@@ -24,7 +24,7 @@ from mfukit import catalog
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split, layout_problems
-from mfukit.core.scenario import Precision
+from mfukit.core.scenario import Fp8Recipe, Precision
 from mfukit.errors import InputError
 from mfukit.perf import flops
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload, rounded_batch
@@ -77,6 +77,9 @@ SOURCE_STACKS = {
 # unfused core attention (QK^T and softmax-V as batched GEMMs around a fused softmax, the s^2 scores stored:
 # the very tensors its selective recompute drops); FlashAttention came to Megatron-LM in 2023
 SOURCE_ATTENTION = {"korthikanti2022": "eager"}
+# the FP8 scaling of a source whose rows do not say: Megatron-Bridge's 25.x performance summaries run their
+# FP8 rows with current scaling ("FP8-CS"), the shared reference's three NeMo 25.09 recipes among them
+SOURCE_FP8_RECIPE: dict[str, Fp8Recipe] = {"nemo_megatron_bridge": "current"}
 # stacks whose layers always run sequence parallel with TP (Megatron-Core and NeMo recipes, nanotron,
 # torchtitan); Megatron-DeepSpeed, DeepSpeed and FSDP only when the row says so
 SEQUENCE_PARALLEL_STACKS = frozenset({"megatron-core", "nemo", "nanotron", "torchtitan"})
@@ -190,6 +193,16 @@ def _precision(row: _Row) -> Precision:
     if "fp32" in text and "16" not in text:
         return "fp32"
     return "bf16"  # bf16 and fp16 share the tensor-core peak on every catalog GPU
+
+
+def _fp8_recipe(row: _Row) -> Fp8Recipe:
+    """Transformer Engine's FP8 scaling as the row's precision names it, else its source's, else delayed."""
+    text = row.text("precision").lower()
+    if "current scaling" in text or "fp8-cs" in text:
+        return "current"
+    if "delayed" in text:
+        return "delayed"
+    return SOURCE_FP8_RECIPE.get(row.text("source_group"), "delayed")
 
 
 def _stack(row: _Row) -> str:
@@ -334,6 +347,7 @@ def _case(row: _Row) -> Case | SkippedRow:
         global_batch_sequences=batch,
         batch_rounding_frac=BATCH_ROUNDING_FRAC,
         precision=_precision(row),
+        fp8_recipe=_fp8_recipe(row),
         flash_attention=attention != "eager",
         framework=stack,
         offload_optimizer=1.0 if "optimizer" in offload else 0.0,
@@ -372,6 +386,15 @@ def _case(row: _Row) -> Case | SkippedRow:
             "global_batch_sequences",
             f"global batch {published} is not (within 10 %) a whole number of dp x micro_batch = {per_step}",
             "check the batch, dp and micro_batch columns",
+        )
+    from mfukit.perf.planner import interleaving_breaks
+
+    if interleaving_breaks(pp, vpp, batch // per_step):
+        raise row.error(
+            "vpp",
+            f"an interleaved pipeline (pp {pp}, vpp {vpp}) needs the micro-batches per step to be a multiple of "
+            f"pp, and {batch} / (dp {dp} x micro_batch {micro}) = {batch // per_step} is not",
+            "check the batch, dp, micro_batch and vpp columns (Megatron's interleaved 1F1B schedule)",
         )
     workload = replace(workload, global_batch_sequences=batch)
     measured, accounting = _measured(

@@ -196,7 +196,7 @@ def interleaving_breaks(pp: npt.ArrayLike, vpp: npt.ArrayLike, num_microbatches:
     )
 
 
-def _micro_batches(workload: Workload) -> list[int]:
+def micro_batch_options(workload: Workload) -> list[int]:
     """Micro-batch sizes worth trying: those dividing the global batch, and powers of two where the batch may
     be rounded."""
     batch = workload.global_batch_sequences
@@ -234,7 +234,7 @@ def enumerate_layouts(
         space.cp, (c for c in (1, 2, 4, 8, 16, 32) if c == 1 or workload.seq_len // c >= MIN_CP_CHUNK)
     )
     eps = _options(space.ep, _divisors(model.moe.num_experts) if model.moe else [1])
-    micro = _options(space.micro_batch_size, _micro_batches(workload))
+    micro = _options(space.micro_batch_size, micro_batch_options(workload))
     splits = _stage_splits(model.num_hidden_layers, pps, vpps, space.uneven_pipeline)
     recomputes = np.asarray([RECOMPUTES.index(mode) for mode in space.recompute], dtype=np.int64)
     shardings = np.asarray([SHARDINGS.index(name) for name in space.sharding], dtype=np.int64)

@@ -70,6 +70,7 @@ class Gemm:
     out_bytes: float
     batch: Floats | float = 1.0
     fp8: bool = False  # its inputs are FP8 (the FP8 GEMM curve, the recipe's casts)
+    fused_input: bool = False  # its input comes out of a fused norm or activation kernel
     alternate: float = 0.0  # share of its FLOPs an every-second-matmul recompute policy repeats
 
     @property
@@ -127,10 +128,11 @@ def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "f
         batch: Floats | float = 1.0,
         linear: bool = True,
         alternate: float = 0.5,
+        fused_input: bool = False,
     ) -> Gemm:
         """A GEMM; ``linear``: a projection of the layer (FP8 under an FP8 recipe); ``alternate``: the share
         of its FLOPs recomputed by an every-second-matmul policy (half, on average, where the order is not
-        spelled out)."""
+        spelled out); ``fused_input``: its input is the output of a norm or an activation kernel."""
         low = fp8 and linear
         return Gemm(
             np.asarray(m, dtype=np.float64) * np.ones_like(t),
@@ -142,6 +144,7 @@ def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "f
             act,
             np.asarray(batch, dtype=np.float64) * np.ones_like(t),
             fp8=low,
+            fused_input=fused_input,
             alternate=alternate if linear else 0.0,
         )
 
@@ -153,11 +156,14 @@ def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "f
         qk, v = float(mla.qk_nope_head_dim + mla.qk_rope_head_dim), float(mla.v_head_dim)
         attention = [
             *(
-                [gemm(t, h, mla.q_lora_rank, window=True), gemm(t, mla.q_lora_rank, heads * qk / tp)]
+                [
+                    gemm(t, h, mla.q_lora_rank, window=True, fused_input=True),
+                    gemm(t, mla.q_lora_rank, heads * qk / tp),
+                ]
                 if mla.q_lora_rank
-                else [gemm(t, h, heads * qk / tp, window=True)]
+                else [gemm(t, h, heads * qk / tp, window=True, fused_input=True)]
             ),
-            gemm(t, h, mla.kv_lora_rank + mla.qk_rope_head_dim),
+            gemm(t, h, mla.kv_lora_rank + mla.qk_rope_head_dim, fused_input=True),
             gemm(t, mla.kv_lora_rank, heads * (mla.qk_nope_head_dim + v) / tp),
             gemm(t, heads * v / tp, h),
         ]
@@ -168,7 +174,14 @@ def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "f
         qk = v = d
         # in execution order wq (1), wk (2), wv (3), wo (4): wk and wo are the second and fourth matmuls
         attention = [
-            gemm(t, h, (heads + 2 * kv) * d / tp, window=True, alternate=kv / (heads + 2 * kv)),
+            gemm(
+                t,
+                h,
+                (heads + 2 * kv) * d / tp,
+                window=True,
+                alternate=kv / (heads + 2 * kv),
+                fused_input=True,
+            ),
             gemm(t, heads * d / tp, h, alternate=1.0),
         ]
         rope = ROPE_ACCESSES[kernels] * (heads + kv) * d / tp
@@ -176,8 +189,8 @@ def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "f
     ffn = float(model.intermediate_size)
     # then w1 (5) and w3 (6), w2 (7) with SwiGLU; w1 (5), w2 (6) with GeLU
     dense_mlp = [
-        gemm(t, h, mlp_gate * ffn / tp, window=True, alternate=0.5 if swiglu else 0.0),
-        gemm(t, ffn / tp, h, alternate=0.0 if swiglu else 1.0),
+        gemm(t, h, mlp_gate * ffn / tp, window=True, alternate=0.5 if swiglu else 0.0, fused_input=True),
+        gemm(t, ffn / tp, h, alternate=0.0 if swiglu else 1.0, fused_input=True),
     ]
     common = (2 * NORM_ACCESSES[kernels] + 2 * RESIDUAL_ADD_ACCESSES) * h * share + rope
     memory = {"dense": act * t * (common + act_elements * ffn / tp)}

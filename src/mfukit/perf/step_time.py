@@ -57,6 +57,7 @@ from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import Precision
 from mfukit.perf import flops
 from mfukit.perf.efficiency import (
+    CURRENT_SCALING,
     EagerElementwise,
     Efficiency,
     NetworkProfile,
@@ -325,7 +326,13 @@ class _Timer:
             )
             for fp8 in ((False, True) if precision == "fp8" else (False,))
         }
-        self.cast_bytes = (eff.fp8_input_cast_bytes, eff.fp8_grad_cast_bytes, eff.fp8_weight_cast_bytes)
+        recipe = eff.model_copy(update=CURRENT_SCALING) if p.workload.fp8_recipe == "current" else eff
+        self.cast_bytes = (
+            recipe.fp8_input_cast_bytes,
+            recipe.fp8_grad_cast_bytes,
+            recipe.fp8_weight_cast_bytes,
+        )
+        self.fused_input_casts = recipe.fp8_fused_input_casts > 0
         self.shapes = p.shapes
 
     def gemms(self, name: str) -> tuple[Floats, Floats, Floats]:
@@ -344,14 +351,15 @@ class _Timer:
 
     def casts(self, name: str) -> tuple[Floats, Floats]:
         """FP8 scaling of the GEMMs of ``name``, forward and backward (seconds): the recipe's bytes per element
-        of each FP8 GEMM's input (M x K) and weight (K x N) in the forward, of its output gradient (M x N) in
-        the backward."""
+        of each FP8 GEMM's input (M x K; none where a fused norm or activation kernel casts it, as the stack's
+        facts say) and weight (K x N) in the forward, of its output gradient (M x N) in the backward."""
         input_bytes, grad_bytes, weight_bytes = self.cast_bytes
         forward = np.zeros_like(self.shapes.tokens)
         backward = np.zeros_like(self.shapes.tokens)
         for gemm in self.shapes.gemms[name]:
             if gemm.fp8:
-                forward = forward + gemm.count * gemm.k * (gemm.m * input_bytes + gemm.n * weight_bytes)
+                own = 0.0 if gemm.fused_input and self.fused_input_casts else input_bytes
+                forward = forward + gemm.count * gemm.k * (gemm.m * own + gemm.n * weight_bytes)
                 backward = backward + gemm.count * gemm.m * gemm.n * grad_bytes
         return forward / self.hbm, backward / self.hbm
 

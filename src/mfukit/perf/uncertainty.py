@@ -70,6 +70,10 @@ MIN_SOURCES = 2
 LOW_QUANTILE, HIGH_QUANTILE = 0.10, 0.90  # an 80 % interval
 TARGET_COVERAGE = 0.80
 SCALES = np.round(np.arange(0.5, 8.0001, 0.05), 2)  # the band scale factors tried, smallest first
+# the kernel ceiling is itself a prediction: it is stretched by the smallest of these factors that leaves at
+# most CEILING_MISS of the held-out runs (sources weighted equally) above it
+CEILING_MARGINS = np.round(np.arange(1.0, 3.0001, 0.05), 2)
+CEILING_MISS = 0.02
 # the keys a regime is matched on, most specific first; each level drops one
 LEVELS: tuple[tuple[str, ...], ...] = (
     ("family", "stack", "sharding", "band", "precision"),
@@ -194,11 +198,13 @@ class Interval:
     highest_measured_mfu: float | None = None
     # the calibrated factors the band's lower and upper halves were stretched by (ln space)
     scales: tuple[float, float] = (1.0, 1.0)
+    ceiling_margin: float = 1.0  # the factor the kernel ceiling is stretched by (:func:`ceiling_margin`)
 
     def capped(self, ceiling: float) -> Interval:
-        """This interval with its high end at most ``ceiling`` times the estimate (the layout's
-        :attr:`~mfukit.perf.step_time.StepEstimate.kernel_ceiling`)."""
-        return replace(self, high_factor=max(1.0, min(self.high_factor, ceiling)))
+        """This interval with its high end at most ``ceiling`` (the layout's
+        :attr:`~mfukit.perf.step_time.StepEstimate.kernel_ceiling`) times the calibrated margin times the
+        estimate."""
+        return replace(self, high_factor=max(1.0, min(self.high_factor, ceiling * self.ceiling_margin)))
 
     def around(self, value: float) -> tuple[float, float]:
         return value * self.low_factor, value * self.high_factor
@@ -311,6 +317,7 @@ def write_residuals(path: Path, residuals: Sequence[Residual]) -> None:
     cached_interval.cache_clear()
     _table_of.cache_clear()
     _kind_scale.cache_clear()
+    _ceiling_margin.cache_clear()
 
 
 def residuals_path() -> Path:
@@ -399,6 +406,7 @@ def interval_for(
         return Interval(0.5, 1.5, 0, 0, (), True, "no residual table (run python -m mfukit.perf.calibrate)")
     band_low, band_high, names, members, reason, nearest = _band(table, regime, pool)
     scales = _kind_scale(table, held_out, bool(reason))
+    margin = _ceiling_margin(table, held_out)
     low, high = (float(end) for end in scaled(np.asarray([[band_low, band_high]]), *scales)[0])
     if reason:
         # never narrower than the interval of the nearest measured runs (the broader regime matched): an
@@ -416,6 +424,7 @@ def interval_for(
         extrapolated=bool(reason),
         reason=reason,
         scales=scales,
+        ceiling_margin=margin,
     )
 
 
@@ -436,6 +445,30 @@ def _kind_scale(table: _Table, held_out: str | None, extrapolated: bool) -> tupl
     return band_scale(table, (table.families != held_out) & (table.extrapolated == extrapolated))
 
 
+@cache
+def _ceiling_margin(table: _Table, held_out: str | None) -> float:
+    """:func:`ceiling_margin` of the runs outside the ``held_out`` family, once per table."""
+    return ceiling_margin(table, table.families != held_out)
+
+
+def ceiling_margin(table: _Table, pool: np.ndarray) -> float:
+    """The smallest of :data:`CEILING_MARGINS` that leaves at most :data:`CEILING_MISS` of the ``pool`` runs
+    (sources weighted equally) measured above their held-out prediction's kernel ceiling times it (1.0 where
+    no run has a ceiling). A fold that misjudged a source's kernels (its attention at long sequences, its
+    GEMMs) misjudges the ceiling too: this is how far held-out runs have passed it."""
+    usable = pool & np.isfinite(table.ceiling)
+    if not usable.any():
+        return 1.0
+    excess = table.log_error[usable] - table.ceiling[usable]
+    weights = _source_weights(table.sources[usable])
+    weights = weights / weights.sum()
+    margin = next(
+        (m for m in CEILING_MARGINS.tolist() if float(weights @ (excess > math.log(m))) <= CEILING_MISS),
+        float(CEILING_MARGINS[-1]),
+    )
+    return float(margin)
+
+
 def band_scale(table: _Table, pool: np.ndarray) -> tuple[float, float]:
     """The smallest of :data:`SCALES` for each half of the ``pool`` runs' own :func:`scaled` bands that leaves
     at most half of 1 - :data:`TARGET_COVERAGE` of them (sources weighted equally) below the band, and the
@@ -449,7 +482,7 @@ def band_scale(table: _Table, pool: np.ndarray) -> tuple[float, float]:
     if not usable.any():
         return 1.0, 1.0
     errors = table.log_error[usable]
-    ceilings = table.ceiling[usable]
+    ceilings = table.ceiling[usable] + math.log(ceiling_margin(table, pool))
     weights = _source_weights(table.sources[usable])
     weights = weights / weights.sum()
     miss = (1.0 - TARGET_COVERAGE) / 2

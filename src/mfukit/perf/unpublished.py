@@ -9,11 +9,11 @@ the weights it moved; and a recompute mode guessed too light refuses a layout th
 - **the micro-batch**, with a pipeline, is 1: the bubble is (pp - 1) / m of the step (Narayanan et al. SC21
   eq. 1), so pipelined runs keep many small micro-batches (Megatron-LM's
   ``examples/gpt3/train_gpt3_175b_distributed.sh`` and NeMo's Llama 3 70B recipe set 1). Without a pipeline
-  it is one that splits each DP rank's sequences into whole micro-batches;
+  it is one of the planner's sizes (up to 16) that splits each DP rank's sequences into whole micro-batches;
 - **the recompute** is none, selective or full;
-- of those candidates, the fastest that fits in HBM (the memory model's required bytes) by the step-time
-  model under the installed constants, as a run tuned on its cluster would be; when none fits, the one that
-  needs the least memory (and the estimate says it does not fit).
+- of those candidates, the fastest that fits in HBM with the headroom ``plan`` keeps free (the memory model's
+  peak) by the step-time model under the installed constants, as a run tuned on its cluster would be; when
+  none fits, the one that needs the least memory (and the estimate says it does not fit).
 
 Calibration rows are read once, with the shipped constants; a refit does not revisit the choice.
 """
@@ -26,11 +26,8 @@ import numpy as np
 
 from mfukit.core.parallelism import Parallelism, Recompute
 from mfukit.perf.layouts import RECOMPUTES, Workload, grid_of, rounded_batch
-from mfukit.perf.planner import evaluate_grid_memory, interleaving_breaks
+from mfukit.perf.planner import evaluate_grid_memory, interleaving_breaks, micro_batch_options
 from mfukit.perf.step_time import Machine
-
-# about the most micro-batch sizes tried for one layout (a rank with more sequences tries evenly spaced ones)
-MAX_CANDIDATES = 64
 
 
 @dataclass(frozen=True)
@@ -47,11 +44,16 @@ def tuned_choice(
     *,
     micro_batch_size: int | None,
     recomputes: tuple[Recompute, ...] | None,
+    headroom_bytes: float = 0.0,
 ) -> TunedChoice:
     """The micro-batch (``micro_batch_size`` when given) and recompute (one of ``recomputes``; every mode when
-    None) a tuned run of ``layout`` uses (module docstring)."""
+    None) a tuned run of ``layout`` uses (module docstring); fitting means leaving ``headroom_bytes`` of HBM
+    free, as ``plan`` does."""
     modes = RECOMPUTES if recomputes is None else recomputes
-    sizes = [micro_batch_size] if micro_batch_size is not None else _sizes(workload, layout)
+    if micro_batch_size is not None:
+        sizes = [micro_batch_size]
+    else:  # the planner's micro-batch sizes (those that split the batch); 1 with a pipeline
+        sizes = [1] if layout.pp > 1 else micro_batch_options(workload)
     pairs = [
         (mode, size, int(batch))
         for mode in modes
@@ -69,7 +71,11 @@ def tuned_choice(
         num_microbatches=[batch // (layout.dp * size) for _, size, batch in pairs],
     )
     estimate, memory, _ = evaluate_grid_memory(workload, grid, machine)
-    fits = memory.required_bytes <= machine.accelerator.hbm_bytes
+    hbm = machine.accelerator.hbm_bytes
+    # runs at all (its required bytes fit); with a headroom, keeps it free as plan does
+    fits = (memory.required_bytes <= hbm) & (
+        (headroom_bytes <= 0) | (memory.peak_bytes <= hbm - headroom_bytes)
+    )
     best = (
         int(np.argmin(np.where(fits, estimate.step_time_s, np.inf)))
         if fits.any()
@@ -93,11 +99,3 @@ def tuned_choice(
             "(parallelism.recompute fixes it)"
         )
     return TunedChoice(candidates[best], size, notes)
-
-
-def _sizes(workload: Workload, layout: Parallelism) -> list[int]:
-    if layout.pp > 1:
-        return [1]
-    per_rank = max(1, workload.global_batch_sequences // layout.dp)
-    step = max(1, per_rank // MAX_CANDIDATES)
-    return sorted({1, *range(step, per_rank + 1, step), per_rank})
