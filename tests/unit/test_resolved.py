@@ -118,3 +118,24 @@ def test_diagnose_completes_a_node_given_without_a_size() -> None:
     assert known.cluster is None and known.node is not None and known.node.cluster(64).num_nodes == 8
     sized = job(None, {"cluster.system": "dgx-h100", "cluster.num_nodes": 2})
     assert sized.cluster is not None and sized.cluster.num_gpus == 16
+
+
+def test_failure_rates_are_si_from_load() -> None:
+    flags = {
+        **MODEL,
+        "cluster.gpu": "h100-sxm",
+        "cluster.num_gpus": 64,
+        "cluster.failure_rate_per_1000_node_days": "6.5",  # as a flag gives it
+        "ft.failure_model": "meta-rsc1",
+        "ft.rates": {"infrastructure": 2.0},
+        "ft.straggler_rate_per_1000_node_days": 10.0,
+    }
+    scene = load_resolved(None, flags)
+    per_1000_days_s = 1000 * 86400.0
+    assert scene.cluster().node_failure_rate_per_s == pytest.approx(6.5 / per_1000_days_s)
+    assert scene.ft.rate_per_unit_s == {"infrastructure": pytest.approx(2.0 / per_1000_days_s)}
+    assert scene.ft.straggler_rate_per_node_s == pytest.approx(10.0 / per_1000_days_s)
+    # converted once: the written unit appears in units.py alone (the scheduler simulator's own ClusterSpec
+    # still takes its rate as written, per 1,000 node-days)
+    written = r"1000\.0 \* SECONDS_PER_DAY|/ 1000\.0 / (?:units\.)?SECONDS_PER_DAY|SECONDS_PER_1000_DAYS"
+    assert _modules_matching(written) == ["sched/engine.py", "units.py"]

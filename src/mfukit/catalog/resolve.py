@@ -143,7 +143,7 @@ class ResolvedNode:
     num_gpus: int | None
     """``cluster.num_gpus``, or ``cluster.num_nodes`` x GPUs per node (checked to agree); None: not given"""
     storage: StorageTier | None
-    failure_rate_per_1000_node_days: float | None
+    node_failure_rate_per_s: float | None
 
     def cluster(self, num_gpus: int | None = None) -> Cluster:
         """The cluster on ``num_gpus`` GPUs (a candidate count of a search, or the job's own world size), or
@@ -156,7 +156,7 @@ class ResolvedNode:
             accelerator=self.accelerator,
             num_gpus=count,
             storage=self.storage,
-            failure_rate_per_1000_node_days=self.failure_rate_per_1000_node_days,
+            node_failure_rate_per_s=self.node_failure_rate_per_s,
         )
 
 
@@ -170,7 +170,7 @@ def resolve_node(section: ClusterSection, *, source: str) -> ResolvedNode:
         accelerator=accelerator,
         num_gpus=gpu_count(section, system, source=source),
         storage=storage(section, source=source),
-        failure_rate_per_1000_node_days=section.failure_rate_per_1000_node_days,
+        node_failure_rate_per_s=section.node_failure_rate_per_s,
     )
 
 

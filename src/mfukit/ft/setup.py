@@ -19,7 +19,6 @@ from mfukit.ft.interval import recommended_interval_s
 from mfukit.ft.restart import restart_parts
 from mfukit.ft.run import Policy, RunModel, effective_save
 from mfukit.ft.step_time import Throughput, throughput
-from mfukit.units import SECONDS_PER_DAY
 
 DEFAULT_STORAGE = "lustre-generic"
 
@@ -76,7 +75,7 @@ def _whole_steps(interval_s: float, step_time_s: float | None, floor_s: float = 
 
 def _straggler_loss(scenario: Scenario, cluster: Cluster, source: str) -> float:
     ft = scenario.ft
-    if ft.straggler_rate_per_1000_node_days <= 0 or ft.straggler_slowdown <= 0:
+    if ft.straggler_rate_per_node_s <= 0 or ft.straggler_slowdown <= 0:
         return 0.0
     if ft.straggler_duration_s is None:
         raise InputError(
@@ -85,7 +84,7 @@ def _straggler_loss(scenario: Scenario, cluster: Cluster, source: str) -> float:
             field="ft.straggler_duration",
             hint='give --straggler-duration "20min" (time until a straggler is found and removed)',
         )
-    per_s = ft.straggler_rate_per_1000_node_days / 1000.0 / SECONDS_PER_DAY * cluster.num_nodes
+    per_s = ft.straggler_rate_per_node_s * cluster.num_nodes
     present = min(1.0, per_s * ft.straggler_duration_s)
     return present * ft.straggler_slowdown
 
@@ -114,7 +113,7 @@ def ft_inputs(
         )
     failures, how = scenario_failures(
         ft,
-        node_rate_per_1000_node_days=scenario.cluster.failure_rate_per_1000_node_days,
+        node_rate_per_s=cluster.node_failure_rate_per_s,
         num_gpus=cluster.num_gpus,
         num_nodes=cluster.num_nodes,
         source=source,

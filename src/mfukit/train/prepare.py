@@ -179,7 +179,7 @@ def prepare(request: TrainRequest, *, cuda: bool) -> Prepared:
     out = Path(jobtext.check_text(str(request.out), field="--out")) if request.out else Path("runs") / name
     failures, failures_how = scenario_failures(
         scene.ft,
-        node_rate_per_1000_node_days=scene.cluster_section.failure_rate_per_1000_node_days,
+        node_rate_per_s=scene.cluster_section.node_failure_rate_per_s,
         num_gpus=world,
         num_nodes=nnodes_min,
         source=source,
