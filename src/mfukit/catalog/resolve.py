@@ -188,7 +188,9 @@ def cluster(section: ClusterSection, *, source: str) -> Cluster:
 
 
 def missing_count(source: str) -> InputError:
-    return InputError("needs num_gpus or num_nodes", source=source, field="cluster", hint="e.g. --gpus 1024")
+    return InputError(
+        "needs num_gpus or num_nodes", source=source, field="cluster", hint="give cluster.num_gpus, e.g. 1024"
+    )
 
 
 def missing_node(source: str) -> InputError:
@@ -196,5 +198,5 @@ def missing_node(source: str) -> InputError:
         "needs a system or a gpu",
         source=source,
         field="cluster",
-        hint="set cluster.system (see `mfukit catalog list systems`) or --gpu",
+        hint="set cluster.system (see `mfukit catalog list systems`) or cluster.gpu",
     )
