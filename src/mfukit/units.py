@@ -63,6 +63,8 @@ SECONDS_PER: Final[dict[str, float]] = {
 }
 SECONDS_PER_HOUR: Final = 3600.0
 SECONDS_PER_DAY: Final = 86400.0
+SECONDS_PER_1000_DAYS: Final = 1000.0 * SECONDS_PER_DAY
+"""Failure rates are written as failures per 1,000 unit-days (unit: a GPU, node or job), Meta's unit."""
 JOULES_PER_KWH: Final = 3.6e6
 
 # the fraction's digits follow a literal point: `\d[\d_,]*\.?\d*` split a run of digits every way
@@ -331,6 +333,29 @@ def parse_fraction(value: object, *, field: str | None = None) -> float:
     if not 0.0 <= number <= 1.0:
         raise InputError("must be between 0 and 1", field=field, value=value, expected='e.g. 0.45 or "45%"')
     return number
+
+
+def parse_failure_rate_per_s(value: object, *, field: str | None = None) -> float:
+    """A failure rate as written, in failures per 1,000 unit-days (``6.5``, or a flag's ``"6.5"``), in
+    failures per second per unit: the one conversion of the written unit."""
+    expected = "failures per 1,000 unit-days, e.g. 6.5"
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            raise InputError("is not a number", field=field, value=value, expected=expected) from None
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        raise InputError("is not a failure rate", field=field, value=value, expected=expected)
+    if not number >= 0:  # NaN too
+        raise InputError("must be a rate >= 0 (failures per 1,000 unit-days)", field=field, value=value)
+    return number / SECONDS_PER_1000_DAYS
+
+
+def per_1000_unit_days(rate_per_s: float) -> float:
+    """A failure rate per second per unit in the unit it is written in: failures per 1,000 unit-days."""
+    return rate_per_s * SECONDS_PER_1000_DAYS
 
 
 def parse_usd(value: object, *, field: str | None = None) -> float:

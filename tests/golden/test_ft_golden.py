@@ -37,11 +37,12 @@ def _d(text: str) -> float:
 def _run(case: dict[str, Any], *, preset: str) -> RunModel:
     """A run of ``case['num_gpus']`` on 8-GPU nodes with the case's total restart and save costs."""
     nodes = case["num_gpus"] // 8
+    node_rate = case.get("node_rate_per_1000_node_days")
     failures = job_failures(
         load_failure_model(preset, source="golden"),
         num_gpus=case["num_gpus"],
         num_nodes=nodes,
-        node_rate_per_1000_node_days=case.get("node_rate_per_1000_node_days"),
+        node_rate_per_s=units.parse_failure_rate_per_s(node_rate) if node_rate is not None else None,
     )
     return RunModel(
         work_s=_d(case.get("work", "30d")),

@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mfukit import units
 from mfukit.ft.failures import job_failures, load_failure_model
 from mfukit.ft.interval import daly_interval_s, expected_run, young_interval_s
 from mfukit.ft.restart import RestartParts
@@ -28,7 +29,10 @@ def run_for(
     work_s: float = 10 * DAY,
 ) -> RunModel:
     failures = job_failures(
-        SPEC, num_gpus=num_gpus, num_nodes=num_gpus // 8, node_rate_per_1000_node_days=node_rate
+        SPEC,
+        num_gpus=num_gpus,
+        num_nodes=num_gpus // 8,
+        node_rate_per_s=units.parse_failure_rate_per_s(node_rate),
     )
     return RunModel(
         work_s=work_s,

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from mfukit import catalog
+from mfukit import catalog, units
 from mfukit.core.cluster import Cluster
-from mfukit.core.scenario import FtSection
+from mfukit.core.scenario import FtSection, load_scenario
 from mfukit.errors import InputError, UnknownNameError
 from mfukit.ft import checkpoint_io as ckio
 from mfukit.ft.failures import job_failures, load_failure_model, preset_names
@@ -54,13 +54,14 @@ def test_overrides_and_cluster_rate() -> None:
     faster = llama3(overrides={"faulty-gpu": 0.0})
     faulty = next(c for c in base.categories if c.name == "faulty-gpu")
     assert base.failure_rate_per_s - faster.failure_rate_per_s == pytest.approx(base.rate_per_s(faulty))
-    meta = llama3(node_rate_per_1000_node_days=6.5)
+    meta = llama3(node_rate_per_s=units.parse_failure_rate_per_s(6.5))  # per 1,000 node-days
     assert meta.mtbf_s / 3600 == pytest.approx(1.80, abs=0.01)
     assert meta.planned_rate_per_s == base.planned_rate_per_s  # planned stops are kept
     with pytest.raises(UnknownNameError, match="faulty-gpu"):
         llama3(overrides={"faulty-gpus": 0.1})
-    with pytest.raises(InputError):
-        llama3(overrides={"faulty-gpu": -1.0})
+    with pytest.raises(InputError) as caught:  # rates are checked, and made SI, where the scenario loads
+        load_scenario(None, {"model.preset": "llama-7b", "ft.rates": {"faulty-gpu": -1.0}})
+    assert caught.value.field == "ft.rates.faulty-gpu" and "rate >= 0" in caught.value.message
 
 
 def test_unknown_preset_suggests() -> None:

@@ -88,3 +88,54 @@ def test_a_search_passes_candidate_counts_to_the_one_resolved_scenario() -> None
     assert sized.cluster.num_gpus == 4096 and sized.step_time_s == 3.0
     assert ft_inputs(scene).cluster.num_gpus == 16384  # the scenario itself is untouched
     assert expected_goodput(scene, num_gpus=4096).ettr > expected_goodput(scene, num_gpus=32768).ettr
+
+
+def test_the_model_and_node_are_resolved_only_by_the_catalog() -> None:
+    # train and diagnose take them from the one resolver, as estimate, plan, size, mfu and ft do
+    outside = r"\bresolve\.(?:model_spec|node|gpu_count|storage)\(|\bcatalog\.(?:accelerator|system)\("
+    assert [m for m in _modules_matching(outside) if m.startswith(("train/", "diagnose/given"))] == []
+    assert _modules_matching(r"\bresolve\.(?:model_spec|node|gpu_count)\(") == ["catalog/resolved.py"]
+
+
+def test_a_command_that_runs_without_a_node_resolves_the_rest() -> None:
+    scene = load_resolved(None, MODEL, node_optional=True)
+    assert scene.node is None and scene.num_gpus is None and scene.model.name == "llama-7b"
+    with pytest.raises(InputError) as caught:
+        scene.cluster()
+    assert caught.value.field == "cluster" and "system or a gpu" in caught.value.message
+    with pytest.raises(InputError):  # the commands that need a node still refuse one without
+        load_resolved(None, MODEL)
+    sized = load_resolved(
+        None, {**MODEL, "cluster.gpu": "h100-sxm", "cluster.num_nodes": 2}, node_optional=True
+    )
+    assert sized.accelerator.name == "h100-sxm" and sized.num_gpus == 16
+
+
+def test_diagnose_completes_a_node_given_without_a_size() -> None:
+    from mfukit.diagnose.given import job
+
+    known = job(None, {"cluster.system": "dgx-h100"})
+    assert known.cluster is None and known.node is not None and known.node.cluster(64).num_nodes == 8
+    sized = job(None, {"cluster.system": "dgx-h100", "cluster.num_nodes": 2})
+    assert sized.cluster is not None and sized.cluster.num_gpus == 16
+
+
+def test_failure_rates_are_si_from_load() -> None:
+    flags = {
+        **MODEL,
+        "cluster.gpu": "h100-sxm",
+        "cluster.num_gpus": 64,
+        "cluster.failure_rate_per_1000_node_days": "6.5",  # as a flag gives it
+        "ft.failure_model": "meta-rsc1",
+        "ft.rates": {"infrastructure": 2.0},
+        "ft.straggler_rate_per_1000_node_days": 10.0,
+    }
+    scene = load_resolved(None, flags)
+    per_1000_days_s = 1000 * 86400.0
+    assert scene.cluster().node_failure_rate_per_s == pytest.approx(6.5 / per_1000_days_s)
+    assert scene.ft.rate_per_unit_s == {"infrastructure": pytest.approx(2.0 / per_1000_days_s)}
+    assert scene.ft.straggler_rate_per_node_s == pytest.approx(10.0 / per_1000_days_s)
+    # converted once: the written unit appears in units.py alone (the scheduler simulator's own ClusterSpec
+    # still takes its rate as written, per 1,000 node-days)
+    written = r"1000\.0 \* SECONDS_PER_DAY|/ 1000\.0 / (?:units\.)?SECONDS_PER_DAY|SECONDS_PER_1000_DAYS"
+    assert _modules_matching(written) == ["sched/engine.py", "units.py"]

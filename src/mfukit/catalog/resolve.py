@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,12 +97,7 @@ def node(section: ClusterSection, *, source: str) -> tuple[System, Accelerator]:
             )
         system = catalog.system(accelerator.default_system, field=f"{accelerator.name}.default_system")
     else:
-        raise InputError(
-            "needs a system or a gpu",
-            source=source,
-            field="cluster",
-            hint="set cluster.system (see `mfukit catalog list systems`) or --gpu",
-        )
+        raise missing_node(source)
     update: dict[str, Any] = {}
     if section.nics_per_node is not None:
         update["nics_per_node"] = section.nics_per_node
@@ -136,20 +132,71 @@ def storage(section: ClusterSection, *, source: str) -> StorageTier | None:
     return catalog.storage(section.storage, field="cluster.storage", source=source)
 
 
-def cluster(section: ClusterSection, *, source: str) -> Cluster:
-    """A whole cluster: the node, how many GPUs (``num_gpus`` or ``num_nodes``), storage and failure rate."""
+@dataclass(frozen=True)
+class ResolvedNode:
+    """The ``[cluster]`` section resolved: the node and accelerator, the GPU count (checked against the node
+    count), the storage tier and the flat failure rate."""
+
+    source: str
+    system: System
+    accelerator: Accelerator
+    num_gpus: int | None
+    """``cluster.num_gpus``, or ``cluster.num_nodes`` x GPUs per node (checked to agree); None: not given"""
+    storage: StorageTier | None
+    node_failure_rate_per_s: float | None
+
+    def cluster(self, num_gpus: int | None = None) -> Cluster:
+        """The cluster on ``num_gpus`` GPUs (a candidate count of a search, or the job's own world size), or
+        on the scenario's count."""
+        count = num_gpus if num_gpus is not None else self.num_gpus
+        if count is None:
+            raise missing_count(self.source)
+        return Cluster(
+            system=self.system,
+            accelerator=self.accelerator,
+            num_gpus=count,
+            storage=self.storage,
+            node_failure_rate_per_s=self.node_failure_rate_per_s,
+        )
+
+
+def resolve_node(section: ClusterSection, *, source: str) -> ResolvedNode:
+    """The node of ``[cluster]`` (``system``, or ``gpu`` with its default node), its GPU count and storage;
+    every error names the field at fault."""
     system, accelerator = node(section, source=source)
-    num_gpus = gpu_count(section, system, source=source)
-    if num_gpus is None:
-        raise missing_count(source)
-    return Cluster(
+    return ResolvedNode(
+        source=source,
         system=system,
         accelerator=accelerator,
-        num_gpus=num_gpus,
+        num_gpus=gpu_count(section, system, source=source),
         storage=storage(section, source=source),
-        failure_rate_per_1000_node_days=section.failure_rate_per_1000_node_days,
+        node_failure_rate_per_s=section.node_failure_rate_per_s,
     )
 
 
+def given_node(section: ClusterSection, *, source: str) -> ResolvedNode | None:
+    """:func:`resolve_node` where ``[cluster]`` names a system or a GPU; None where it names neither (the
+    commands that run without a node: ``train``, ``diagnose``, ``watch``)."""
+    if section.system is None and section.gpu is None:
+        return None
+    return resolve_node(section, source=source)
+
+
+def cluster(section: ClusterSection, *, source: str) -> Cluster:
+    """A whole cluster: the node, how many GPUs (``num_gpus`` or ``num_nodes``), storage and failure rate."""
+    return resolve_node(section, source=source).cluster()
+
+
 def missing_count(source: str) -> InputError:
-    return InputError("needs num_gpus or num_nodes", source=source, field="cluster", hint="e.g. --gpus 1024")
+    return InputError(
+        "needs num_gpus or num_nodes", source=source, field="cluster", hint="give cluster.num_gpus, e.g. 1024"
+    )
+
+
+def missing_node(source: str) -> InputError:
+    return InputError(
+        "needs a system or a gpu",
+        source=source,
+        field="cluster",
+        hint="set cluster.system (see `mfukit catalog list systems`) or cluster.gpu",
+    )

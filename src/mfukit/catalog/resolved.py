@@ -28,11 +28,9 @@ class ResolvedScenario:
     source: str
     """the scenario file, or "command line" when there is none"""
     model: ModelSpec
-    system: System
-    accelerator: Accelerator
-    num_gpus: int | None
-    """``cluster.num_gpus``, or ``cluster.num_nodes`` x GPUs per node (checked to agree); None: not given"""
-    storage: StorageTier | None
+    node: resolve.ResolvedNode | None
+    """None only where the command takes a scenario without a node (:func:`resolve_scenario`'s
+    ``node_optional``); :attr:`system`, :attr:`accelerator` and :meth:`cluster` then say it is missing"""
 
     @property
     def base_dir(self) -> Path | None:
@@ -55,37 +53,54 @@ class ResolvedScenario:
     def cluster_section(self) -> ClusterSection:
         return self.scenario.cluster
 
+    @property
+    def system(self) -> System:
+        return self._node().system
+
+    @property
+    def accelerator(self) -> Accelerator:
+        return self._node().accelerator
+
+    @property
+    def num_gpus(self) -> int | None:
+        """``cluster.num_gpus``, or ``cluster.num_nodes`` x GPUs per node (checked to agree); None: not given
+        (or no node to count them on)"""
+        return self.node.num_gpus if self.node is not None else None
+
+    @property
+    def storage(self) -> StorageTier | None:
+        return self.node.storage if self.node is not None else None
+
     def cluster(self, num_gpus: int | None = None) -> Cluster:
         """The cluster on ``num_gpus`` GPUs (a candidate count of a search), or on the scenario's count."""
-        count = num_gpus if num_gpus is not None else self.num_gpus
-        if count is None:
-            raise resolve.missing_count(self.source)
-        return Cluster(
-            system=self.system,
-            accelerator=self.accelerator,
-            num_gpus=count,
-            storage=self.storage,
-            failure_rate_per_1000_node_days=self.scenario.cluster.failure_rate_per_1000_node_days,
-        )
+        return self._node().cluster(num_gpus)
+
+    def _node(self) -> resolve.ResolvedNode:
+        if self.node is None:
+            raise resolve.missing_node(self.source)
+        return self.node
 
 
-def resolve_scenario(scenario: Scenario, path: Path | None) -> ResolvedScenario:
+def resolve_scenario(
+    scenario: Scenario, path: Path | None, *, node_optional: bool = False
+) -> ResolvedScenario:
     """``scenario`` (loaded from ``path``, or from flags alone when None) with its names looked up in the
-    catalog and its counts checked: every error names the scenario field at fault."""
+    catalog and its counts checked: every error names the scenario field at fault. ``node_optional``: a
+    scenario that names neither a system nor a GPU resolves without a node (the commands that run without
+    one) instead of being an error."""
     source = str(path) if path is not None else "command line"
     model = resolve.model_spec(scenario.model, source=source, base_dir=path.parent if path else None)
-    system, accelerator = resolve.node(scenario.cluster, source=source)
-    return ResolvedScenario(
-        scenario=scenario,
-        source=source,
-        model=model,
-        system=system,
-        accelerator=accelerator,
-        num_gpus=resolve.gpu_count(scenario.cluster, system, source=source),
-        storage=resolve.storage(scenario.cluster, source=source),
+    section = scenario.cluster
+    node = (
+        resolve.given_node(section, source=source)
+        if node_optional
+        else resolve.resolve_node(section, source=source)
     )
+    return ResolvedScenario(scenario=scenario, source=source, model=model, node=node)
 
 
-def load_resolved(path: Path | None, overrides: Mapping[str, Any] | None = None) -> ResolvedScenario:
+def load_resolved(
+    path: Path | None, overrides: Mapping[str, Any] | None = None, *, node_optional: bool = False
+) -> ResolvedScenario:
     """:func:`~mfukit.core.scenario.load_scenario` then :func:`resolve_scenario`."""
-    return resolve_scenario(load_scenario(path, overrides), path)
+    return resolve_scenario(load_scenario(path, overrides), path, node_optional=node_optional)

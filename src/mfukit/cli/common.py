@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -181,10 +182,12 @@ class ScenarioOption(click.Option):
 
 
 def scenario_options(*names: str) -> Callable[[F], F]:
-    """Add the named scenario flags; the command receives them as ``overrides: dict[dotted field, value]``."""
+    """Add the named scenario flags; the command receives them as ``overrides: dict[dotted field, value]``.
+    An error's text names fields; it reaches the user with these flags shown beside them (:func:`show_flags`)."""
     unknown = [name for name in names if name not in SCENARIO_FLAGS]
     if unknown:
         raise KeyError(f"no scenario flag {unknown}")
+    offered = {SCENARIO_FLAGS[name].field: SCENARIO_FLAGS[name].option for name in names}
 
     def decorate(function: F) -> F:
         @functools.wraps(function)
@@ -198,7 +201,7 @@ def scenario_options(*names: str) -> Callable[[F], F]:
             try:
                 return function(*args, overrides=overrides, **kwargs)
             except InputError as error:
-                raise blame_flag(error, overrides) from None
+                raise show_flags(blame_flag(error, overrides), offered) from None
 
         command: Any = wrapper
         for name in reversed(names):
@@ -225,6 +228,24 @@ def blame_flag(error: InputError, overrides: dict[str, Any]) -> InputError:
     if flag is not None:
         error.source = "command line"
         error.field = f"{flag.option} ({field})"
+    return error
+
+
+def show_flags(error: InputError, flags: Mapping[str, str]) -> InputError:
+    """``error`` with each field its message, expectation and fix name shown with the flag that sets it on
+    this command (``flags``: field -> flag), as ``--gpus (cluster.num_gpus)``: the library names fields, and
+    this is the one place they become flags."""
+    if not flags:
+        return error
+    named = re.compile(
+        r"(?<![\w.-])(" + "|".join(map(re.escape, sorted(flags, key=len, reverse=True))) + r")(?!\w|\.\w)"
+    )
+
+    def shown(text: str | None) -> str | None:
+        return named.sub(lambda found: f"{flags[found[1]]} ({found[1]})", text) if text else text
+
+    error.message = shown(error.message) or error.message
+    error.expected, error.hint = shown(error.expected), shown(error.hint)
     return error
 
 

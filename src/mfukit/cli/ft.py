@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from mfukit import units
 from mfukit.catalog.resolved import resolve_scenario
 from mfukit.cli.common import (
     emit,
@@ -91,7 +92,7 @@ def _inputs(scenario_path: Path | None, overrides: dict[str, Any], rates: tuple[
         for text in rates:
             name, sep, value = text.partition("=")
             try:
-                extra[name.strip()] = float(value)
+                number = float(value)
             except ValueError:
                 raise InputError(
                     "is not CATEGORY=RATE",
@@ -102,7 +103,13 @@ def _inputs(scenario_path: Path | None, overrides: dict[str, Any], rates: tuple[
                 ) from None
             if not sep:
                 raise InputError("is not CATEGORY=RATE", source="command line", field="--rate", value=text)
-        ft_section = scenario.ft.model_copy(update={"rates": {**scenario.ft.rates, **extra}})
+            try:
+                extra[name.strip()] = units.parse_failure_rate_per_s(number)
+            except InputError as error:
+                raise InputError(error.message, source="command line", field="--rate", value=text) from None
+        ft_section = scenario.ft.model_copy(
+            update={"rate_per_unit_s": {**scenario.ft.rate_per_unit_s, **extra}}
+        )
         scenario = scenario.model_copy(update={"ft": ft_section})
     return ft_inputs(resolve_scenario(scenario, scenario_path))
 

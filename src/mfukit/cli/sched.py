@@ -50,8 +50,8 @@ def _failures(
         ft = validate_as(FtSection, sections.get("ft", {}), source="command line")
     return node_failures(
         model=ft.failure_model if "failure_model" in ft.model_fields_set else None,
-        rates=ft.rates,
-        rate_per_1000_node_days=cluster.failure_rate_per_1000_node_days,
+        rates=ft.rate_per_unit_s,
+        node_rate_per_s=cluster.node_failure_rate_per_s,
         gpus_per_node=gpus_per_node,
         source=str(scenario_path) if scenario_path is not None else "command line",
     )

@@ -121,7 +121,9 @@ def check_run(
     if ranks is None:
         if nodes is None:
             raise InputError(
-                "the rank count is unknown (no device list)", field="--gpus", hint="pass --gpus or --nodes"
+                "the rank count is unknown (no device list)",
+                field="cluster.num_gpus",
+                hint="give cluster.num_gpus or cluster.num_nodes",
             )
         ranks = nodes * topology.gpus_per_node
     nodes = nodes or max(1, -(-ranks // topology.gpus_per_node))
@@ -137,13 +139,13 @@ def check_run(
         return report
     if ranks % nodes:
         raise InputError(
-            f"{ranks} ranks do not split evenly over {nodes} nodes", field="--nodes", value=nodes
+            f"{ranks} ranks do not split evenly over {nodes} nodes", field="cluster.num_nodes", value=nodes
         )
     per_node = ranks // nodes
     if per_node > topology.gpus_per_node:
         raise InputError(
             f"{per_node} ranks per node exceed the {topology.gpus_per_node} GPUs of {topology.name}",
-            field="--nodes",
+            field="cluster.num_nodes",
             value=nodes,
         )
     per_domain = per_node if nodes > 1 else None

@@ -478,7 +478,7 @@ def estimates(
     if not found:
         reasons = [reason for name in chosen if (reason := costs.unavailable(name)) is not None]
         if reasons and len(reasons) == len(chosen):
-            raise InputError(reasons[0], field="--gpus", value=num_gpus)
+            raise InputError(reasons[0], field="cluster.num_gpus", value=num_gpus)
         raise InputError(
             f"{algorithm} has no {protocol} protocol for {collective}: NVLS, NVLSTree, CollNet and the "
             "MPI-style algorithms run with the simple protocol only",

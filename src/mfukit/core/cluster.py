@@ -14,7 +14,8 @@ class Cluster:
     accelerator: Accelerator
     num_gpus: int
     storage: StorageTier | None = None
-    failure_rate_per_1000_node_days: float | None = None
+    node_failure_rate_per_s: float | None = None
+    """``[cluster] failure_rate_per_1000_node_days`` in failures per second per node"""
 
     @property
     def gpus_per_node(self) -> int:

@@ -22,6 +22,7 @@ from mfukit.core.parallelism import Parallelism
 from mfukit.core.schema import (
     BytesPerSecond,
     Count,
+    FailureRate,
     Fraction,
     GpuCount,
     PositiveInt,
@@ -202,8 +203,11 @@ class ClusterSection(Strict):
     storage: str | None = Field(
         default=None, description="checkpoint storage tier from the catalog (`mfukit catalog list storage`)"
     )
-    failure_rate_per_1000_node_days: float | None = Field(
-        default=None, ge=0, description="a flat node failure rate instead of a failure model"
+    node_failure_rate_per_s: FailureRate | None = Field(
+        default=None,
+        ge=0,
+        alias="failure_rate_per_1000_node_days",
+        description="a flat node failure rate instead of a failure model",
     )
     nics_per_node: int | None = Field(default=None, ge=0, description="override the system's NIC count")
     nic_bytes_per_s: BytesPerSecond | None = Field(
@@ -266,8 +270,9 @@ class FtSection(Strict):
     )
     hot_spares: int = Field(default=0, ge=0, description="spare nodes ready to replace a failed one")
     goodput: Fraction | None = Field(default=None, description="flat goodput allowance when no failure model")
-    rates: dict[str, float] = Field(
+    rate_per_unit_s: dict[str, FailureRate] = Field(
         default_factory=dict,
+        alias="rates",
         description="per-category overrides, failures per 1,000 unit-days (unit: the category's gpu/node/job)",
     )
     failure_distribution: Literal["exponential", "weibull"] = Field(
@@ -281,8 +286,11 @@ class FtSection(Strict):
     work_s: Seconds | None = Field(
         default=None, alias="work", description="failure-free training time; default from tokens"
     )
-    straggler_rate_per_1000_node_days: float = Field(
-        default=0.0, ge=0, description="straggler episodes per 1,000 node-days"
+    straggler_rate_per_node_s: FailureRate = Field(
+        default=0.0,
+        ge=0,
+        alias="straggler_rate_per_1000_node_days",
+        description="straggler episodes per 1,000 node-days",
     )
     straggler_slowdown: Fraction = Field(default=0.0, description="throughput lost while a straggler runs")
     straggler_duration_s: Seconds | None = Field(

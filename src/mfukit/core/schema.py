@@ -90,6 +90,8 @@ Count = Annotated[float, _unit_field(units.parse_count)]
 IntCount = Annotated[int, BeforeValidator(lambda v: units.parse_int_count(v) if isinstance(v, str) else v)]
 Fraction = Annotated[float, _unit_field(units.parse_fraction)]
 Usd = Annotated[float, _unit_field(units.parse_usd)]
+FailureRate = Annotated[float, _unit_field(units.parse_failure_rate_per_s)]
+"""Failures per second per unit (GPU, node or job), written as failures per 1,000 unit-days."""
 PositiveInt = Annotated[int, Field(ge=1)]
 MAX_GPUS = 10**8
 """Bound on a count of GPUs or nodes: far above any cluster built (the largest announced hold ~10^5-10^6

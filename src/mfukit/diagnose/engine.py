@@ -11,12 +11,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mfukit.catalog.resolve import ResolvedNode
 from mfukit.core.cluster import Cluster
 from mfukit.core.findings import SEVERITY_RANK
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.results import ProgressCallback
-from mfukit.core.scenario import ClusterSection, FtSection, TrainingSection
+from mfukit.core.scenario import FtSection, TrainingSection
 from mfukit.diagnose import mfu as mfu_module
 from mfukit.diagnose.breakdown import RankSummary, time_breakdown
 from mfukit.diagnose.context import Context
@@ -92,7 +93,7 @@ def diagnose(
     parallelism: Parallelism | None = None,
     cluster: Cluster | None = None,
     ft: FtSection | None = None,
-    cluster_flags: ClusterSection | None = None,
+    node: ResolvedNode | None = None,
     progress: ProgressCallback | None = None,
 ) -> Diagnosis:
     paths = list(paths)
@@ -122,7 +123,7 @@ def diagnose(
         training=training,
         parallelism=parallelism,
         cluster=cluster,
-        cluster_flags=cluster_flags,
+        node=node,
     )
     model, training, parallelism, cluster = job.model, job.training, job.parallelism, job.cluster
     logs = [r for r in records if isinstance(r, TrainingLog)]

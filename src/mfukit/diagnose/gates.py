@@ -214,8 +214,8 @@ def _mtbf_s(ctx: Context) -> tuple[float | None, str]:
     """The job's MTBF and where it comes from (see the module docstring for the order)."""
     cluster = ctx.cluster
     ft = ctx.ft or FtSection()
-    if cluster is not None and cluster.failure_rate_per_1000_node_days:
-        failures, _ = scenario_failures(ft, node_rate_per_1000_node_days=cluster.failure_rate_per_1000_node_days,
+    if cluster is not None and cluster.node_failure_rate_per_s:
+        failures, _ = scenario_failures(ft, node_rate_per_s=cluster.node_failure_rate_per_s,
                                         num_gpus=cluster.num_gpus, num_nodes=cluster.num_nodes, source="scenario")  # fmt: skip
         return failures.mtbf_s, "scenario failure rate per 1,000 node-days"
     jobs = [j for j in ctx.of(SlurmJob) if j.start_s and j.end_s and j.end_s > j.start_s]
@@ -239,7 +239,7 @@ def _mtbf_s(ctx: Context) -> tuple[float | None, str]:
             "of training"
         )
     if cluster is not None:
-        failures, _ = scenario_failures(ft, node_rate_per_1000_node_days=None, num_gpus=cluster.num_gpus,
+        failures, _ = scenario_failures(ft, node_rate_per_s=None, num_gpus=cluster.num_gpus,
                                         num_nodes=cluster.num_nodes, source="scenario")  # fmt: skip
         return failures.mtbf_s, (
             f"failure model {failures.model} ({failures.display_name}) for {cluster.num_gpus} GPUs"

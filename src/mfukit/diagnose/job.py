@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from mfukit import catalog
 from mfukit.catalog import resolve
+from mfukit.catalog.resolve import ResolvedNode
 from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
@@ -193,10 +194,10 @@ def resolve_job(
     training: TrainingSection | None,
     parallelism: Parallelism | None,
     cluster: Cluster | None,
-    cluster_flags: ClusterSection | None = None,
+    node: ResolvedNode | None = None,
 ) -> ResolvedJob:
     """Flags over the job's own printed configuration over defaults (see the module docstring).
-    ``cluster_flags``: a node or GPU given without a size (the size then comes from the job's world size)."""
+    ``node``: the node or GPU given, resolved (without a size, the job's world size completes it)."""
     configs = [r for r in records if isinstance(r, JobConfig)]
     logs = [r for r in records if isinstance(r, TrainingLog)]
     settings = _Settings(configs)
@@ -293,19 +294,20 @@ def resolve_job(
         provenance.append(Provenance("num_gpus", cluster.num_gpus, "flag", "command line or scenario"))
         provenance.append(Provenance("gpu", cluster.accelerator.name, "flag", "command line or scenario"))
     else:
-        flagged = cluster_flags is not None and bool(cluster_flags.gpu or cluster_flags.system)
+        flagged = node is not None
         device = None if flagged else _device(records, settings)
         name = accelerator_named(device[0]) if device else None
         if (flagged or name is not None) and world is not None and isinstance(world[0], int):
-            section = (
-                cluster_flags.model_copy(update={"num_gpus": world[0], "num_nodes": None})
-                if cluster_flags is not None and flagged
-                else ClusterSection(gpu=name, num_gpus=world[0])
-            )
-            try:
-                cluster = resolve.cluster(section, source=device[1] if device else "command line")
-            except MfukitError:
-                cluster = None
+            if node is not None:
+                cluster = node.cluster(world[0])
+            else:
+                try:
+                    cluster = resolve.cluster(
+                        ClusterSection(gpu=name, num_gpus=world[0]),
+                        source=device[1] if device else "command line",
+                    )
+                except MfukitError:
+                    cluster = None
             if cluster is not None:
                 provenance.append(Provenance("num_gpus", world[0], "log", world[1]))
                 if device is not None:

@@ -18,16 +18,14 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from mfukit import units
 from mfukit.core.hardware import Source
 from mfukit.core.scenario import FtSection, read_document
-from mfukit.core.schema import PositiveInt, Seconds, Strict, validate_as
+from mfukit.core.schema import FailureRate, PositiveInt, Seconds, Strict, validate_as
 from mfukit.errors import InputError, UnknownNameError
-from mfukit.units import SECONDS_PER_DAY
 
 Per = Literal["gpu", "node", "job"]
 PRESETS_DIR = Path(__file__).parent / "data" / "failure_models"
-UNIT_DAYS = 1000.0 * SECONDS_PER_DAY
-"""Rates are written as failures per 1,000 unit-days (unit: GPU, node or job), Meta's unit."""
 
 
 class Observation(Strict):
@@ -44,13 +42,13 @@ class CategorySpec(Strict):
     group: str
     per: Per
     count: int | None = Field(default=None, ge=0, description="interruptions seen over the observation")
-    rate_per_1000_unit_days: float | None = Field(default=None, ge=0)
+    rate_per_unit_s: FailureRate | None = Field(default=None, ge=0, alias="rate_per_1000_unit_days")
     needs_replacement: bool = Field(description="the failed node must be swapped before the job resumes")
     planned: bool = Field(default=False, description="a graceful stop (maintenance): no lost work")
 
     @model_validator(mode="after")
     def _count_or_rate(self) -> CategorySpec:
-        if (self.count is None) == (self.rate_per_1000_unit_days is None):
+        if (self.count is None) == (self.rate_per_unit_s is None):
             raise ValueError("give exactly one of count and rate_per_1000_unit_days")
         return self
 
@@ -88,7 +86,8 @@ class Category:
 
     @property
     def rate_per_1000_unit_days(self) -> float:
-        return self.rate_per_unit_s * UNIT_DAYS
+        """The rate in the unit it is written and shown in."""
+        return units.per_1000_unit_days(self.rate_per_unit_s)
 
     def units(self, num_gpus: int, num_nodes: int) -> int:
         return {"gpu": num_gpus, "node": num_nodes, "job": 1}[self.per]
@@ -149,17 +148,17 @@ def load_failure_model(name: str, *, source: str, field: str = "ft.failure_model
 
 
 def _base_rate_per_unit_s(spec: FailureModelSpec, category: CategorySpec) -> float:
-    if category.rate_per_1000_unit_days is not None:
-        return category.rate_per_1000_unit_days / UNIT_DAYS
+    if category.rate_per_unit_s is not None:
+        return category.rate_per_unit_s
     observation = spec.observation
     if observation is None or category.count is None:  # excluded by FailureModelSpec's validator
         raise InputError("counts need an observation", source=spec.name, field="observation")
-    units = {
+    exposed = {
         "gpu": observation.num_gpus,
         "node": observation.num_gpus / observation.gpus_per_node,
         "job": 1.0,
     }[category.per]
-    return category.count / (units * observation.duration_s)
+    return category.count / (exposed * observation.duration_s)
 
 
 def job_failures(
@@ -168,25 +167,19 @@ def job_failures(
     num_gpus: int,
     num_nodes: int,
     overrides: dict[str, float] | None = None,
-    node_rate_per_1000_node_days: float | None = None,
+    node_rate_per_s: float | None = None,
     source: str = "command line",
 ) -> JobFailures:
-    """The failure process of a job: the preset's categories, with ``overrides`` (failures per 1,000
-    unit-days, by category name) applied. ``node_rate_per_1000_node_days`` (``[cluster]
-    failure_rate_per_1000_node_days``) replaces the preset's unplanned categories with one per-node rate."""
+    """The failure process of a job: the preset's categories, with ``overrides`` (``[ft.rates]``: failures
+    per second per unit, by category name) applied. ``node_rate_per_s`` (``[cluster]
+    failure_rate_per_1000_node_days``, per second per node) replaces the preset's unplanned categories with
+    one per-node rate."""
     overrides = dict(overrides or {})
     known = {c.name for c in spec.categories}
-    for name, value in overrides.items():
+    for name in overrides:
         if name not in known:
             raise UnknownNameError(
                 f"failure category of {spec.name}", name, known, source=source, field=f"ft.rates.{name}"
-            )
-        if not value >= 0:
-            raise InputError(
-                "must be a rate >= 0 (failures per 1,000 unit-days)",
-                source=source,
-                field=f"ft.rates.{name}",
-                value=value,
             )
     categories = [
         Category(
@@ -194,16 +187,14 @@ def job_failures(
             component=c.component,
             group=c.group,
             per=c.per,
-            rate_per_unit_s=(
-                overrides[c.name] / UNIT_DAYS if c.name in overrides else _base_rate_per_unit_s(spec, c)
-            ),
+            rate_per_unit_s=overrides[c.name] if c.name in overrides else _base_rate_per_unit_s(spec, c),
             needs_replacement=c.needs_replacement,
             planned=c.planned,
             overridden=c.name in overrides,
         )
         for c in spec.categories
     ]
-    if node_rate_per_1000_node_days is not None:
+    if node_rate_per_s is not None:
         categories = [c for c in categories if c.planned]
         categories.insert(
             0,
@@ -212,7 +203,7 @@ def job_failures(
                 component="all job-interrupting node failures ([cluster] failure_rate_per_1000_node_days)",
                 group="Node",
                 per="node",
-                rate_per_unit_s=node_rate_per_1000_node_days / UNIT_DAYS,
+                rate_per_unit_s=node_rate_per_s,
                 needs_replacement=True,
                 planned=False,
                 overridden=True,
@@ -231,26 +222,26 @@ def job_failures(
 def scenario_failures(
     ft: FtSection,
     *,
-    node_rate_per_1000_node_days: float | None,
+    node_rate_per_s: float | None,
     num_gpus: int,
     num_nodes: int,
     source: str,
 ) -> tuple[JobFailures, str]:
     """The failure process of a scenario's job and the sentence that says where it comes from: ``[ft]
     failure_model`` with its ``[ft.rates]`` overrides, or ``[cluster] failure_rate_per_1000_node_days`` (given
-    here as ``node_rate_per_1000_node_days``) in place of the preset's unplanned categories."""
+    here per second per node, as ``node_rate_per_s``) in place of the preset's unplanned categories."""
     spec = load_failure_model(ft.failure_model, source=source)
     failures = job_failures(
         spec,
         num_gpus=num_gpus,
         num_nodes=num_nodes,
-        overrides=ft.rates,
-        node_rate_per_1000_node_days=node_rate_per_1000_node_days,
+        overrides=ft.rate_per_unit_s,
+        node_rate_per_s=node_rate_per_s,
         source=source,
     )
-    if node_rate_per_1000_node_days is not None:
+    if node_rate_per_s is not None:
         how = (
-            f"unplanned failures: {node_rate_per_1000_node_days:g} per 1,000 node-days "
+            f"unplanned failures: {units.per_1000_unit_days(node_rate_per_s):g} per 1,000 node-days "
             f"([cluster] failure_rate_per_1000_node_days) replace the {spec.name} categories"
         )
     else:

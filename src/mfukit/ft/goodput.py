@@ -40,9 +40,7 @@ def goodput_of(scene: ResolvedScenario, *, given_as_flag: bool) -> GoodputOf:
     """Goodput at a GPU count: the expected ETTR when the scenario names a failure model (``[ft]
     failure_model``, ``--failure-rate``), else the flat allowance (``--goodput``, 0.9)."""
     ft, cluster, source = scene.ft, scene.cluster_section, scene.source
-    failure_model = (
-        "failure_model" in ft.model_fields_set or cluster.failure_rate_per_1000_node_days is not None
-    )
+    failure_model = "failure_model" in ft.model_fields_set or cluster.node_failure_rate_per_s is not None
     if ft.goodput is not None or not failure_model:
         flat = ft.goodput if ft.goodput is not None else DEFAULT_GOODPUT
         origin = (

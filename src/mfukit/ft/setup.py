@@ -19,7 +19,6 @@ from mfukit.ft.interval import recommended_interval_s
 from mfukit.ft.restart import restart_parts
 from mfukit.ft.run import Policy, RunModel, effective_save
 from mfukit.ft.step_time import Throughput, throughput
-from mfukit.units import SECONDS_PER_DAY
 
 DEFAULT_STORAGE = "lustre-generic"
 
@@ -76,16 +75,16 @@ def _whole_steps(interval_s: float, step_time_s: float | None, floor_s: float = 
 
 def _straggler_loss(scenario: Scenario, cluster: Cluster, source: str) -> float:
     ft = scenario.ft
-    if ft.straggler_rate_per_1000_node_days <= 0 or ft.straggler_slowdown <= 0:
+    if ft.straggler_rate_per_node_s <= 0 or ft.straggler_slowdown <= 0:
         return 0.0
     if ft.straggler_duration_s is None:
         raise InputError(
             "straggler episodes need a duration",
             source=source,
             field="ft.straggler_duration",
-            hint='give --straggler-duration "20min" (time until a straggler is found and removed)',
+            hint='give ft.straggler_duration, e.g. "20min" (time until a straggler is found and removed)',
         )
-    per_s = ft.straggler_rate_per_1000_node_days / 1000.0 / SECONDS_PER_DAY * cluster.num_nodes
+    per_s = ft.straggler_rate_per_node_s * cluster.num_nodes
     present = min(1.0, per_s * ft.straggler_duration_s)
     return present * ft.straggler_slowdown
 
@@ -114,7 +113,7 @@ def ft_inputs(
         )
     failures, how = scenario_failures(
         ft,
-        node_rate_per_1000_node_days=scenario.cluster.failure_rate_per_1000_node_days,
+        node_rate_per_s=cluster.node_failure_rate_per_s,
         num_gpus=cluster.num_gpus,
         num_nodes=cluster.num_nodes,
         source=source,
@@ -169,7 +168,7 @@ def ft_inputs(
                     source=source,
                     field="ft.checkpoint_interval",
                     value=interval.text,
-                    hint="give --global-batch-tokens (with an MFU) or --step-time, or the interval in time",
+                    hint="give training.global_batch_tokens (with an MFU) or ft.step_time, or the interval in time",
                 )
             user_interval = interval.steps * step
         else:
@@ -188,7 +187,7 @@ def ft_inputs(
             "a Weibull failure distribution needs its shape",
             source=source,
             field="ft.weibull_shape",
-            hint="give --weibull-shape (< 1 when failures cluster after restarts, as Schroeder & Gibson, "
+            hint="give ft.weibull_shape (< 1 when failures cluster after restarts, as Schroeder & Gibson, "
             "DSN 2006, found for HPC systems)",
         )
     inputs = FtInputs(
@@ -243,7 +242,8 @@ def _work_s(scenario: Scenario, rate: Throughput, source: str) -> float:
             "needs the amount of training",
             source=source,
             field="training.tokens",
-            hint='give --tokens "15.6T" (with a global batch when --step-time is given) or --work "48d"',
+            hint='give training.tokens, e.g. "15.6T" (with a global batch when ft.step_time is given), or ft.work, '
+            'e.g. "48d"',
         )
     if not math.isfinite(tokens / rate.tokens_per_s):
         raise InputError(

@@ -63,7 +63,7 @@ def throughput(
             )
         fallback = f"; the performance model has no step time ({chosen})"
     elif ft.mfu is None:
-        fallback = "; the performance model needs the global batch (--global-batch-tokens)"
+        fallback = "; the performance model needs the global batch (training.global_batch_tokens)"
     return _from_mfu(model, training, cluster, ft, tokens_per_step, source=source, fallback=fallback)
 
 
@@ -87,7 +87,7 @@ def _from_mfu(
             f"{cluster.accelerator.name} has no typical MFU in the catalog{fallback}",
             source=source,
             field="ft.mfu",
-            hint="give --mfu 0.4 or --step-time 6s",
+            hint="give ft.mfu, e.g. 0.4, or ft.step_time, e.g. 6s",
         )
     if mfu <= 0:
         raise InputError("must be positive to derive a step time", source=source, field="ft.mfu", value=mfu)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mfukit.ft.failures import UNIT_DAYS, job_failures, load_failure_model
+from mfukit import units
+from mfukit.ft.failures import job_failures, load_failure_model
 
 
 @dataclass(frozen=True)
@@ -28,17 +29,20 @@ def node_failures(
     *,
     model: str | None,
     rates: dict[str, float],
-    rate_per_1000_node_days: float | None,
+    node_rate_per_s: float | None,
     gpus_per_node: int,
     source: str,
 ) -> NodeFailures | None:
     """One node's failure process, from a failure model (a preset name or file), a flat rate, or
-    both (the rate replaces the model's unplanned categories); None when neither is given."""
+    both (the rate replaces the model's unplanned categories); None when neither is given. ``rates`` and
+    ``node_rate_per_s`` are per second per unit, as the scenario holds them."""
     if model is None:
-        if not rate_per_1000_node_days:
+        if not node_rate_per_s:
             return None
         return NodeFailures(
-            rate_per_1000_node_days, 1.0, "[cluster] failure_rate_per_1000_node_days (--failure-rate)"
+            units.per_1000_unit_days(node_rate_per_s),
+            1.0,
+            "[cluster] failure_rate_per_1000_node_days (--failure-rate)",
         )
     spec = load_failure_model(model, source=source)
     failures = job_failures(
@@ -46,17 +50,17 @@ def node_failures(
         num_gpus=gpus_per_node,
         num_nodes=1,
         overrides=rates,
-        node_rate_per_1000_node_days=rate_per_1000_node_days,
+        node_rate_per_s=node_rate_per_s,
         source=source,
     )
     per_node = [c for c in failures.unplanned if c.per != "job"]
     rate_per_s = sum(failures.rate_per_s(c) for c in per_node)
     replaced_per_s = sum(failures.rate_per_s(c) for c in per_node if c.needs_replacement)
     basis = f"failure model {spec.name} ({spec.display_name}; {spec.source.url})"
-    if rate_per_1000_node_days is not None:
+    if node_rate_per_s is not None:
         basis = "[cluster] failure_rate_per_1000_node_days (--failure-rate), replacing " + basis
     return NodeFailures(
-        rate_per_s * UNIT_DAYS,
+        units.per_1000_unit_days(rate_per_s),
         replaced_per_s / rate_per_s if rate_per_s > 0 else 1.0,
         basis,
         tuple(c.name for c in failures.unplanned if c.per == "job"),

@@ -23,10 +23,9 @@ from typing import Any
 
 import yaml
 
-from mfukit import catalog, units
+from mfukit import units
 from mfukit.core import jobtext
 from mfukit.core.files import write_text_atomic
-from mfukit.core.hardware import System
 from mfukit.core.results import Output, Table
 from mfukit.errors import InputError
 from mfukit.train import ownership
@@ -36,7 +35,6 @@ from mfukit.train.launch import RESTART_SAFE_ENV, SIGNALS_TO_FORWARD
 from mfukit.train.prepare import (
     Prepared,
     TrainRequest,
-    catalog_peak,
     parse_nnodes,
     prepare,
     synthetic_token_count,
@@ -60,22 +58,12 @@ ALWAYS_ENV = {
 
 
 def _node_gpus(prepared: Prepared) -> int:
-    system = _system(prepared)
+    system = prepared.system
     return system.gpus_per_node if system is not None else prepared.world_size // prepared.nnodes_min
 
 
-def _system(prepared: Prepared) -> System | None:
-    section = prepared.scenario.cluster
-    if section.system is not None:
-        return catalog.system(section.system)
-    if prepared.accelerator is not None:
-        default = catalog.accelerator(prepared.accelerator).default_system
-        return catalog.system(default) if default else None
-    return None
-
-
 def _nccl_env(prepared: Prepared, warnings: list[str], assumptions: list[str]) -> dict[str, str]:
-    system = _system(prepared)
+    system = prepared.system
     if system is None or system.nccl_env is None:
         name = system.name if system is not None else "no system"
         warnings.append(
@@ -108,9 +96,10 @@ def _cluster_config(prepared: Prepared, out_dir: str, warnings: list[str]) -> Tr
     )
     peak: float | None = None
     source = ""
-    if prepared.accelerator is not None:
-        peak = catalog_peak(prepared.accelerator, prepared.peak_dtype)
-        source = f"catalog {prepared.accelerator} dense {prepared.peak_dtype} peak"
+    accelerator = prepared.accelerator
+    if accelerator is not None:
+        peak = accelerator.peak_flops(prepared.peak_dtype)
+        source = f"catalog {accelerator.name} dense {prepared.peak_dtype} peak"
     else:
         warnings.append(
             "no MFU in the job's metrics: name cluster.system or cluster.gpu for the catalog peak"

@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mfukit import catalog, units
-from mfukit.catalog import resolve
+from mfukit import units
+from mfukit.catalog.resolved import ResolvedScenario, load_resolved
 from mfukit.core import jobtext
-from mfukit.core.hardware import Dtype
-from mfukit.core.scenario import Scenario, load_scenario
+from mfukit.core.hardware import Accelerator, Dtype, System
 from mfukit.errors import InputError
 from mfukit.ft.failures import JobFailures, scenario_failures
 from mfukit.train.config import CheckpointPolicy, TrainConfig, check_trainable
@@ -58,7 +57,8 @@ class TrainRequest:
 @dataclass
 class Prepared:
     config: TrainConfig
-    scenario: Scenario
+    scene: ResolvedScenario
+    """the scenario as the one resolver resolved it (its node only where it names a system or a GPU)"""
     world_size: int
     nnodes_min: int
     nnodes_max: int
@@ -67,7 +67,16 @@ class Prepared:
     assumptions: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     peak_dtype: Dtype = "fp32"
-    accelerator: str | None = None
+
+    @property
+    def system(self) -> System | None:
+        """The scenario's node, for the emitted job; None where it names neither a system nor a GPU."""
+        return self.scene.node.system if self.scene.node is not None else None
+
+    @property
+    def accelerator(self) -> Accelerator | None:
+        """The scenario's GPU, whose catalog peak gives MFU on CUDA; None where it names none."""
+        return self.scene.node.accelerator if self.scene.node is not None else None
 
 
 def parse_nnodes(text: str) -> tuple[int, int]:
@@ -84,12 +93,9 @@ def parse_nnodes(text: str) -> tuple[int, int]:
 
 def prepare(request: TrainRequest, *, cuda: bool) -> Prepared:
     """Resolve and check everything; raises InputError naming the flag or field at fault."""
-    scenario = load_scenario(request.scenario_path, request.overrides)
-    source = str(request.scenario_path) if request.scenario_path else "command line"
-    base_dir = request.scenario_path.parent if request.scenario_path else None
-    spec = resolve.model_spec(scenario.model, source=source, base_dir=base_dir)
+    scene = load_resolved(request.scenario_path, request.overrides, node_optional=True)
+    source, spec, training = scene.source, scene.model, scene.training
     check_trainable(spec, source=source)
-    training = scenario.training
     assumptions: list[str] = []
     warnings: list[str] = []
     if training.seq_len < 2:
@@ -105,7 +111,7 @@ def prepare(request: TrainRequest, *, cuda: bool) -> Prepared:
             f"{spec.max_position_embeddings}; RoPE extrapolates beyond what the model was specified for"
         )
 
-    layout = scenario.parallelism
+    layout = scene.parallelism
     if layout is not None:
         for name in ("tp", "pp", "cp", "ep", "vpp"):
             if getattr(layout, name) > 1:
@@ -146,10 +152,11 @@ def prepare(request: TrainRequest, *, cuda: bool) -> Prepared:
                 field="training.tokens",
                 hint='e.g. tokens = "1M" in [training], or --steps 100',
             )
-        steps = int(training.tokens // (global_batch * training.seq_len))
+        step_tokens = global_batch * training.seq_len
+        steps = int(training.tokens // step_tokens)
         if steps < 1:
             raise InputError(
-                f"is less than one step of {global_batch * training.seq_len} tokens",
+                f"is less than one step of {step_tokens} tokens",
                 source=source,
                 field="training.tokens",
                 value=training.tokens,
@@ -171,8 +178,8 @@ def prepare(request: TrainRequest, *, cuda: bool) -> Prepared:
     )
     out = Path(jobtext.check_text(str(request.out), field="--out")) if request.out else Path("runs") / name
     failures, failures_how = scenario_failures(
-        scenario.ft,
-        node_rate_per_1000_node_days=scenario.cluster.failure_rate_per_1000_node_days,
+        scene.ft,
+        node_rate_per_s=scene.cluster_section.node_failure_rate_per_s,
         num_gpus=world,
         num_nodes=nnodes_min,
         source=source,
@@ -180,7 +187,7 @@ def prepare(request: TrainRequest, *, cuda: bool) -> Prepared:
     assumptions.append(
         f"{failures_how}; for {world} rank(s) on {nnodes_min} node(s), each rank counted as a GPU"
     )
-    checkpoint = _checkpoint_policy(scenario, request.keep, failures, source, assumptions)
+    checkpoint = _checkpoint_policy(scene, request.keep, failures, assumptions)
     hang_timeout_s = (
         units.parse_duration_s(request.hang_timeout, field="--hang-timeout")
         if request.hang_timeout
@@ -211,10 +218,9 @@ def prepare(request: TrainRequest, *, cuda: bool) -> Prepared:
         verify_resume=request.verify_resume,
         log_every=request.log_every,
     )
-    accelerator = _accelerator(scenario, source)
     return Prepared(
         config=config,
-        scenario=scenario,
+        scene=scene,
         world_size=world,
         nnodes_min=nnodes_min,
         nnodes_max=nnodes_max,
@@ -222,21 +228,13 @@ def prepare(request: TrainRequest, *, cuda: bool) -> Prepared:
         assumptions=assumptions,
         warnings=warnings,
         peak_dtype=peak_dtype,
-        accelerator=accelerator,
     )
 
 
-def _accelerator(scenario: Scenario, source: str) -> str | None:
-    if scenario.cluster.system is None and scenario.cluster.gpu is None:
-        return None
-    _, accelerator = resolve.node(scenario.cluster, source=source)
-    return accelerator.name
-
-
 def _checkpoint_policy(
-    scenario: Scenario, keep: int, failures: JobFailures, source: str, assumptions: list[str]
+    scene: ResolvedScenario, keep: int, failures: JobFailures, assumptions: list[str]
 ) -> CheckpointPolicy:
-    ft = scenario.ft
+    ft = scene.ft
     interval = ft.checkpoint_interval
     if interval is not None:
         if interval.steps is not None:
@@ -255,7 +253,7 @@ def _checkpoint_policy(
     if failures.failure_rate_per_s <= 0:
         raise InputError(
             "every failure rate is zero, so there is no optimum checkpoint interval",
-            source=source,
+            source=scene.source,
             field="ft.checkpoint_interval",
             hint='give the interval ("30min" or "500steps"), or a failure model with non-zero rates',
         )
@@ -267,10 +265,6 @@ def _checkpoint_policy(
     return CheckpointPolicy(
         daly_mtbf_s=failures.mtbf_s, keep=keep, mode=ft.checkpoint_mode, blocking_s=ft.checkpoint_blocking_s
     )
-
-
-def catalog_peak(accelerator: str, dtype: Dtype) -> float:
-    return catalog.accelerator(accelerator).peak_flops(dtype)
 
 
 def synthetic_token_count(config: TrainConfig) -> int:

@@ -27,7 +27,7 @@ from mfukit.train.config import TrainConfig
 from mfukit.train.data import ensure_synthetic, open_token_file
 from mfukit.train.ettr import expected_ettr, predicted_ettr
 from mfukit.train.preflight import check_fits
-from mfukit.train.prepare import Prepared, TrainRequest, catalog_peak, prepare, synthetic_token_count
+from mfukit.train.prepare import Prepared, TrainRequest, prepare, synthetic_token_count
 
 INSTALL_TORCH = "pip install 'mfukit[torch]'  (or any torch >= 2.13: pip install torch)"
 
@@ -65,8 +65,9 @@ def resolve_peak(text: str | None, prepared: Prepared, cuda: bool) -> tuple[floa
         if path.suffix == ".json":
             return _peak_from_bench(path, dtype), f"measured by `mfukit bench matmul` ({path}), {dtype}"
         return units.parse_flops_per_s(text, field="--peak-flops"), f"--peak-flops {text}"
-    if text is None and cuda and prepared.accelerator is not None:
-        return catalog_peak(prepared.accelerator, dtype), f"catalog {prepared.accelerator} dense {dtype} peak"
+    accelerator = prepared.accelerator
+    if text is None and cuda and accelerator is not None:
+        return accelerator.peak_flops(dtype), f"catalog {accelerator.name} dense {dtype} peak"
     from mfukit.comm.bench import measure_peak_flops
 
     device = "cuda" if cuda else "cpu"
@@ -265,7 +266,7 @@ def summarize(config: TrainConfig, prepared: Prepared, finished: launch.Finished
     steady = [s for s in session if s["step"] != first_of_attempt[s["attempt"]]]  # warm-up steps left out
     chosen = [e for e in events if e.get("kind") == "interval" and float(e["t"]) >= launch_t]
     assumptions = [*prepared.assumptions, f"MFU peak: {config.peak_source}"]
-    ft = prepared.scenario.ft
+    ft = prepared.scene.ft
     nodes = prepared.nnodes_min
     predicted = predicted_ettr(goodput, ft, num_gpus=prepared.world_size, num_nodes=nodes)
     expected = expected_ettr(goodput, ft, prepared.failures, assumptions)
