@@ -129,7 +129,7 @@ def evaluate_layout(
             field="parallelism.vpp",
             value=layout.vpp,
             hint=f"set vpp = 1, or a global batch that is a multiple of pp x dp x micro-batch = "
-            f"{layout.pp * per_step:,} sequences (--global-batch-size)",
+            f"{layout.pp * per_step:,} sequences (training.global_batch_size)",
         )
     grid = grid_of(
         [layout], model=workload.model, micro_batch_size=[micro_batch_size], num_microbatches=[microbatches]

@@ -82,7 +82,7 @@ def perf_inputs(scene: ResolvedScenario) -> PerfInputs:
             "the performance model needs the global batch",
             source=source,
             field="training.global_batch_tokens",
-            hint='give --global-batch-tokens "4M" or --global-batch-size (sequences per step)',
+            hint='give training.global_batch_tokens ("4M") or training.global_batch_size (sequences per step)',
         )
     if training.tokens is not None and training.tokens <= 0:
         raise InputError("must be positive", source=source, field="training.tokens", value=training.tokens)
@@ -115,7 +115,7 @@ def layout_for_estimate(inputs: PerfInputs) -> Parallelism:
             "needs a parallel layout",
             source=inputs.source,
             field="parallelism",
-            hint="give [parallelism] tp, pp (and dp) or --tp/--pp flags; `mfukit plan` searches for one",
+            hint="give parallelism.tp and parallelism.pp (and parallelism.dp); `mfukit plan` searches for one",
         )
     if "dp" not in layout.model_fields_set:
         if inputs.num_gpus is None:
@@ -123,7 +123,7 @@ def layout_for_estimate(inputs: PerfInputs) -> Parallelism:
                 "needs dp or the GPU count",
                 source=inputs.source,
                 field="parallelism.dp",
-                hint="give --dp, or --gpus so that dp = GPUs / (tp x pp x cp)",
+                hint="give parallelism.dp, or cluster.num_gpus so that dp = GPUs / (tp x pp x cp)",
             )
         model_parallel = layout.tp * layout.pp * layout.cp
         layout = layout.model_copy(update={"dp": max(1, inputs.num_gpus // model_parallel)})

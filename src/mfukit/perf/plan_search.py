@@ -31,7 +31,7 @@ def count_for_deadline(inputs: PerfInputs, space: SearchSpace) -> tuple[int, str
             "needs the GPU count, or a deadline and the training tokens",
             source=inputs.source,
             field="cluster.num_gpus",
-            hint='give --gpus N (or --nodes N), or --deadline "14d" with --tokens "1.4T"',
+            hint='give cluster.num_gpus (or cluster.num_nodes), or training.deadline ("14d") with training.tokens ("1.4T")',
         )
     typical = inputs.accelerator.typical_mfu.value if inputs.accelerator.typical_mfu else DEFAULT_MFU_GUESS
     found = smallest_count(
@@ -49,7 +49,7 @@ def count_for_deadline(inputs: PerfInputs, space: SearchSpace) -> tuple[int, str
             "; ".join(found.why_not) or "no GPU count meets the deadline",
             source=inputs.source,
             field="training.deadline",
-            hint="extend the deadline, or give --gpus N to see the time on N GPUs",
+            hint="extend the deadline, or give cluster.num_gpus to see the time on that many GPUs",
         )
     note = (
         f"{found.chosen.num_gpus:,} GPUs: the smallest of {len(found.evaluated)} counts searched whose best layout "

@@ -20,7 +20,9 @@ def sizing_inputs(scene: ResolvedScenario, mfu_text: str | None) -> SizingInputs
     scenario, source = scene.scenario, scene.source
     training, cluster = scenario.training, scenario.cluster
     if training.tokens is None:
-        raise InputError("is required", source=source, field="training.tokens", hint='e.g. --tokens "1.4T"')
+        raise InputError(
+            "is required", source=source, field="training.tokens", hint='e.g. training.tokens = "1.4T"'
+        )
     if training.tokens <= 0:
         raise InputError("must be positive", source=source, field="training.tokens", value=training.tokens)
     if training.deadline_s is None and scene.num_gpus is None:
@@ -28,7 +30,7 @@ def sizing_inputs(scene: ResolvedScenario, mfu_text: str | None) -> SizingInputs
             "needs a deadline or a GPU count",
             source=source,
             field="training.deadline",
-            hint='pass --deadline "14d" for the minimum cluster, or --gpus N for the time on N GPUs',
+            hint='give training.deadline ("14d") for the minimum cluster, or cluster.num_gpus for the time on that many GPUs',
         )
     mfu, mfu_source = _planning_mfu(mfu_text, scene.accelerator, training, source)
     layout, fixed = planning_layout(scenario.parallelism)
@@ -85,5 +87,5 @@ def _planning_mfu(
         f"{accelerator.name} has no typical_mfu in the catalog and no global batch is given",
         source=source,
         field="--mfu",
-        hint="pass --global-batch-tokens for the performance model, or --mfu 0.4",
+        hint="give training.global_batch_tokens for the performance model, or ft.mfu (e.g. 0.4)",
     )

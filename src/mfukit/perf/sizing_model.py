@@ -41,7 +41,9 @@ def size_by_model(
     else:
         if base.deadline_s is None:
             raise InputError(
-                "needs a deadline or a GPU count", field="training.deadline", hint='e.g. --deadline "14d"'
+                "needs a deadline or a GPU count",
+                field="training.deadline",
+                hint='e.g. training.deadline = "14d"',
             )
         found = smallest_count(
             workload,

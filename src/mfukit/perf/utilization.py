@@ -70,7 +70,7 @@ def tokens_per_s_per_gpu(
             "give exactly one measured rate" if given else "needs a measured rate",
             source="command line",
             field=", ".join(given) or "--tokens-per-s-per-gpu",
-            hint="pass --tokens-per-s-per-gpu, --tokens-per-s with --gpus, or --step-time with --gpus and the batch",
+            hint="pass --tokens-per-s-per-gpu, --tokens-per-s with cluster.num_gpus, or ft.step_time with cluster.num_gpus and the batch",
         )
     if per_gpu is not None:
         return _positive(per_gpu, "--tokens-per-s-per-gpu")
@@ -79,7 +79,7 @@ def tokens_per_s_per_gpu(
             "needs the GPU count to turn a total rate into a per-GPU one",
             source="command line",
             field="--gpus",
-            hint="pass --gpus N (or --nodes N with --system)",
+            hint="give cluster.num_gpus (or cluster.num_nodes with cluster.system)",
         )
     if tokens_per_s is not None:
         return _positive(tokens_per_s, "--tokens-per-s") / num_gpus
@@ -88,7 +88,7 @@ def tokens_per_s_per_gpu(
             "a step time needs the global batch",
             source="command line",
             field="--global-batch-tokens",
-            hint='pass --global-batch-tokens "4M" or --global-batch-size with --seq-len',
+            hint='give training.global_batch_tokens ("4M") or training.global_batch_size with training.seq_len',
         )
     return batch_tokens / _positive(step_s or 0.0, "--step-time") / num_gpus
 

@@ -153,5 +153,5 @@ def _check_possible(
         source="command line",
         field=flag,
         value=given,
-        hint=f"{likely}; or check --gpu (is it {accelerator.name}?), the model and --seq-len",
+        hint=f"{likely}; or check cluster.gpu (is it {accelerator.name}?), the model and training.seq_len",
     )
