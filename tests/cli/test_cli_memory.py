@@ -9,7 +9,8 @@ HBM = 80 * GIB
 # Llama 2 7B at 6,144 tokens, DP 8 with the distributed optimizer: 78.7 GiB of the H100's 80 GiB
 NEAR_FULL = [
     *("--model", "llama2-7b", "--system", "dgx-h100", "--gpus", "8", "--seq-len", "6144"),
-    *("--global-batch-size", "64", "--micro-batch-size", "1", "--zero", "1", "--format", "json"),
+    *("--global-batch-size", "64", "--micro-batch-size", "1", "--zero", "1", "--recompute", "none"),
+    *("--format", "json"),
 ]
 
 
