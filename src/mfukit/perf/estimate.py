@@ -98,7 +98,7 @@ def evaluate_layout(
     machine = machine_for(system, accelerator, num_gpus)
     efficiency = efficiency_for(accelerator, workload.framework)
     probe = micro_batch_size or 1
-    problems = _problems(workload, system, num_gpus, layout, probe)
+    problems = _problems(workload, system, num_gpus, layout, probe, _sequences(workload, layout, probe))
     if problems:
         return LayoutEstimate(layout, num_gpus, probe, problems, machine, efficiency, None, None)
     given = (layout.recompute,) if "recompute" in layout.model_fields_set else None
@@ -112,9 +112,8 @@ def evaluate_layout(
     )
     layout, micro_batch_size = choice.layout, choice.micro_batch_size
     per_step = layout.dp * micro_batch_size
-    # a batch given in tokens is rounded to this layout (when it can be, within the bound; else the rule says why)
-    sequences = int(rounded_batch(workload, [per_step])[0]) or workload.global_batch_sequences
-    problems = _problems(workload, system, num_gpus, layout, micro_batch_size)
+    sequences = _sequences(workload, layout, micro_batch_size)
+    problems = _problems(workload, system, num_gpus, layout, micro_batch_size, sequences)
     if problems:
         return LayoutEstimate(
             layout, num_gpus, micro_batch_size, problems, machine, efficiency, None, None, tuple(choice.notes)
@@ -151,13 +150,21 @@ def evaluate_layout(
     )
 
 
+def _sequences(workload: Workload, layout: Parallelism, micro_batch_size: int) -> int:
+    """The global batch this layout runs: a batch given in tokens rounded to it (when it can be, within the
+    bound; else the layout rules say why), one given in sequences as it is."""
+    return int(rounded_batch(workload, [layout.dp * micro_batch_size])[0]) or workload.global_batch_sequences
+
+
 def _problems(
-    workload: Workload, system: System, num_gpus: int, layout: Parallelism, micro_batch_size: int
+    workload: Workload,
+    system: System,
+    num_gpus: int,
+    layout: Parallelism,
+    micro_batch_size: int,
+    sequences: int,
 ) -> list[LayoutProblem]:
-    """The divisibility rules ``layout`` breaks at ``micro_batch_size`` (its batch rounded where it may be)."""
-    sequences = (
-        int(rounded_batch(workload, [layout.dp * micro_batch_size])[0]) or workload.global_batch_sequences
-    )
+    """The divisibility rules ``layout`` breaks at ``micro_batch_size`` with ``sequences`` per step."""
     return layout_problems(
         layout,
         workload.model,
