@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from mfukit import catalog
 from mfukit.errors import InputError
 from mfukit.perf.calibration_data import data_files, file_digests, highest_measured_mfu, load_cases
 from mfukit.perf.efficiency import beyond_measured, efficiency_file, efficiency_for
+from mfukit.perf.gemm import GemmCurve, Shapes
 
 
 @pytest.mark.parametrize("name", sorted(catalog.entries("accelerators")))
@@ -159,3 +161,35 @@ def test_a_leave_one_source_out_fold_starts_from_nothing_fitted() -> None:
     # the facts read from the stacks' code are kept
     shipped = {p.name: p for p in efficiency_file().framework}
     assert all(p.grad_bucket_params == shipped[p.name].grad_bucket_params for p in prior.framework)
+
+
+@pytest.mark.parametrize("name", ["mi300x", "mi325x"])
+def test_a_borrowed_part_reproduces_its_vendors_max_achievable_gemm(name: str) -> None:
+    # no training run calibrates AMD parts: their GEMMs run on Hopper's curve, at the peak fractions that give
+    # back the vendor's measured best GEMM on the part (so a prediction no longer assumes H100's 80 % of peak)
+    accelerator = catalog.accelerator(name)
+    measured = accelerator.max_achievable_gemm
+    assert measured is not None and measured.bf16 is not None and measured.fp8 is not None
+    hopper = efficiency_for(catalog.accelerator("h100-sxm"), "torchtitan")
+    efficiency = efficiency_for(accelerator, "torchtitan")
+    assert "max-achievable GEMM" in " ".join(efficiency.uncalibrated_notes)
+    for dtype, fraction, gemm in (
+        ("bf16", efficiency.gemm_peak_fraction, measured.bf16),
+        ("fp8", efficiency.fp8_gemm_peak_fraction, measured.fp8),
+    ):
+        curve = GemmCurve(
+            peak_flops_per_s=accelerator.peak_flops(dtype) * fraction,
+            compute_units=accelerator.compute_units,
+            tile_half_dim=efficiency.gemm_tile_half_dim,
+            k_overhead=efficiency.gemm_k_overhead,
+            latency_s=efficiency.gemm_latency_s,
+            hbm_bytes_per_s=accelerator.hbm_bytes_per_s * efficiency.hbm_fraction,
+        )
+        m, n, k = (np.asarray([float(x)]) for x in (gemm.m, gemm.n, gemm.k))
+        seconds = curve.time_s(Shapes.of(m, k, n, 1.0, 2.0 * (m * k + k * n + m * n)))[0]
+        assert 2 * gemm.m * gemm.n * gemm.k / seconds == pytest.approx(gemm.flops_per_s, rel=1e-6)
+    # the part holds a lower clock under matrix load: attention slows by the 16-bit GEMMs' factor
+    assert efficiency.attention_peak_fraction / hopper.attention_peak_fraction == pytest.approx(
+        efficiency.gemm_peak_fraction / hopper.gemm_peak_fraction
+    )
+    assert efficiency.gemm_peak_fraction < hopper.gemm_peak_fraction

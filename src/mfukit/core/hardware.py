@@ -36,6 +36,27 @@ class SourcedFraction(Strict):
     retrieved: date
 
 
+class AchievedGemm(Strict):
+    """One dense GEMM (M x K) @ (K x N) and the FLOP/s the vendor's library measured on it."""
+
+    flops_per_s: FlopsPerSecond = Field(alias="flops")
+    m: PositiveInt
+    n: PositiveInt
+    k: PositiveInt
+
+
+class MaxAchievableGemm(Strict):
+    """The vendor's best measured GEMM per input type: what its libraries reach at the clock the part holds
+    under dense matrix load, below the datasheet peak (which counts the boost clock). Where no training run
+    calibrates a part, it sets the part's GEMM peak fractions (mfukit.perf.efficiency)."""
+
+    bf16: AchievedGemm | None = None
+    fp8: AchievedGemm | None = None
+    url: str = Field(min_length=8)
+    what: str = Field(min_length=3)
+    retrieved: date
+
+
 class Accelerator(Strict):
     """One device as the training job sees it (one GPU, one MI250X GCD, one TPU chip)."""
 
@@ -66,6 +87,7 @@ class Accelerator(Strict):
         "are spread over, one wave of tiles at a time; None where not published (the wave model is then off)",
     )
     default_system: str | None = None
+    max_achievable_gemm: MaxAchievableGemm | None = None
     typical_mfu: SourcedFraction | None = Field(
         default=None,
         description="MFU that large published runs on this generation reach: the planning MFU where the "

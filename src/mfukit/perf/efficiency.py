@@ -28,6 +28,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
 from mfukit import units
@@ -364,6 +365,10 @@ def efficiency_for(
     }
     if hw_values["fp8_gemm_peak_fraction"] is None:  # no FP8 data: FP8 GEMMs as efficient as 16-bit ones
         hw_values["fp8_gemm_peak_fraction"] = hw_values["gemm_peak_fraction"]
+    if profile.borrows and accelerator.max_achievable_gemm is not None:
+        anchored, anchor_note = _anchored_fractions(accelerator, hw_values, content.provenance.hbm_fraction)
+        hw_values |= anchored
+        hw_note += f"; {anchor_note}"
     borrowed = (
         *((f"hardware {hw_note}",) if profile.borrows else ()),
         *((f"framework {fw_note}",) if fw_profile.borrows and "uncalibrated" in fw_note else ()),
@@ -383,6 +388,63 @@ def efficiency_for(
             **fw_values,
         }
     )
+
+
+def _anchored_fractions(
+    accelerator: Accelerator, borrowed: dict[str, object], hbm_fraction: float
+) -> tuple[dict[str, float], str]:
+    """The GEMM peak fractions at which the borrowed GEMM curve (its tile and K constants, this part's compute
+    units) reproduces the vendor's max-achievable GEMM on this part, and the note saying so. Flash attention's
+    fraction moves by the same factor as the 16-bit GEMMs': its matrix math runs at the same clock, which the
+    part lowers under dense matrix load (what makes the achievable GEMM fall below the datasheet peak)."""
+    from mfukit.perf.gemm import GemmCurve, Shapes  # gemm sits above this module's importers
+
+    measured = accelerator.max_achievable_gemm
+    assert measured is not None
+    updates: dict[str, float] = {}
+    said: list[str] = []
+    for dtype, field, gemm in (
+        ("bf16", "gemm_peak_fraction", measured.bf16),
+        ("fp8", "fp8_gemm_peak_fraction", measured.fp8),
+    ):
+        if gemm is None or dtype not in accelerator.peak_flops_per_s:
+            continue
+        curve = GemmCurve(
+            peak_flops_per_s=accelerator.peak_flops(dtype),
+            compute_units=accelerator.compute_units,
+            tile_half_dim=_number(borrowed, "gemm_tile_half_dim"),
+            k_overhead=_number(borrowed, "gemm_k_overhead"),
+            latency_s=0.0,
+            hbm_bytes_per_s=accelerator.hbm_bytes_per_s * hbm_fraction,
+        )
+        m, n, k = float(gemm.m), float(gemm.n), float(gemm.k)
+        element_bytes = 1.0 if dtype == "fp8" else 2.0
+        shape = Shapes.of(
+            np.asarray([m]),
+            np.asarray([k]),
+            np.asarray([n]),
+            1.0,
+            np.asarray([element_bytes * (m * k + k * n + m * n)]),
+        )
+        at_full_peak_s = float(curve.time_s(shape)[0])  # the curve's time with the peak fraction at 1
+        latency_s = _number(borrowed, "gemm_latency_s")
+        # time(f) = at_full_peak / f + latency must equal the measured 2 M N K / FLOP/s
+        fraction = at_full_peak_s / max(2.0 * m * n * k / gemm.flops_per_s - latency_s, at_full_peak_s)
+        updates[field] = fraction
+        said.append(f"{dtype.upper()} {units.format_flops_rate(gemm.flops_per_s, 0)}")
+    if "gemm_peak_fraction" in updates:
+        factor = updates["gemm_peak_fraction"] / _number(borrowed, "gemm_peak_fraction")
+        updates["attention_peak_fraction"] = min(1.0, _number(borrowed, "attention_peak_fraction") * factor)
+    return updates, (
+        f"GEMM peak fractions set to reproduce {accelerator.name}'s max-achievable GEMM ({', '.join(said)}; "
+        f"{measured.url}), flash attention's scaled alike"
+    )
+
+
+def _number(values: dict[str, object], name: str) -> float:
+    value = values[name]
+    assert isinstance(value, float | int), name
+    return float(value)
 
 
 def beyond_measured(efficiency: Efficiency, mfu: float, precision: str) -> str | None:
