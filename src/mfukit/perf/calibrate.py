@@ -279,9 +279,20 @@ def _updated(file: EfficiencyFile, values: dict[tuple[str, str], dict[str, float
     return file.model_copy(update={"hardware": hardware, "framework": frameworks})
 
 
+# The range profilers show for each host cost (the bounds' comment above): a layer's forward launches tens of
+# kernels at 5-20 us (0.1-2 ms), a micro-batch's own Python work takes 0.2-3 ms, a collective's or a send's
+# launch and NCCL setup 10-500 us.
+HOST_COST_RANGES_S = {
+    "host_layer_s": (1e-4, 2e-3),
+    "microbatch_overhead_s": (2e-4, 3e-3),
+    "collective_overhead_s": (1e-5, 5e-4),
+    "p2p_overhead_s": (1e-5, 5e-4),
+}
 # Where a leave-one-source-out fold starts: no fitted value, so what a fold's runs do not pin down cannot
-# carry what the held-out source taught (GEMMs near the curve the tile model gives, host and collective costs
-# of tens of microseconds, 0.5 % rank jitter, the reference attention kernel; networks on NCCL's constants).
+# carry what the held-out source taught (GEMMs near the curve the tile model gives, each host cost at the
+# geometric middle of its range, 0.5 % rank jitter, the reference attention kernel; networks on NCCL's
+# constants). A host cost no run of a fold's stack pins stays at its start: the middle of what profilers show
+# is the least committal guess, where the range's floor would assume the fastest host any stack ran on.
 NEUTRAL = {
     "gemm_peak_fraction": 0.7,
     "gemm_latency_s": 1e-5,
@@ -290,10 +301,7 @@ NEUTRAL = {
     "attention_peak_fraction": 0.3,
     "fp8_gemm_peak_fraction": 0.7,
     "sync_jitter_cv": 0.005,
-    "host_layer_s": 1e-4,
-    "microbatch_overhead_s": 1e-4,
-    "collective_overhead_s": 3e-5,
-    "p2p_overhead_s": 3e-5,
+    **{name: math.sqrt(low * high) for name, (low, high) in HOST_COST_RANGES_S.items()},
     "attention_speedup": 1.0,
 }
 
