@@ -7,9 +7,9 @@ The fit minimises a robust (soft-L1) loss of the log error r of tokens/s per GPU
 ``2(sqrt(1 + (r / 0.05)^2) - 1)``, summed per (source, accelerator) group and divided by the group's size,
 so that no source outweighs another by its row count and the fit aims at the median rather than at runs a
 framework lost for reasons no model of the hardware sees. The GPU and framework constants are fitted on the
-rows of the fit split that ran inside one node; then each network profile on the fit-split rows that
-crossed that network with no pipeline across nodes (:mod:`mfukit.perf.calibrate_network`); every other
-multi-node row tests the model. A framework constant that moves none of its rows' predictions (a collective
+rows of the fit split that ran inside one node; then each network profile on every row (not only the
+fit split's) that crossed that network with no pipeline across nodes (:mod:`mfukit.perf.calibrate_network`);
+every other multi-node row tests the model. A framework constant that moves none of its rows' predictions (a collective
 cost where no run launched one, a pipeline cost where none used PP, a host floor its GPU work always
 covered) is left out and taken from the default framework's. The optimiser is Levenberg-Marquardt on the
 logarithms (logits for fractions) of the constants, with a finite-difference Jacobian. The result is written
@@ -346,7 +346,7 @@ def fit(
 ) -> tuple[EfficiencyFile, dict[str, tuple[int, float, float]]]:
     """Fit every calibrated profile on ``cases`` (at most :data:`MAX_ROWS_PER_GROUP` of each group), in three
     stages: (1) the GPU and framework constants on the runs inside one node (the GPU's kernels and the
-    stack's host costs, no network); (2) each ``[[network]]`` profile on the multi-node runs that crossed
+    stack's host costs, no network); (2) each ``[[network]]`` profile on every multi-node run that crossed
     that network (:mod:`mfukit.perf.calibrate_network`); (3) each GPU family's rank jitter, and the
     constants of the stacks no single-node run showed, on every run, under the fitted GPU and network
     constants. A profile none of
@@ -367,8 +367,12 @@ def fit(
 
     records: dict[str, tuple[int, float, float]] = {}
     networks = []
+    # a network's two constants are fitted on every run that crossed it, not on the capped subset: the cap
+    # keeps a sweep from outweighing other sources, but the runs over one network are one source's anyway,
+    # and 30 rows of a 1,744-run sweep left six multi-node runs to pin AWS EFA down
+    over_networks = [case for case in cases if _fitted_family(case, current)]
     for network in current.network:
-        fitted, record = fit_network(network, chosen, constants)
+        fitted, record = fit_network(network, over_networks, constants)
         networks.append(fitted)
         if record is not None:
             records[f"network {network.name}"] = record
@@ -553,7 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "files": file_digests(folder),
             "split": f"every source fitted ({', '.join(sources)}), at most {MAX_ROWS_PER_GROUP} rows of each "
             "(source, accelerator) group; GPU and framework constants first on the runs inside one node, then "
-            "each network profile on the multi-node runs on it with no pipeline across nodes, then the "
+            "each network profile on every multi-node run on it with no pipeline across nodes, then the "
             "framework constants and each GPU family's rank jitter on every run; accuracy and the prediction "
             "intervals come from leave-one-source-out refits (perf/data/loso_residuals.csv)",
             "fitted": date.today(),
