@@ -174,3 +174,17 @@ def test_a_fused_cross_entropy_keeps_one_float32_copy_of_the_logits() -> None:
     eager = logits_and_loss_bytes(LLAMA_8B, ActivationShape(**common))  # type: ignore[arg-type]
     fused = logits_and_loss_bytes(LLAMA_8B, ActivationShape(fused_cross_entropy=True, **common))  # type: ignore[arg-type]
     assert eager - fused == pytest.approx(4 * 4096 * LLAMA_8B.vocab_size)
+
+
+def test_a_fused_norm_keeps_its_input_not_also_its_output() -> None:
+    # nanotron's modules are eager but its TritonRMSNorm is flash-attn's Triton layer_norm_fn: each of a
+    # layer's two norms keeps its input (and per-row statistics), not also the normalised 16-bit output
+    s, b = 4096, 2
+    common = {"seq_len": s, "micro_batch_size": b, "kernels": "eager"}
+    eager = layer_activation_bytes(LLAMA_8B, ActivationShape(**common))  # type: ignore[arg-type]
+    fused = layer_activation_bytes(LLAMA_8B, ActivationShape(fused_norm=True, **common))  # type: ignore[arg-type]
+    assert eager - fused == pytest.approx(2 * 2 * s * b * LLAMA_8B.hidden_size)
+    nanotron = stack_memory("nanotron")
+    assert nanotron is not None and nanotron.kernels == "eager" and nanotron.fused_norm is True
+    workload = training_workload(LLAMA_8B, TrainingSection(framework="nanotron"), 8)
+    assert workload.fused_norm is True

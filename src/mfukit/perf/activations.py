@@ -65,6 +65,9 @@ class ActivationShape:
     fp8: bool = False  # FP8 GEMMs (precision "fp8")
     # a fused (vocab-parallel / sharded / in-place) cross-entropy; None: as the kernels (fused unless eager)
     fused_cross_entropy: bool | None = None
+    # a fused norm kernel (apex, Triton) that keeps only its input and the per-row statistics; None: as the
+    # kernels (an eager norm also keeps its normalised output)
+    fused_norm: bool | None = None
     selective: SelectiveRecompute = "core-attention"
 
     @property
@@ -178,7 +181,8 @@ def layer_activation_bytes(
     keep_scores = not (stored and shape.recompute == "selective")
     hidden = layer_input_bytes(model, shape)
     masks = 2 * MASK_BYTES / shape.act_bytes * hidden if shape.dropout else 0.0  # after attention and MLP
-    norms = (4 if shape.kernels == "eager" else 2) * hidden  # each norm's input (eager: and its normalised x)
+    fused_norm = shape.kernels != "eager" if shape.fused_norm is None else shape.fused_norm
+    norms = (2 if fused_norm else 4) * hidden  # each norm's input (eager: and its normalised x)
     attention_input = mlp_input = _gemm_input_bytes(model, shape)  # the QKV and first MLP GEMMs' inputs
     return (
         norms

@@ -82,6 +82,7 @@ class Workload:
     expandable_segments: bool = False
     # the stack's loss kernel (None: as the kernels, fused unless eager); what recompute = "selective" keeps
     fused_cross_entropy: bool | None = None
+    fused_norm: bool | None = None  # the stack's norm kernel keeps only its input (None: as the kernels)
     selective_recompute: SelectiveRecompute = "core-attention"
     # shares (0..1) kept in host memory (training.offload_*): optimizer states, parameter shards, activations
     offload_optimizer: float = 0.0
@@ -112,6 +113,7 @@ class Workload:
             fp8_weights=self.fp8_weights,
             expandable_segments=self.expandable_segments,
             fused_cross_entropy=self.fused_cross_entropy,
+            fused_norm=self.fused_norm,
             selective_recompute=self.selective_recompute,
             offload_optimizer=self.offload_optimizer,
             offload_params=self.offload_params,

@@ -124,6 +124,7 @@ class StackMemory(Strict):
     fp8_weights: Fp8Weights
     expandable_segments: bool
     fused_cross_entropy: bool | None = None  # None: as the kernels
+    fused_norm: bool | None = None  # None: as the kernels
     selective_recompute: SelectiveRecompute = "core-attention"
     what: str
     url: str
@@ -165,6 +166,7 @@ def stack_memory_fields(framework: str) -> dict[str, object]:
         "fp8_weights": stack.fp8_weights,
         "expandable_segments": stack.expandable_segments,
         "fused_cross_entropy": stack.fused_cross_entropy,
+        "fused_norm": stack.fused_norm,
         "selective_recompute": stack.selective_recompute,
     }
 
@@ -442,6 +444,7 @@ class StepShape:
     fp8_weights: Fp8Weights = "transient"
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     fused_cross_entropy: bool | None = None  # None: as the kernels (fused unless eager)
+    fused_norm: bool | None = None  # None: as the kernels (fused unless eager)
     selective_recompute: SelectiveRecompute = "core-attention"
     # shares (0..1) kept in host memory: optimizer states, parameter shards, stored layer activations
     offload_optimizer: float = 0.0
@@ -551,6 +554,7 @@ def activation_shape(layout: Parallelism, shape: StepShape) -> ActivationShape:
         kernels=shape.kernels,
         fp8=shape.precision == "fp8",
         fused_cross_entropy=shape.fused_cross_entropy,
+        fused_norm=shape.fused_norm,
         selective=shape.selective_recompute,
     )
 
