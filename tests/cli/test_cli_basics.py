@@ -62,3 +62,11 @@ def test_every_command_is_documented() -> None:
 
     for name in COMMANDS:
         assert f"## `mfukit {name}`" in text
+
+
+def test_catalog_show_formats_nested_quantities_with_their_units(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit("catalog", "show", "mi300x")
+    assert run.exit_code == 0
+    text = " ".join(run.stdout.split())
+    assert "bf16=(flops_per_s=708.0 TFLOP/s, m=4096, n=4864, k=32896)" in text
+    assert "708000000000000" not in text

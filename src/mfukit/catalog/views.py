@@ -31,13 +31,21 @@ def derived_figures(entry: cat.Entry) -> dict[str, Any]:
     return {}
 
 
+_UNIT_SUFFIXES = ("_flops_per_s", "_bytes_per_s", "_bytes", "_w", "_s", "params")
+
+
 def show_value(key: str, value: Any) -> str:
     if isinstance(value, dict):
-        return ", ".join(f"{k}={show_value(key, v)}" for k, v in value.items()) or "—"
+        # a nested table's own fields carry their units (flops_per_s); plain keys (bf16, fp8) take the parent's
+        parts = []
+        for name, item in value.items():
+            shown = show_value(name if str(name).endswith(_UNIT_SUFFIXES) else key, item)
+            parts.append(f"{name}=({shown})" if isinstance(item, dict) else f"{name}={shown}")
+        return ", ".join(parts) or "—"
     if isinstance(value, list):
         return "; ".join(show_value(key, v) for v in value)
     if isinstance(value, float | int) and not isinstance(value, bool):
-        if key.endswith("_flops_per_s") or key.startswith(("peak_flops", "sparse_peak")):
+        if key.endswith("flops_per_s") or key.startswith(("peak_flops", "sparse_peak")):
             return units.format_flops_rate(value)
         if key.endswith("_bytes_per_s"):
             return units.format_rate(value)
