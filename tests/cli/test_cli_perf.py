@@ -251,3 +251,31 @@ def test_estimate_takes_the_micro_batch_a_tuned_run_uses_and_says_so(mfukit) -> 
     assert not any("micro-batch not given" in line for line in given.json()["assumptions"])
     # one gather of the weights per micro-batch: fewer, larger micro-batches are faster
     assert assumed.json()["result"]["step_time_s"] < given.json()["result"]["step_time_s"]
+
+
+def test_estimate_names_the_scale_up_link_the_part_has(mfukit) -> None:  # type: ignore[no-untyped-def]
+    # an MI300X node's ranks talk over Infinity Fabric, not NVLink; an uncalibrated part says where its GEMM
+    # fractions come from
+    run = mfukit(
+        "estimate",
+        "--model",
+        "llama3.1-8b",
+        "--gpu",
+        "mi300x",
+        "--gpus",
+        "8",
+        "--global-batch-size",
+        "64",
+        "--framework",
+        "torchtitan",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--fsdp",
+        "full",
+    )
+    assert run.exit_code == 0, run.stderr
+    text = " ".join(run.stdout.split())
+    assert "xGMI (inside the scale-up domain)" in text and "NVLink" not in text
+    assert "max-achievable GEMM" in text

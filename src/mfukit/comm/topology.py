@@ -35,6 +35,7 @@ class CommTopology:
     gpus_per_node: int
     domain_gpus: int
     scale_up_kind: ScaleUpKind
+    scale_up_link: str  # the scale-up link's name as people say it (NVLink 4, AMD Infinity Fabric 4 / xGMI)
     scale_up_line_bytes_per_s: float
     scale_up_efficiency: float
     nvls_efficiency: float
@@ -176,6 +177,7 @@ def from_system(
         gpus_per_node=system.gpus_per_node,
         domain_gpus=system.scale_up_domain_gpus,
         scale_up_kind=kind,
+        scale_up_link=scale_up.display_name.split(" (")[0],
         scale_up_line_bytes_per_s=accelerator.scale_up_bytes_per_s,
         scale_up_efficiency=efficiency,
         nvls_efficiency=nvls_efficiency,

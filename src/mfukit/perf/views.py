@@ -162,7 +162,7 @@ def tiers_table(plan: Plan, machine: Machine) -> Table:
         ["dimension", "degree", "tier"],
         csv_columns=["dimension", "degree", "crosses_network"],
     )
-    domain = "NVLink" if machine.topology.scale_up_kind == "nvlink" else "PCIe"
+    domain = machine.topology.scale_up_link
     degrees = {
         "tp": layout.tp,
         "cp": layout.cp,
