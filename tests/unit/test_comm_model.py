@@ -83,7 +83,7 @@ def test_send_recv_is_a_pair() -> None:
         predict("send_recv", 2**20, topology(), 8)
     inside = predict("send_recv", 2**30, topology("dgx-h100", 2), 2)
     across = predict("send_recv", 2**30, topology("dgx-h100", 2), 2, gpus_per_domain=1)
-    assert inside.bottleneck == ["NVLink"] and across.bottleneck == ["network (NICs)"]
+    assert inside.bottleneck == ["NVLink 4"] and across.bottleneck == ["network (NICs)"]
     assert across.algbw_bytes_per_s[0] == pytest.approx(50e9 * 0.96, rel=0.01)
 
 

@@ -91,6 +91,7 @@ class Group:
     switch_hops: int
     smallest_domain_gpus: int
     """GPUs in the least-populated domain: fewer than ``gpus_per_domain`` when the last node is partial"""
+    scale_up_link: str  # what joins a domain's GPUs (the topology's scale-up link, by name)
 
     @property
     def partial(self) -> bool:
@@ -213,7 +214,7 @@ class _Costs:
         return name, nic / share if share > 0 else math.inf
 
     def scale_up(self) -> tuple[str, float]:
-        return ("NVLink" if self.topology.scale_up_kind == "nvlink" else "PCIe"), self.intra_bw
+        return self.topology.scale_up_link, self.intra_bw
 
     def sizes(self, message_bytes: Floats, value: float) -> Floats:
         return np.full_like(message_bytes, value, dtype=np.float64)
@@ -441,7 +442,9 @@ def group_of(topology: CommTopology, num_gpus: int, gpus_per_domain: int | None 
     smallest = num_gpus - (domains - 1) * local
     per_node = topology.gpus_per_node
     nodes = (domains - 1) * math.ceil(local / per_node) + math.ceil(smallest / per_node)
-    return Group(num_gpus, local, domains, nodes, switch_hops(topology, nodes), smallest)
+    return Group(
+        num_gpus, local, domains, nodes, switch_hops(topology, nodes), smallest, topology.scale_up_link
+    )
 
 
 def estimates(

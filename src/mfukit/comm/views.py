@@ -56,10 +56,11 @@ def prediction_table(title: str, prediction: Prediction) -> Table:
 
 def group_note(prediction: Prediction, cluster: Cluster) -> str:
     group = prediction.group
-    domains = f"{group.gpus_per_domain} per NVLink domain x {group.num_domains} domain(s)"
+    link = group.scale_up_link
+    domains = f"{group.gpus_per_domain} per {link} domain x {group.num_domains} domain(s)"
     if group.partial:
         domains = (
-            f"{group.gpus_per_domain} per NVLink domain x {group.num_domains - 1} domain(s) + "
+            f"{group.gpus_per_domain} per {link} domain x {group.num_domains - 1} domain(s) + "
             f"{group.smallest_domain_gpus} on a partial one (its {group.smallest_domain_gpus} GPUs' NICs bound "
             "every inter-node algorithm: NCCL builds the same channels on every node)"
         )
