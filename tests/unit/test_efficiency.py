@@ -186,7 +186,8 @@ def test_a_borrowed_part_reproduces_its_vendors_max_achievable_gemm(name: str) -
             hbm_bytes_per_s=accelerator.hbm_bytes_per_s * efficiency.hbm_fraction,
         )
         m, n, k = (np.asarray([float(x)]) for x in (gemm.m, gemm.n, gemm.k))
-        seconds = curve.time_s(Shapes.of(m, k, n, 1.0, 2.0 * (m * k + k * n + m * n)))[0]
+        element_bytes = 1.0 if dtype == "fp8" else 2.0
+        seconds = curve.time_s(Shapes.of(m, k, n, 1.0, element_bytes * (m * k + k * n + m * n)))[0]
         assert 2 * gemm.m * gemm.n * gemm.k / seconds == pytest.approx(gemm.flops_per_s, rel=1e-6)
     # the part holds a lower clock under matrix load: attention slows by the 16-bit GEMMs' factor
     assert efficiency.attention_peak_fraction / hopper.attention_peak_fraction == pytest.approx(

@@ -279,9 +279,9 @@ def _updated(file: EfficiencyFile, values: dict[tuple[str, str], dict[str, float
     return file.model_copy(update={"hardware": hardware, "framework": frameworks})
 
 
-# The range profilers show for each host cost (the bounds' comment above): a layer's forward launches tens of
-# kernels at 5-20 us (0.1-2 ms), a micro-batch's own Python work takes 0.2-3 ms, a collective's or a send's
-# launch and NCCL setup 10-500 us.
+# The range of each host cost, from what profilers show at least (the bounds' comment above: tens of kernels
+# at 5-20 us per layer, a few hundred us per micro-batch, 10 us per collective or send) to its bound: a
+# layer's forward 0.1-2 ms, a micro-batch's own work 0.2-3 ms, a collective's or a send's launch 10-500 us.
 HOST_COST_RANGES_S = {
     "host_layer_s": (1e-4, 2e-3),
     "microbatch_overhead_s": (2e-4, 3e-3),
@@ -291,8 +291,9 @@ HOST_COST_RANGES_S = {
 # Where a leave-one-source-out fold starts: no fitted value, so what a fold's runs do not pin down cannot
 # carry what the held-out source taught (GEMMs near the curve the tile model gives, each host cost at the
 # geometric middle of its range, 0.5 % rank jitter, the reference attention kernel; networks on NCCL's
-# constants). A host cost no run of a fold's stack pins stays at its start: the middle of what profilers show
-# is the least committal guess, where the range's floor would assume the fastest host any stack ran on.
+# constants). A host cost no run of a fold's stack pins stays at its start: the middle of its range (from
+# what profilers show at least to the bound above) is the least committal guess, where the range's floor
+# would assume the fastest host any stack ran on.
 NEUTRAL = {
     "gemm_peak_fraction": 0.7,
     "gemm_latency_s": 1e-5,
@@ -367,9 +368,8 @@ def fit(
 
     records: dict[str, tuple[int, float, float]] = {}
     networks = []
-    # a network's two constants are fitted on every run that crossed it, not on the capped subset: the cap
-    # keeps a sweep from outweighing other sources, but the runs over one network are one source's anyway,
-    # and 30 rows of a 1,744-run sweep left six multi-node runs to pin AWS EFA down
+    # a network's two constants are fitted on every run that crossed it, not on the capped subset (30 rows of
+    # a 1,744-run sweep left six multi-node runs to pin AWS EFA down); fit_network weighs its sources equally
     over_networks = [case for case in cases if _fitted_family(case, current)]
     for network in current.network:
         fitted, record = fit_network(network, over_networks, constants)

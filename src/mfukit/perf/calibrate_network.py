@@ -8,11 +8,12 @@ that network: the multi-node runs whose pipeline stays inside a node (a pipeline
 across the network are a framework effect the collective model does not describe; the accuracy table of
 docs/performance-model.md shows them).
 The loss is the same soft-L1 of the log error as the rest
-of the calibration, each run weighted equally.
+of the calibration, each source weighted equally (each run equally within its source).
 """
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable, Sequence
 
@@ -57,7 +58,9 @@ def fit_network(
     if not rows:  # nothing measured it: NCCL's InfiniBand constants, said in the estimate's notes
         return profile.model_copy(update={"efficiency": None, "step_latency_s": None, "fit": None}), None
     measured = np.asarray([case.measured_tokens_per_s_per_gpu for case in rows])
-    weights = np.full(len(rows), 1.0 / len(rows))
+    # each source that crossed the network weighs the same, its runs equally within it
+    per_source = collections.Counter(case.source for case in rows)
+    weights = np.asarray([1.0 / (len(per_source) * per_source[case.source]) for case in rows])
 
     def predicted(candidate: NetworkProfile) -> Floats:
         return Evaluator(rows, networks={profile.name: candidate}).predict(efficiency)

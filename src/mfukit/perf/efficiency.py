@@ -22,17 +22,18 @@ An accelerator or framework without calibration data borrows another profile and
 
 from __future__ import annotations
 
+import math
 import os
 from datetime import date
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 from pydantic import Field
 
 from mfukit import units
-from mfukit.core.hardware import Accelerator, System
+from mfukit.core.hardware import Accelerator, Dtype, System
 from mfukit.core.scenario import read_document, stack_alias
 from mfukit.core.schema import Strict, validate_as
 from mfukit.errors import UnknownNameError
@@ -365,10 +366,14 @@ def efficiency_for(
     }
     if hw_values["fp8_gemm_peak_fraction"] is None:  # no FP8 data: FP8 GEMMs as efficient as 16-bit ones
         hw_values["fp8_gemm_peak_fraction"] = hw_values["gemm_peak_fraction"]
-    if profile.borrows and accelerator.max_achievable_gemm is not None:
+    # a part no run calibrates (a borrowing profile, or none: Hopper's) with a measured best GEMM
+    if (profile.borrows or extra) and accelerator.max_achievable_gemm is not None:
         anchored, anchor_note = _anchored_fractions(accelerator, hw_values, content.provenance.hbm_fraction)
         hw_values |= anchored
-        hw_note += f"; {anchor_note}"
+        if profile.borrows:
+            hw_note += f"; {anchor_note}"
+        else:
+            extra.append(anchor_note)
     borrowed = (
         *((f"hardware {hw_note}",) if profile.borrows else ()),
         *((f"framework {fw_note}",) if fw_profile.borrows and "uncalibrated" in fw_note else ()),
@@ -390,15 +395,61 @@ def efficiency_for(
     )
 
 
+# A large GEMM, square and a whole number of every standard tile: what "the share of the peak GEMMs reach on
+# this part" means where a part has no measured best GEMM of its own (benches, the MFU ceiling, the notes)
+LARGE_GEMM = (8192, 8192, 8192)
+
+
+def _gemm_seconds(
+    accelerator: Accelerator,
+    dtype: str,
+    fraction: float,
+    values: dict[str, object],
+    hbm_fraction: float,
+    m: int,
+    n: int,
+    k: int,
+) -> float:
+    """Seconds of one (M x K) @ (K x N) GEMM on ``accelerator``'s curve at peak fraction ``fraction`` (the
+    tile, K and launch constants from ``values``): the step-time model's own GEMM curve."""
+    from mfukit.perf.gemm import GemmCurve, Shapes  # gemm sits above this module's importers
+
+    curve = GemmCurve(
+        peak_flops_per_s=accelerator.peak_flops(cast(Dtype, dtype)) * fraction,
+        compute_units=accelerator.compute_units,
+        tile_half_dim=_number(values, "gemm_tile_half_dim"),
+        k_overhead=_number(values, "gemm_k_overhead"),
+        latency_s=_number(values, "gemm_latency_s"),
+        hbm_bytes_per_s=accelerator.hbm_bytes_per_s * hbm_fraction,
+    )
+    element_bytes = 1.0 if dtype == "fp8" else 2.0
+    rows, inner, cols = (np.asarray([float(x)]) for x in (m, k, n))
+    moved = element_bytes * (rows * inner + inner * cols + rows * cols)
+    return float(curve.time_s(Shapes.of(rows, inner, cols, 1.0, moved))[0])
+
+
+def large_gemm_fraction(
+    accelerator: Accelerator, efficiency: Efficiency, dtype: str, size: int | None = None
+) -> float:
+    """The share of ``dtype``'s dense peak a large GEMM (``size`` cubed, :data:`LARGE_GEMM` by default) reaches
+    on the model's curve: the peak fraction is the best tile's asymptote, below which tile loads and the K
+    prologue keep every real GEMM."""
+    fraction = efficiency.fp8_gemm_peak_fraction if dtype == "fp8" else efficiency.gemm_peak_fraction
+    m, n, k = (size, size, size) if size else LARGE_GEMM
+    seconds = _gemm_seconds(
+        accelerator, dtype, fraction, efficiency.model_dump(), efficiency.hbm_fraction, m, n, k
+    )
+    return 2.0 * m * n * k / seconds / accelerator.peak_flops(cast(Dtype, dtype))
+
+
 def _anchored_fractions(
     accelerator: Accelerator, borrowed: dict[str, object], hbm_fraction: float
 ) -> tuple[dict[str, float], str]:
-    """The GEMM peak fractions at which the borrowed GEMM curve (its tile and K constants, this part's compute
-    units) reproduces the vendor's max-achievable GEMM on this part, and the note saying so. Flash attention's
-    fraction moves by the same factor as the 16-bit GEMMs': its matrix math runs at the same clock, which the
-    part lowers under dense matrix load (what makes the achievable GEMM fall below the datasheet peak)."""
-    from mfukit.perf.gemm import GemmCurve, Shapes  # gemm sits above this module's importers
-
+    """The GEMM peak fractions at which the borrowed GEMM curve (its tile, K and launch constants, this part's
+    compute units) reproduces the vendor's max-achievable GEMM on this part, and the note saying so. Flash
+    attention's fraction, and FP8's where only a 16-bit GEMM was measured, move by the same factor as the
+    16-bit GEMMs': their matrix math runs at the same clock, which the part lowers under dense matrix load
+    (what makes the achievable GEMM fall below the datasheet peak)."""
     measured = accelerator.max_achievable_gemm
     assert measured is not None
     updates: dict[str, float] = {}
@@ -409,35 +460,36 @@ def _anchored_fractions(
     ):
         if gemm is None or dtype not in accelerator.peak_flops_per_s:
             continue
-        curve = GemmCurve(
-            peak_flops_per_s=accelerator.peak_flops(dtype),
-            compute_units=accelerator.compute_units,
-            tile_half_dim=_number(borrowed, "gemm_tile_half_dim"),
-            k_overhead=_number(borrowed, "gemm_k_overhead"),
-            latency_s=0.0,
-            hbm_bytes_per_s=accelerator.hbm_bytes_per_s * hbm_fraction,
-        )
-        m, n, k = float(gemm.m), float(gemm.n), float(gemm.k)
-        element_bytes = 1.0 if dtype == "fp8" else 2.0
-        shape = Shapes.of(
-            np.asarray([m]),
-            np.asarray([k]),
-            np.asarray([n]),
-            1.0,
-            np.asarray([element_bytes * (m * k + k * n + m * n)]),
-        )
-        at_full_peak_s = float(curve.time_s(shape)[0])  # the curve's time with the peak fraction at 1
-        latency_s = _number(borrowed, "gemm_latency_s")
-        # time(f) = at_full_peak / f + latency must equal the measured 2 M N K / FLOP/s
-        fraction = at_full_peak_s / max(2.0 * m * n * k / gemm.flops_per_s - latency_s, at_full_peak_s)
+        target_s = 2.0 * gemm.m * gemm.n * gemm.k / gemm.flops_per_s
+        # the curve's time falls monotonically as the fraction rises: bisect in log space
+        low, high = 1e-3, 1.0
+        if _gemm_seconds(accelerator, dtype, high, borrowed, hbm_fraction, gemm.m, gemm.n, gemm.k) > target_s:
+            fraction, capped = high, True  # faster than the curve allows at the full peak
+        else:
+            for _ in range(60):
+                middle = math.sqrt(low * high)
+                seconds = _gemm_seconds(
+                    accelerator, dtype, middle, borrowed, hbm_fraction, gemm.m, gemm.n, gemm.k
+                )
+                low, high = (middle, high) if seconds > target_s else (low, middle)
+            fraction, capped = high, False
         updates[field] = fraction
-        said.append(f"{dtype.upper()} {units.format_flops_rate(gemm.flops_per_s, 0)}")
+        said.append(
+            f"{dtype.upper()} {units.format_flops_rate(gemm.flops_per_s, 0)}"
+            + (" (beyond the curve at the full peak: fraction 1)" if capped else "")
+        )
     if "gemm_peak_fraction" in updates:
         factor = updates["gemm_peak_fraction"] / _number(borrowed, "gemm_peak_fraction")
         updates["attention_peak_fraction"] = min(1.0, _number(borrowed, "attention_peak_fraction") * factor)
+        if "fp8_gemm_peak_fraction" not in updates:
+            updates["fp8_gemm_peak_fraction"] = min(1.0, _number(borrowed, "fp8_gemm_peak_fraction") * factor)
+    if not said:
+        return {}, f"{accelerator.name}'s max-achievable GEMM names no type it has a peak for: not used"
     return updates, (
         f"GEMM peak fractions set to reproduce {accelerator.name}'s max-achievable GEMM ({', '.join(said)}; "
-        f"{measured.url}), flash attention's scaled alike"
+        f"{measured.url}), flash attention's"
+        + ("" if measured.fp8 is not None else " and FP8's")
+        + " scaled alike"
     )
 
 

@@ -257,8 +257,18 @@ def fragmentation_frac(shape: StepShape, allowances: MemoryOverheads) -> float:
 
 def memory_note(shape: StepShape) -> str:
     """What the memory model took the stack to do, as one line for a report's assumptions."""
+    fused_norm = shape.kernels != "eager" if shape.fused_norm is None else shape.fused_norm
+    fused_loss = shape.kernels != "eager" if shape.fused_cross_entropy is None else shape.fused_cross_entropy
+    overrides = [
+        *(
+            ["but a fused norm (its input kept, not its output)"]
+            if fused_norm and shape.kernels == "eager"
+            else []
+        ),
+        *(["but a fused in-place cross-entropy"] if fused_loss and shape.kernels == "eager" else []),
+    ]
     parts = [
-        KERNELS_NAMES[shape.kernels],
+        " ".join([KERNELS_NAMES[shape.kernels], *overrides]),
         "flash attention" if shape.flash_attention else "eager attention (s^2 scores stored)",
         "dropout" if shape.dropout else "no dropout",
     ]

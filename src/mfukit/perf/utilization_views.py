@@ -10,7 +10,7 @@ from mfukit.catalog.resolved import ResolvedScenario
 from mfukit.core.hardware import Accelerator
 from mfukit.core.results import Cell, Output, Table, shown
 from mfukit.errors import InputError
-from mfukit.perf.efficiency import efficiency_for
+from mfukit.perf.efficiency import efficiency_for, large_gemm_fraction
 from mfukit.perf.utilization import Utilization, measure
 
 
@@ -84,16 +84,17 @@ def mfu_output(scene: ResolvedScenario, given: GivenRate, rate: float) -> Output
 
 
 def _warnings(scene: ResolvedScenario, result: Utilization, flag: str) -> list[str]:
-    """An MFU above the fitted GEMM ceiling of the performance model: a whole step rarely gets there."""
+    """An MFU above what a large GEMM reaches on the performance model's curve: a whole step rarely gets there."""
     precision, accelerator = scene.scenario.training.precision, scene.accelerator
-    efficiency = efficiency_for(accelerator)
-    ceiling = efficiency.fp8_gemm_peak_fraction if precision == "fp8" else efficiency.gemm_peak_fraction
+    ceiling = large_gemm_fraction(
+        accelerator, efficiency_for(accelerator), "fp8" if precision == "fp8" else "bf16"
+    )
     if result.mfu <= ceiling:
         return []
     return [
         f"MFU {units.format_percent(result.mfu)} is above {units.format_percent(ceiling)}, the share of the "
-        f"{precision} peak that large GEMMs reach on {accelerator.name} (the fitted GEMM ceiling of "
-        "the performance model): a whole training step, with attention, element-wise work and "
+        f"{precision} peak that a large GEMM (8192^3) reaches on {accelerator.name} (the performance "
+        "model's GEMM curve): a whole training step, with attention, element-wise work and "
         f"communication, rarely gets there; check {flag}, the GPU count and --gpu"
     ]
 

@@ -8,7 +8,7 @@ from typing import Any
 from mfukit import units
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.results import Table, shown
-from mfukit.perf.efficiency import Efficiency
+from mfukit.perf.efficiency import Efficiency, large_gemm_fraction
 from mfukit.perf.flops import ATTENTION_CONVENTION_NAMES
 from mfukit.perf.inputs import DEGREES, PerfInputs
 from mfukit.perf.layouts import SHORT_SHARDING, Workload
@@ -193,11 +193,13 @@ def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficien
         f"framework {efficiency.framework}: {efficiency.host_layer_s * 1e6:,.0f} us of host time per layer forward "
         "(a floor under the GPU time; backward x2, full recompute +1), "
         f"{efficiency.collective_overhead_s * 1e6:,.0f} us per TP/CP/EP collective",
-        f"GEMMs: the best tile reaches {efficiency.gemm_peak_fraction:.0%} of {workload.precision} peak, "
+        f"GEMMs: the best tile's asymptote is {efficiency.gemm_peak_fraction:.0%} of the 16-bit peak, an "
+        f"8192^3 GEMM reaches {large_gemm_fraction(machine.accelerator, efficiency, 'bf16'):.0%}, "
         + (
-            f"tiles run in waves of {machine.accelerator.compute_units} SMs"
+            f"tiles run in waves of {machine.accelerator.compute_units} "
+            f"{'CUs' if machine.accelerator.vendor == 'amd' else 'SMs'}"
             if machine.accelerator.compute_units
-            else "tiles spread evenly (no SM count in the catalog)"
+            else "tiles spread evenly (no SM or CU count in the catalog)"
         )
         + f" (+{efficiency.gemm_latency_s * 1e6:.0f} us each); flash attention {efficiency.attention_peak_fraction:.0%}, "
         f"element-wise kernels {efficiency.hbm_fraction:.0%} of HBM bandwidth",

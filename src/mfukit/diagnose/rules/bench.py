@@ -1,8 +1,8 @@
 """``low_gemm_throughput``: an ``mfukit bench matmul`` result below what the performance model assumes.
 
-The performance model times every 16-bit GEMM at a fitted fraction of the dense peak
-(``perf.efficiency``: ``gemm_peak_fraction``, fitted on measured training runs of the accelerator family).
-The bench's large square GEMMs are the easiest a
+The performance model times every 16-bit GEMM on a curve fitted on measured training runs of the accelerator
+family (``perf.efficiency``; for a part no run calibrates, set from its vendor's measured best GEMM): the
+share of the dense peak it assumes for the bench's largest GEMM is the bar. The bench's large square GEMMs are the easiest a
 GPU gets (a training step's are smaller and less regular), so a healthy GPU reaches at least that; a bench
 below it means this GPU cannot reach the MFU the model predicts: clocks held down (power or thermal
 throttling, a lowered power limit), a software stack that misses the tensor cores, or a faulty part.
@@ -15,6 +15,7 @@ found in the telemetry explains the shortfall.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import cast
 
 from mfukit import units
@@ -24,7 +25,7 @@ from mfukit.diagnose.context import Context
 from mfukit.diagnose.findings import Evidence, Finding, Impact, severity_for
 from mfukit.diagnose.records import BenchMatmul
 from mfukit.diagnose.rules.inputs import degraded
-from mfukit.perf.efficiency import DEFAULT_FRAMEWORK, efficiency_for
+from mfukit.perf.efficiency import DEFAULT_FRAMEWORK, efficiency_for, large_gemm_fraction
 
 JUDGED: tuple[Dtype, ...] = ("bf16", "fp16")
 """The dtypes the performance model prices with ``gemm_peak_fraction`` (training runs in them)."""
@@ -50,15 +51,17 @@ def analyze(ctx: Context) -> list[Finding]:
         )
     accelerator = cluster.accelerator
     framework = ctx.training.framework if ctx.training is not None else DEFAULT_FRAMEWORK
-    fraction = efficiency_for(accelerator, framework).gemm_peak_fraction
-    slow: list[tuple[BenchMatmul, str, float, float]] = []
+    efficiency = efficiency_for(accelerator, framework)
+    slow: list[Slow] = []
     for bench in gpu:
+        # what the bench's largest GEMM takes on the performance model's own GEMM curve
+        fraction = large_gemm_fraction(accelerator, efficiency, "bf16", bench.largest_size)
         for dtype, rate in bench.best_flops_per_s:
             peak = accelerator.peak_flops_per_s.get(cast(Dtype, dtype))
             if dtype in JUDGED and peak is not None and rate < fraction * peak:
-                slow.append((bench, dtype, rate, peak))
+                slow.append(Slow(bench, dtype, rate, peak, fraction))
     if slow:
-        findings.append(_slow(ctx, slow, fraction))
+        findings.append(_slow(ctx, slow))
     return findings
 
 
@@ -72,10 +75,25 @@ def _not_judged(benches: list[BenchMatmul], why: str) -> Finding:
     )
 
 
-def _slow(ctx: Context, slow: list[tuple[BenchMatmul, str, float, float]], fraction: float) -> Finding:
+@dataclass(frozen=True)
+class Slow:
+    """One bench dtype below the model's GEMM curve: its best rate, the dense peak, the share assumed."""
+
+    bench: BenchMatmul
+    dtype: str
+    rate: float
+    peak: float
+    assumed_fraction: float
+
+    @property
+    def ratio(self) -> float:
+        return self.rate / (self.assumed_fraction * self.peak)
+
+
+def _slow(ctx: Context, slow: list[Slow]) -> Finding:
     accelerator = ctx.cluster.accelerator.name if ctx.cluster else "the accelerator"
-    worst = min(slow, key=lambda item: item[2] / (fraction * item[3]))
-    ratio = worst[2] / (fraction * worst[3])
+    worst = min(slow, key=lambda item: item.ratio)
+    ratio, fraction = worst.ratio, worst.assumed_fraction
     share = job_fraction(ctx.ranks, "compute") if ctx.ranks else None
     lost = share * (1.0 - ratio) if share is not None else None
     evidence = [
@@ -83,19 +101,22 @@ def _slow(ctx: Context, slow: list[tuple[BenchMatmul, str, float, float]], fract
             bench.file,
             f"{dtype}: {units.format_flops_rate(rate)} at best ({bench.largest_size}^3 GEMMs at most), "
             f"{rate / peak:.0%} of the {units.format_flops_rate(peak)} dense peak; the performance model "
-            f"assumes {fraction:.0%}",
+            f"assumes {assumed:.0%} for that GEMM",
             gpu=bench.device_name,
         )
-        for bench, dtype, rate, peak in slow
+        for bench, dtype, rate, peak, assumed in (
+            (item.bench, item.dtype, item.rate, item.peak, item.assumed_fraction) for item in slow
+        )
     ]
     return Finding(
         id="low_gemm_throughput",
         title=f"GEMMs run at {ratio:.0%} of what the performance model assumes for {accelerator}",
         severity=severity_for(lost) if lost is not None else ("error" if ratio < 0.5 else "warning"),
         summary=(
-            f"mfukit bench matmul reaches {worst[2] / worst[3]:.0%} of the dense {worst[1]} peak; the performance "
-            f"model (and its expected MFU) assumes {fraction:.0%} (perf.efficiency gemm_peak_fraction, fitted on "
-            "measured training runs): every GEMM of a step takes "
+            f"mfukit bench matmul reaches {worst.rate / worst.peak:.0%} of the dense {worst.dtype} peak; the "
+            f"performance model (and its expected MFU) assumes {fraction:.0%} for a GEMM that size (its GEMM curve, "
+            "perf.efficiency, fitted on measured training runs or set from the part's measured best GEMM): every "
+            "GEMM of a step takes "
             f"{1 / ratio:.2f}x as long on this GPU"
         ),
         evidence=evidence,
