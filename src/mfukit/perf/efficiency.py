@@ -404,28 +404,28 @@ def _gemm_seconds(
     accelerator: Accelerator,
     dtype: str,
     fraction: float,
-    values: dict[str, object],
-    hbm_fraction: float,
+    curve: tuple[float, float, float, float],
     m: int,
     n: int,
     k: int,
 ) -> float:
-    """Seconds of one (M x K) @ (K x N) GEMM on ``accelerator``'s curve at peak fraction ``fraction`` (the
-    tile, K and launch constants from ``values``): the step-time model's own GEMM curve."""
+    """Seconds of one (M x K) @ (K x N) GEMM on ``accelerator``'s curve, the step-time model's own, at peak
+    fraction ``fraction``; ``curve`` is (tile half-dimension, K overhead, launch latency s, HBM fraction)."""
     from mfukit.perf.gemm import GemmCurve, Shapes  # gemm sits above this module's importers
 
-    curve = GemmCurve(
+    tile_half_dim, k_overhead, latency_s, hbm_fraction = curve
+    gemm = GemmCurve(
         peak_flops_per_s=accelerator.peak_flops(cast(Dtype, dtype)) * fraction,
         compute_units=accelerator.compute_units,
-        tile_half_dim=_number(values, "gemm_tile_half_dim"),
-        k_overhead=_number(values, "gemm_k_overhead"),
-        latency_s=_number(values, "gemm_latency_s"),
+        tile_half_dim=tile_half_dim,
+        k_overhead=k_overhead,
+        latency_s=latency_s,
         hbm_bytes_per_s=accelerator.hbm_bytes_per_s * hbm_fraction,
     )
     element_bytes = 1.0 if dtype == "fp8" else 2.0
     rows, inner, cols = (np.asarray([float(x)]) for x in (m, k, n))
     moved = element_bytes * (rows * inner + inner * cols + rows * cols)
-    return float(curve.time_s(Shapes.of(rows, inner, cols, 1.0, moved))[0])
+    return float(gemm.time_s(Shapes.of(rows, inner, cols, 1.0, moved))[0])
 
 
 def large_gemm_fraction(
@@ -436,9 +436,13 @@ def large_gemm_fraction(
     prologue keep every real GEMM."""
     fraction = efficiency.fp8_gemm_peak_fraction if dtype == "fp8" else efficiency.gemm_peak_fraction
     m, n, k = (size, size, size) if size else LARGE_GEMM
-    seconds = _gemm_seconds(
-        accelerator, dtype, fraction, efficiency.model_dump(), efficiency.hbm_fraction, m, n, k
+    curve = (
+        efficiency.gemm_tile_half_dim,
+        efficiency.gemm_k_overhead,
+        efficiency.gemm_latency_s,
+        efficiency.hbm_fraction,
     )
+    seconds = _gemm_seconds(accelerator, dtype, fraction, curve, m, n, k)
     return 2.0 * m * n * k / seconds / accelerator.peak_flops(cast(Dtype, dtype))
 
 
@@ -449,7 +453,35 @@ def _anchored_fractions(
     compute units) reproduces the vendor's max-achievable GEMM on this part, and the note saying so. Flash
     attention's fraction, and FP8's where only a 16-bit GEMM was measured, move by the same factor as the
     16-bit GEMMs': their matrix math runs at the same clock, which the part lowers under dense matrix load
-    (what makes the achievable GEMM fall below the datasheet peak)."""
+    (what makes the achievable GEMM fall below the datasheet peak). Solved once per part and borrowed curve
+    (a bisection of some hundred curve evaluations, where an estimate needs the constants many times)."""
+    fractions = tuple(
+        _number(borrowed, name)
+        for name in ("gemm_peak_fraction", "attention_peak_fraction", "fp8_gemm_peak_fraction")
+    )
+    curve = (
+        _number(borrowed, "gemm_tile_half_dim"),
+        _number(borrowed, "gemm_k_overhead"),
+        _number(borrowed, "gemm_latency_s"),
+        hbm_fraction,
+    )
+    # an Accelerator holds mappings (its peaks), so it is keyed by its JSON
+    key = (accelerator.model_dump_json(), fractions, curve)
+    if key not in _ANCHORS:
+        _ANCHORS[key] = _anchored(accelerator, fractions, curve)
+    updates, note = _ANCHORS[key]
+    return dict(updates), note
+
+
+_ANCHORS: dict[
+    tuple[str, tuple[float, ...], tuple[float, ...]], tuple[tuple[tuple[str, float], ...], str]
+] = {}
+
+
+def _anchored(
+    accelerator: Accelerator, borrowed: tuple[float, ...], curve: tuple[float, float, float, float]
+) -> tuple[tuple[tuple[str, float], ...], str]:
+    gemm_fraction, attention_fraction, fp8_fraction = borrowed
     measured = accelerator.max_achievable_gemm
     assert measured is not None
     updates: dict[str, float] = {}
@@ -463,14 +495,12 @@ def _anchored_fractions(
         target_s = 2.0 * gemm.m * gemm.n * gemm.k / gemm.flops_per_s
         # the curve's time falls monotonically as the fraction rises: bisect in log space
         low, high = 1e-3, 1.0
-        if _gemm_seconds(accelerator, dtype, high, borrowed, hbm_fraction, gemm.m, gemm.n, gemm.k) > target_s:
+        if _gemm_seconds(accelerator, dtype, high, curve, gemm.m, gemm.n, gemm.k) > target_s:
             fraction, capped = high, True  # faster than the curve allows at the full peak
         else:
             for _ in range(60):
                 middle = math.sqrt(low * high)
-                seconds = _gemm_seconds(
-                    accelerator, dtype, middle, borrowed, hbm_fraction, gemm.m, gemm.n, gemm.k
-                )
+                seconds = _gemm_seconds(accelerator, dtype, middle, curve, gemm.m, gemm.n, gemm.k)
                 low, high = (middle, high) if seconds > target_s else (low, middle)
             fraction, capped = high, False
         updates[field] = fraction
@@ -478,14 +508,14 @@ def _anchored_fractions(
             f"{dtype.upper()} {units.format_flops_rate(gemm.flops_per_s, 0)}"
             + (" (beyond the curve at the full peak: fraction 1)" if capped else "")
         )
-    if "gemm_peak_fraction" in updates:
-        factor = updates["gemm_peak_fraction"] / _number(borrowed, "gemm_peak_fraction")
-        updates["attention_peak_fraction"] = min(1.0, _number(borrowed, "attention_peak_fraction") * factor)
-        if "fp8_gemm_peak_fraction" not in updates:
-            updates["fp8_gemm_peak_fraction"] = min(1.0, _number(borrowed, "fp8_gemm_peak_fraction") * factor)
     if not said:
-        return {}, f"{accelerator.name}'s max-achievable GEMM names no type it has a peak for: not used"
-    return updates, (
+        return (), f"{accelerator.name}'s max-achievable GEMM names no type it has a peak for: not used"
+    if "gemm_peak_fraction" in updates:
+        factor = updates["gemm_peak_fraction"] / gemm_fraction
+        updates["attention_peak_fraction"] = min(1.0, attention_fraction * factor)
+        if "fp8_gemm_peak_fraction" not in updates:
+            updates["fp8_gemm_peak_fraction"] = min(1.0, fp8_fraction * factor)
+    return tuple(updates.items()), (
         f"GEMM peak fractions set to reproduce {accelerator.name}'s max-achievable GEMM ({', '.join(said)}; "
         f"{measured.url}), flash attention's"
         + ("" if measured.fp8 is not None else " and FP8's")
