@@ -176,7 +176,7 @@ def sweep_command(
     echo = {"collective": name, "system": cluster.system.name, "num_gpus": cluster.num_gpus,
             "min_bytes": min_bytes, "max_bytes": max_bytes, "factor": factor, "algorithm": algo,
             **options}  # fmt: skip
-    output = sweep_output(name, prediction, cluster, assumptions, echo)
+    output = sweep_output(name, prediction, topology, cluster, assumptions, echo)
     table = output.tables[0]
     if report_dir is not None:
         from mfukit.comm.plots import write_sweep_report

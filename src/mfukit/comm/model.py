@@ -91,7 +91,6 @@ class Group:
     switch_hops: int
     smallest_domain_gpus: int
     """GPUs in the least-populated domain: fewer than ``gpus_per_domain`` when the last node is partial"""
-    scale_up_link: str  # what joins a domain's GPUs (the topology's scale-up link, by name)
 
     @property
     def partial(self) -> bool:
@@ -442,9 +441,7 @@ def group_of(topology: CommTopology, num_gpus: int, gpus_per_domain: int | None 
     smallest = num_gpus - (domains - 1) * local
     per_node = topology.gpus_per_node
     nodes = (domains - 1) * math.ceil(local / per_node) + math.ceil(smallest / per_node)
-    return Group(
-        num_gpus, local, domains, nodes, switch_hops(topology, nodes), smallest, topology.scale_up_link
-    )
+    return Group(num_gpus, local, domains, nodes, switch_hops(topology, nodes), smallest)
 
 
 def estimates(

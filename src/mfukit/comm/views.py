@@ -54,9 +54,9 @@ def prediction_table(title: str, prediction: Prediction) -> Table:
     return table
 
 
-def group_note(prediction: Prediction, cluster: Cluster) -> str:
+def group_note(prediction: Prediction, topology: CommTopology, cluster: Cluster) -> str:
     group = prediction.group
-    link = group.scale_up_link
+    link = topology.scale_up_link
     domains = f"{group.gpus_per_domain} per {link} domain x {group.num_domains} domain(s)"
     if group.partial:
         domains = (
@@ -132,12 +132,17 @@ def predict_output(
         result=result,
         assumptions=assumptions,
         tables=[table, alternatives],
-        notes=[group_note(prediction, cluster)],
+        notes=[group_note(prediction, topology, cluster)],
     )
 
 
 def sweep_output(
-    name: str, prediction: Prediction, cluster: Cluster, assumptions: list[str], echo: dict[str, Any]
+    name: str,
+    prediction: Prediction,
+    topology: CommTopology,
+    cluster: Cluster,
+    assumptions: list[str],
+    echo: dict[str, Any],
 ) -> Output:
     """``comm sweep``: the prediction at every size; its first table is the sweep's."""
     table = prediction_table(
@@ -166,7 +171,7 @@ def sweep_output(
         },
         assumptions=assumptions,
         tables=[table],
-        notes=[group_note(prediction, cluster)],
+        notes=[group_note(prediction, topology, cluster)],
     )
 
 
