@@ -50,6 +50,12 @@ KERNELS_NAMES: dict[Kernels, str] = {
 }
 
 
+def fused_unless_eager(stated: bool | None, kernels: Kernels) -> bool:
+    """Whether a stack's norm or loss kernel is fused: as its memory entry states, else as its kernels (fused
+    unless eager)."""
+    return kernels != "eager" if stated is None else stated
+
+
 @dataclass(frozen=True)
 class ActivationShape:
     seq_len: int
@@ -181,8 +187,9 @@ def layer_activation_bytes(
     keep_scores = not (stored and shape.recompute == "selective")
     hidden = layer_input_bytes(model, shape)
     masks = 2 * MASK_BYTES / shape.act_bytes * hidden if shape.dropout else 0.0  # after attention and MLP
-    fused_norm = shape.kernels != "eager" if shape.fused_norm is None else shape.fused_norm
-    norms = (2 if fused_norm else 4) * hidden  # each norm's input (eager: and its normalised x)
+    norms = (
+        2 if fused_unless_eager(shape.fused_norm, shape.kernels) else 4
+    ) * hidden  # each norm's input (eager: and its normalised x)
     attention_input = mlp_input = _gemm_input_bytes(model, shape)  # the QKV and first MLP GEMMs' inputs
     return (
         norms
@@ -226,8 +233,7 @@ def logits_and_loss_bytes(model: ModelSpec, shape: ActivationShape) -> float:
     flash-attn's ``CrossEntropyLoss`` in LLM Foundry); eager ``cross_entropy(logits.float())`` also keeps the
     float32 log-softmax for its backward."""
     logits = shape.tokens * model.vocab_size / shape.tp
-    fused = shape.kernels != "eager" if shape.fused_cross_entropy is None else shape.fused_cross_entropy
-    fp32_copies = 1 if fused else 2
+    fp32_copies = 1 if fused_unless_eager(shape.fused_cross_entropy, shape.kernels) else 2
     # the final norm's input and the output layer's 16-bit input (the output layer is never FP8)
     head_inputs = 2 * layer_input_bytes(model, shape)
     return head_inputs + logits * (shape.act_bytes + fp32_copies * FP32_BYTES)

@@ -51,6 +51,7 @@ from mfukit.perf.activations import (
     Kernels,
     SelectiveRecompute,
     embedding_input_bytes,
+    fused_unless_eager,
     layer_activation_bytes,
     layer_input_bytes,
     logits_and_loss_bytes,
@@ -257,15 +258,14 @@ def fragmentation_frac(shape: StepShape, allowances: MemoryOverheads) -> float:
 
 def memory_note(shape: StepShape) -> str:
     """What the memory model took the stack to do, as one line for a report's assumptions."""
-    fused_norm = shape.kernels != "eager" if shape.fused_norm is None else shape.fused_norm
-    fused_loss = shape.kernels != "eager" if shape.fused_cross_entropy is None else shape.fused_cross_entropy
+    # an eager stack's fused kernels of its own (nanotron's Triton norm, its in-place loss)
     overrides = [
-        *(
-            ["but a fused norm (its input kept, not its output)"]
-            if fused_norm and shape.kernels == "eager"
-            else []
-        ),
-        *(["but a fused in-place cross-entropy"] if fused_loss and shape.kernels == "eager" else []),
+        f"but a {name}"
+        for name, stated in (
+            ("fused norm (its input kept, not its output)", shape.fused_norm),
+            ("fused in-place cross-entropy", shape.fused_cross_entropy),
+        )
+        if shape.kernels == "eager" and fused_unless_eager(stated, shape.kernels)
     ]
     parts = [
         " ".join([KERNELS_NAMES[shape.kernels], *overrides]),
