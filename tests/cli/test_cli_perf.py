@@ -256,25 +256,9 @@ def test_estimate_takes_the_micro_batch_a_tuned_run_uses_and_says_so(mfukit) -> 
 def test_estimate_names_the_scale_up_link_the_part_has(mfukit) -> None:  # type: ignore[no-untyped-def]
     # an MI300X node's ranks talk over Infinity Fabric, not NVLink; an uncalibrated part says where its GEMM
     # fractions come from
-    run = mfukit(
-        "estimate",
-        "--model",
-        "llama3.1-8b",
-        "--gpu",
-        "mi300x",
-        "--gpus",
-        "8",
-        "--global-batch-size",
-        "64",
-        "--framework",
-        "torchtitan",
-        "--tp",
-        "1",
-        "--pp",
-        "1",
-        "--fsdp",
-        "full",
-    )
+    llama_8b_on_mi300x = ["--model", "llama3.1-8b", "--gpu", "mi300x", "--gpus", "8", "--global-batch-size", "64"]  # fmt: skip
+    fsdp = ["--framework", "torchtitan", "--tp", "1", "--pp", "1", "--fsdp", "full"]
+    run = mfukit("estimate", *llama_8b_on_mi300x, *fsdp)
     assert run.exit_code == 0, run.stderr
     text = " ".join(run.stdout.split())
     assert "xGMI (inside the scale-up domain)" in text and "NVLink" not in text

@@ -3,6 +3,7 @@ figures derived from it, and the JSON of each."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mfukit import catalog as cat
@@ -31,7 +32,20 @@ def derived_figures(entry: cat.Entry) -> dict[str, Any]:
     return {}
 
 
-_UNIT_SUFFIXES = ("_flops_per_s", "_bytes_per_s", "_bytes", "_w", "_s", "params")
+def _unit_format(key: str) -> Callable[[float], str] | None:
+    """How a field's number is shown, read off its name's unit suffix; None for a plain number."""
+    if key.endswith("flops_per_s") or key.startswith(("peak_flops", "sparse_peak")):
+        return units.format_flops_rate
+    for suffix, format_number in (
+        ("_bytes_per_s", units.format_rate),
+        ("_bytes", units.format_bytes),
+        ("_w", units.format_power),
+        ("_s", units.format_duration),
+        ("params", units.format_count),
+    ):
+        if key.endswith(suffix):
+            return format_number
+    return None
 
 
 def show_value(key: str, value: Any) -> str:
@@ -39,24 +53,15 @@ def show_value(key: str, value: Any) -> str:
         # a nested table's own fields carry their units (flops_per_s); plain keys (bf16, fp8) take the parent's
         parts = []
         for name, item in value.items():
-            shown = show_value(name if str(name).endswith(_UNIT_SUFFIXES) else key, item)
+            shown = show_value(name if _unit_format(str(name)) else key, item)
             parts.append(f"{name}=({shown})" if isinstance(item, dict) else f"{name}={shown}")
         return ", ".join(parts) or "—"
     if isinstance(value, list):
         return "; ".join(show_value(key, v) for v in value)
     if isinstance(value, float | int) and not isinstance(value, bool):
-        if key.endswith("flops_per_s") or key.startswith(("peak_flops", "sparse_peak")):
-            return units.format_flops_rate(value)
-        if key.endswith("_bytes_per_s"):
-            return units.format_rate(value)
-        if key.endswith("_bytes"):
-            return units.format_bytes(value)
-        if key.endswith("_w"):
-            return units.format_power(value)
-        if key.endswith("_s"):
-            return units.format_duration(value)
-        if key.endswith("params"):
-            return units.format_count(value)
+        format_number = _unit_format(key)
+        if format_number is not None:
+            return format_number(value)
     return "—" if value is None else str(value)
 
 

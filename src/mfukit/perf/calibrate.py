@@ -71,6 +71,19 @@ _BOUNDS = {
 }
 
 
+# The range of each host cost, from what profilers of these stacks show at least (a layer's forward launches
+# tens of kernels at 5-20 us each, a micro-batch's own Python work, data, loss and schedule bookkeeping, takes
+# a few hundred us, one collective's or p2p send/recv's launch and NCCL setup 10 us) to the most a fit may
+# put on it (the bounds below): a layer's forward 0.1-2 ms, a micro-batch 0.2-3 ms, a collective or send
+# 10-500 us.
+HOST_COST_RANGES_S = {
+    "host_layer_s": (1e-4, 2e-3),
+    "microbatch_overhead_s": (2e-4, 3e-3),
+    "collective_overhead_s": (1e-5, 5e-4),
+    "p2p_overhead_s": (1e-5, 5e-4),
+}
+
+
 # A GEMM's fixed cost (launch and tail) is kept to what profilers show, 2-20 us: beyond that it would trade
 # places with the framework's per-layer cost (a layer runs the same handful of GEMMs every time).
 _FIELD_BOUNDS = {
@@ -85,19 +98,14 @@ _FIELD_BOUNDS = {
     # kernel relative to the reference one stays within the spread of those figures (0.5-2x).
     "attention_peak_fraction": (math.log(0.25 / 0.75), math.log(0.75 / 0.25)),
     "attention_speedup": (math.log(0.5), math.log(2.0)),
-    # A stack's host costs, kept to what profilers of these stacks show with room to spare: a layer's forward
-    # launches tens of kernels at 5-20 us each (at most 2 ms), a micro-batch's own Python work (data, loss,
-    # schedule bookkeeping) a few hundred us to a millisecond (at most 3 ms), one collective's or p2p
-    # send/recv's launch and NCCL setup 10-100 us (at most 0.5 ms each: with 2 ms allowed, the fit without the
-    # Megatron-Core runs put 461 us on every Megatron-Core TP collective, more than its transfer across nodes). A fit whose data cannot pin a
-    # constant down would otherwise load onto it what it got wrong elsewhere: without these bounds a fold
-    # without vTrain's runs fitted 61 ms per p2p transfer and 100 ms per micro-batch to Megatron-DeepSpeed and
-    # predicted vTrain 74 % off (20 % with), and with 10 ms allowed per micro-batch the full fit put all 10 on
-    # Megatron-Core's, 44 % off its own 32B H100 run.
-    "host_layer_s": (math.log(1e-7), math.log(2e-3)),
-    "microbatch_overhead_s": (math.log(1e-7), math.log(3e-3)),
-    "collective_overhead_s": (math.log(1e-7), math.log(5e-4)),
-    "p2p_overhead_s": (math.log(1e-7), math.log(5e-4)),
+    # A stack's host costs, at most the top of their range (HOST_COST_RANGES_S, with room to spare above what
+    # profilers show; a fit may go below it): a fit whose data cannot pin a constant down would otherwise load
+    # onto it what it got wrong elsewhere. Without these bounds a fold without vTrain's runs fitted 61 ms per
+    # p2p transfer and 100 ms per micro-batch to Megatron-DeepSpeed and predicted vTrain 74 % off (20 % with);
+    # with 10 ms allowed per micro-batch the full fit put all 10 on Megatron-Core's, 44 % off its own 32B H100
+    # run; with 2 ms per collective, the fit without the Megatron-Core runs put 461 us on every Megatron-Core
+    # TP collective, more than its transfer across nodes.
+    **{name: (math.log(1e-7), math.log(high)) for name, (_, high) in HOST_COST_RANGES_S.items()},
 }
 # At most this many rows of one (source, accelerator) group enter a fit, chosen by a hash of their ids: the
 # groups are weighted equally anyway, and the sweeps of thousands of rows would only slow the solver.
@@ -279,21 +287,11 @@ def _updated(file: EfficiencyFile, values: dict[tuple[str, str], dict[str, float
     return file.model_copy(update={"hardware": hardware, "framework": frameworks})
 
 
-# The range of each host cost, from what profilers show at least (the bounds' comment above: tens of kernels
-# at 5-20 us per layer, a few hundred us per micro-batch, 10 us per collective or send) to its bound: a
-# layer's forward 0.1-2 ms, a micro-batch's own work 0.2-3 ms, a collective's or a send's launch 10-500 us.
-HOST_COST_RANGES_S = {
-    "host_layer_s": (1e-4, 2e-3),
-    "microbatch_overhead_s": (2e-4, 3e-3),
-    "collective_overhead_s": (1e-5, 5e-4),
-    "p2p_overhead_s": (1e-5, 5e-4),
-}
 # Where a leave-one-source-out fold starts: no fitted value, so what a fold's runs do not pin down cannot
 # carry what the held-out source taught (GEMMs near the curve the tile model gives, each host cost at the
 # geometric middle of its range, 0.5 % rank jitter, the reference attention kernel; networks on NCCL's
-# constants). A host cost no run of a fold's stack pins stays at its start: the middle of its range (from
-# what profilers show at least to the bound above) is the least committal guess, where the range's floor
-# would assume the fastest host any stack ran on.
+# constants). A host cost no run of a fold's stack pins stays at its start: the middle of its range is the
+# least committal guess, where the range's floor would assume the fastest host any stack ran on.
 NEUTRAL = {
     "gemm_peak_fraction": 0.7,
     "gemm_latency_s": 1e-5,

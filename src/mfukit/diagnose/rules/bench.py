@@ -98,15 +98,13 @@ def _slow(ctx: Context, slow: list[Slow]) -> Finding:
     lost = share * (1.0 - ratio) if share is not None else None
     evidence = [
         Evidence(
-            bench.file,
-            f"{dtype}: {units.format_flops_rate(rate)} at best ({bench.largest_size}^3 GEMMs at most), "
-            f"{rate / peak:.0%} of the {units.format_flops_rate(peak)} dense peak; the performance model "
-            f"assumes {assumed:.0%} for that GEMM",
-            gpu=bench.device_name,
+            item.bench.file,
+            f"{item.dtype}: {units.format_flops_rate(item.rate)} at best ({item.bench.largest_size}^3 GEMMs at "
+            f"most), {item.rate / item.peak:.0%} of the {units.format_flops_rate(item.peak)} dense peak; the "
+            f"performance model assumes {item.assumed_fraction:.0%} for that GEMM",
+            gpu=item.bench.device_name,
         )
-        for bench, dtype, rate, peak, assumed in (
-            (item.bench, item.dtype, item.rate, item.peak, item.assumed_fraction) for item in slow
-        )
+        for item in slow
     ]
     return Finding(
         id="low_gemm_throughput",
