@@ -27,7 +27,7 @@ import os
 from datetime import date
 from functools import cache
 from pathlib import Path
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 import numpy as np
 from pydantic import Field
@@ -37,6 +37,9 @@ from mfukit.core.hardware import Accelerator, Dtype, System
 from mfukit.core.scenario import read_document, stack_alias
 from mfukit.core.schema import Strict, validate_as
 from mfukit.errors import UnknownNameError
+
+if TYPE_CHECKING:
+    from mfukit.perf.gemm import GemmCurve
 
 EFFICIENCY_FILE = Path(__file__).parent / "data" / "efficiency.toml"
 DEFAULT_FRAMEWORK = "megatron-core"
@@ -426,6 +429,21 @@ def _gemm_seconds(
     rows, inner, cols = (np.asarray([float(x)]) for x in (m, k, n))
     moved = element_bytes * (rows * inner + inner * cols + rows * cols)
     return float(gemm.time_s(Shapes.of(rows, inner, cols, 1.0, moved))[0])
+
+
+def model_gemm_curve(accelerator: Accelerator, efficiency: Efficiency, dtype: Dtype) -> GemmCurve:
+    """The step-time model's GEMM curve of ``dtype`` on ``accelerator`` under ``efficiency``."""
+    from mfukit.perf.gemm import GemmCurve  # gemm sits above this module's importers
+
+    fraction = efficiency.fp8_gemm_peak_fraction if dtype == "fp8" else efficiency.gemm_peak_fraction
+    return GemmCurve(
+        peak_flops_per_s=accelerator.peak_flops(dtype) * fraction,
+        compute_units=accelerator.compute_units,
+        tile_half_dim=efficiency.gemm_tile_half_dim,
+        k_overhead=efficiency.gemm_k_overhead,
+        latency_s=efficiency.gemm_latency_s,
+        hbm_bytes_per_s=accelerator.hbm_bytes_per_s * efficiency.hbm_fraction,
+    )
 
 
 def large_gemm_fraction(

@@ -62,10 +62,10 @@ from mfukit.perf.efficiency import (
     Efficiency,
     NetworkProfile,
     efficiency_for,
+    model_gemm_curve,
     network_name,
     network_profile_of,
 )
-from mfukit.perf.gemm import GemmCurve
 from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, Ints, LayoutGrid, Workload, sharding_fields
 from mfukit.perf.memory import gradient_reduce_bytes
 from mfukit.perf.memory_grid import stage_params_grid
@@ -315,15 +315,7 @@ class _Timer:
         self.hbm = accelerator.hbm_bytes_per_s * eff.hbm_fraction
         wide: Precision = "bf16" if precision == "fp8" else precision  # the output layer's and router's dtype
         self.curves = {
-            fp8: GemmCurve(
-                peak_flops_per_s=accelerator.peak_flops("fp8" if fp8 else wide)
-                * (eff.fp8_gemm_peak_fraction if fp8 else eff.gemm_peak_fraction),
-                compute_units=accelerator.compute_units,
-                tile_half_dim=eff.gemm_tile_half_dim,
-                k_overhead=eff.gemm_k_overhead,
-                latency_s=eff.gemm_latency_s,
-                hbm_bytes_per_s=self.hbm,
-            )
+            fp8: model_gemm_curve(accelerator, eff, "fp8" if fp8 else wide)
             for fp8 in ((False, True) if precision == "fp8" else (False,))
         }
         recipe = eff.model_copy(update=CURRENT_SCALING) if p.workload.fp8_recipe == "current" else eff
