@@ -8,8 +8,8 @@ import pytest
 from mfukit import catalog
 from mfukit.errors import InputError
 from mfukit.perf.calibration_data import data_files, file_digests, highest_measured_mfu, load_cases
-from mfukit.perf.efficiency import beyond_measured, efficiency_file, efficiency_for
-from mfukit.perf.gemm import GemmCurve, Shapes
+from mfukit.perf.efficiency import beyond_measured, efficiency_file, efficiency_for, model_gemm_curve
+from mfukit.perf.gemm import Shapes
 
 
 @pytest.mark.parametrize("name", sorted(catalog.entries("accelerators")))
@@ -173,18 +173,8 @@ def test_a_borrowed_part_reproduces_its_vendors_max_achievable_gemm(name: str) -
     hopper = efficiency_for(catalog.accelerator("h100-sxm"), "torchtitan")
     efficiency = efficiency_for(accelerator, "torchtitan")
     assert "max-achievable GEMM" in " ".join(efficiency.uncalibrated_notes)
-    for dtype, fraction, gemm in (
-        ("bf16", efficiency.gemm_peak_fraction, measured.bf16),
-        ("fp8", efficiency.fp8_gemm_peak_fraction, measured.fp8),
-    ):
-        curve = GemmCurve(
-            peak_flops_per_s=accelerator.peak_flops(dtype) * fraction,
-            compute_units=accelerator.compute_units,
-            tile_half_dim=efficiency.gemm_tile_half_dim,
-            k_overhead=efficiency.gemm_k_overhead,
-            latency_s=efficiency.gemm_latency_s,
-            hbm_bytes_per_s=accelerator.hbm_bytes_per_s * efficiency.hbm_fraction,
-        )
+    for dtype, gemm in (("bf16", measured.bf16), ("fp8", measured.fp8)):
+        curve = model_gemm_curve(accelerator, efficiency, dtype)
         m, n, k = (np.asarray([float(x)]) for x in (gemm.m, gemm.n, gemm.k))
         element_bytes = 1.0 if dtype == "fp8" else 2.0
         seconds = curve.time_s(Shapes.of(m, k, n, 1.0, element_bytes * (m * k + k * n + m * n)))[0]
