@@ -63,13 +63,19 @@ def test_the_fit_recovers_the_constants_of_a_known_curve() -> None:
     assert shape["gemm_latency_s"] == pytest.approx(8e-6, rel=0.15)
 
 
+@pytest.mark.parametrize("name", ["h100-sxm", "b200"])
+def test_the_curve_fitted_to_a_parts_xla_kernels_reproduces_them(name: str) -> None:
+    runs = [r for r in load_kernel_runs() if r.accelerator.name == name]
+    assert len(runs) == 375 and {r.dtype for r in runs} == {"bf16"}
+    _, _, record = fit_curve(runs[0].accelerator, runs, hbm_fraction=0.8)
+    assert record.median_abs_rel_error < 0.05 and record.p90_abs_rel_error < 0.2
+
+
 def test_the_curve_fitted_to_xla_h100_kernels_predicts_mamf_finders_best_gemm() -> None:
     """The structure check benchmarks/gemm_curve.py reports: the 375 shipped H100 kernels (256-4096 per side)
     reproduced, and mamf-finder's best shape, outside their range and never fitted, predicted."""
     runs = [r for r in load_kernel_runs() if r.accelerator.name == "h100-sxm"]
-    assert len(runs) == 375
-    shape, fraction, record = fit_curve(H100, runs, hbm_fraction=0.8)
-    assert record.median_abs_rel_error < 0.05 and record.p90_abs_rel_error < 0.2
+    shape, fraction, _ = fit_curve(H100, runs, hbm_fraction=0.8)
     best = H100.max_achievable_gemm.bf16 if H100.max_achievable_gemm else None
     assert best is not None
     curve = model_gemm_curve(
