@@ -133,8 +133,9 @@ def _curve(sweep: _Sweep, x: Floats, hbm_fraction: float) -> tuple[GemmCurve, fl
 def fit_curve(
     accelerator: Accelerator, runs: Sequence[KernelRun], hbm_fraction: float
 ) -> tuple[dict[str, float], float, FitRecord]:
-    """The shape constants (:data:`SHAPE_FIELDS`) that reproduce ``runs`` (one dtype on ``accelerator``),
-    the peak fraction the kernels reach alone, and the fit record (rows, error on them)."""
+    """The curve's shape constants (tile half-dimension, K prologue, launch latency, keyed by their
+    efficiency-profile names) that reproduce ``runs`` (one dtype on ``accelerator``), the peak fraction the
+    kernels reach alone, and the fit record (rows, error on them)."""
     sweep = _sweep(accelerator, runs)
 
     def residuals(x: Floats) -> Floats:
@@ -161,7 +162,8 @@ def fit_curve(
 
 def model_time_ratios(runs: Sequence[KernelRun], efficiency: Efficiency) -> Floats:
     """Each run's time on the step-time model's GEMM curve (``efficiency``'s constants) over its measured
-    time: 2 means the model runs that GEMM at half the speed it ran alone."""
+    time (``runs``: one dtype on one accelerator): 2 means the model runs that GEMM at half the speed it ran
+    alone."""
     sweep = _sweep(runs[0].accelerator, runs)
     curve = model_gemm_curve(sweep.accelerator, efficiency, sweep.dtype)
     return np.asarray(curve.time_s(sweep.shapes) / sweep.measured_s, dtype=np.float64)
