@@ -24,7 +24,6 @@ import numpy as np
 
 from mfukit.core.hardware import Accelerator, Dtype
 from mfukit.perf.efficiency import Efficiency, efficiency_for, model_gemm_curve
-from mfukit.perf.gemm import Shapes
 from mfukit.perf.gemm_kernels import KernelRun, fit_curve, load_kernel_runs, model_time_ratios
 
 RESULTS = Path(__file__).parent / "results" / "gemm_curve.json"
@@ -51,16 +50,12 @@ def main() -> None:
 
 def _check(name: str, dtype: Dtype, runs: list[KernelRun]) -> dict[str, object]:
     accelerator = runs[0].accelerator
-    shape, fraction, record = fit_curve(accelerator, runs, hbm_fraction=0.8)
     efficiency = efficiency_for(accelerator)
-    fitted_on_kernels = efficiency.model_copy(
-        update={
-            **shape,
-            "gemm_peak_fraction": fraction,
-            "fp8_gemm_peak_fraction": fraction,
-            "hbm_fraction": 0.8,
-        }
-    )
+    alone, record = fit_curve(efficiency, runs)
+    fraction = alone.fp8_gemm_peak_fraction if dtype == "fp8" else alone.gemm_peak_fraction
+    shape = {
+        field: getattr(alone, field) for field in ("gemm_tile_half_dim", "gemm_k_overhead", "gemm_latency_s")
+    }
     report: dict[str, object] = {
         "accelerator": name,
         "dtype": dtype,
@@ -83,7 +78,7 @@ def _check(name: str, dtype: Dtype, runs: list[KernelRun]) -> dict[str, object]:
     best = getattr(accelerator.max_achievable_gemm, dtype, None) if accelerator.max_achievable_gemm else None
     model_at_best = None
     if best is not None:
-        on_kernels = _rate(accelerator, fitted_on_kernels, dtype, best.m, best.n, best.k)
+        on_kernels = _rate(accelerator, alone, dtype, best.m, best.n, best.k)
         model_at_best = _rate(accelerator, efficiency, dtype, best.m, best.n, best.k)
         report["max_achievable_gemm"] = {
             "shape_mnk": [best.m, best.n, best.k],
@@ -122,9 +117,7 @@ def _check(name: str, dtype: Dtype, runs: list[KernelRun]) -> dict[str, object]:
 
 def _rate(accelerator: Accelerator, efficiency: Efficiency, dtype: Dtype, m: int, n: int, k: int) -> float:
     """FLOP/s of one (m x k) @ (k x n) GEMM on the model's curve under ``efficiency``."""
-    rows, cols, inner = (np.asarray([float(x)]) for x in (m, n, k))
-    shapes = Shapes.of(rows, inner, cols, 1.0, np.asarray([2.0 * (m * k + k * n + m * n)]))
-    return 2.0 * m * n * k / float(model_gemm_curve(accelerator, efficiency, dtype).time_s(shapes)[0])
+    return 2.0 * m * n * k / model_gemm_curve(accelerator, efficiency, dtype).one_gemm_s(m, n, k, dtype)
 
 
 if __name__ == "__main__":

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from mfukit import catalog
 from mfukit.errors import InputError
 from mfukit.perf.calibration_data import data_files, file_digests, highest_measured_mfu, load_cases
 from mfukit.perf.efficiency import beyond_measured, efficiency_file, efficiency_for, model_gemm_curve
-from mfukit.perf.gemm import Shapes
 
 
 @pytest.mark.parametrize("name", sorted(catalog.entries("accelerators")))
@@ -174,10 +172,7 @@ def test_a_borrowed_part_reproduces_its_vendors_max_achievable_gemm(name: str) -
     efficiency = efficiency_for(accelerator, "torchtitan")
     assert "max-achievable GEMM" in " ".join(efficiency.uncalibrated_notes)
     for dtype, gemm in (("bf16", measured.bf16), ("fp8", measured.fp8)):
-        curve = model_gemm_curve(accelerator, efficiency, dtype)
-        m, n, k = (np.asarray([float(x)]) for x in (gemm.m, gemm.n, gemm.k))
-        element_bytes = 1.0 if dtype == "fp8" else 2.0
-        seconds = curve.time_s(Shapes.of(m, k, n, 1.0, element_bytes * (m * k + k * n + m * n)))[0]
+        seconds = model_gemm_curve(accelerator, efficiency, dtype).one_gemm_s(gemm.m, gemm.n, gemm.k, dtype)
         assert 2 * gemm.m * gemm.n * gemm.k / seconds == pytest.approx(gemm.flops_per_s, rel=1e-6)
     # the part holds a lower clock under matrix load: attention slows by the 16-bit GEMMs' factor
     assert efficiency.attention_peak_fraction / hopper.attention_peak_fraction == pytest.approx(

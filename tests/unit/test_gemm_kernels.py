@@ -51,23 +51,23 @@ def test_the_fit_recovers_the_constants_of_a_known_curve() -> None:
     sizes = [256, 512, 1024, 2048, 4096]
     grid = [(b, m, n, k) for b in (1, 4) for m in sizes for n in sizes for k in sizes]
     b, m, n, k = (np.asarray([float(g[i]) for g in grid]) for i in range(4))
-    seconds = truth.time_s(Shapes.of(m, k, n, b, 2.0 * b * (m * k + k * n + m * n)))
+    seconds = truth.time_s(Shapes.operands_once(m, k, n, b, "bf16"))
     runs = [
         KernelRun("synthetic", H100, "bf16", *map(int, g), 2.0 * g[0] * g[1] * g[2] * g[3] / t)
         for g, t in zip(grid, seconds, strict=True)
     ]
-    shape, fraction, record = fit_curve(H100, runs, hbm_fraction=0.8)
+    fitted, record = fit_curve(efficiency_for(H100), runs)  # its HBM fraction is the truth's 0.8
     assert record.median_abs_rel_error < 0.01
-    assert fraction == pytest.approx(0.9, rel=0.05)
-    assert shape["gemm_tile_half_dim"] == pytest.approx(40.0, rel=0.15)
-    assert shape["gemm_latency_s"] == pytest.approx(8e-6, rel=0.15)
+    assert fitted.gemm_peak_fraction == pytest.approx(0.9, rel=0.05)
+    assert fitted.gemm_tile_half_dim == pytest.approx(40.0, rel=0.15)
+    assert fitted.gemm_latency_s == pytest.approx(8e-6, rel=0.15)
 
 
 @pytest.mark.parametrize("name", ["h100-sxm", "b200"])
 def test_the_curve_fitted_to_a_parts_xla_kernels_reproduces_them(name: str) -> None:
     runs = [r for r in load_kernel_runs() if r.accelerator.name == name]
     assert len(runs) == 375 and {r.dtype for r in runs} == {"bf16"}
-    _, _, record = fit_curve(runs[0].accelerator, runs, hbm_fraction=0.8)
+    _, record = fit_curve(efficiency_for(runs[0].accelerator), runs)
     assert record.median_abs_rel_error < 0.05 and record.p90_abs_rel_error < 0.2
 
 
@@ -75,18 +75,10 @@ def test_the_curve_fitted_to_xla_h100_kernels_predicts_mamf_finders_best_gemm() 
     """The structure check benchmarks/gemm_curve.py reports: the 375 shipped H100 kernels (256-4096 per side)
     reproduced, and mamf-finder's best shape, outside their range and never fitted, predicted."""
     runs = [r for r in load_kernel_runs() if r.accelerator.name == "h100-sxm"]
-    shape, fraction, _ = fit_curve(H100, runs, hbm_fraction=0.8)
+    fitted, _ = fit_curve(efficiency_for(H100), runs)
     best = H100.max_achievable_gemm.bf16 if H100.max_achievable_gemm else None
     assert best is not None
-    curve = model_gemm_curve(
-        H100,
-        efficiency_for(H100).model_copy(
-            update={**shape, "gemm_peak_fraction": fraction, "hbm_fraction": 0.8}
-        ),
-        "bf16",
-    )
-    m, n, k = (np.asarray([float(x)]) for x in (best.m, best.n, best.k))
-    seconds = float(curve.time_s(Shapes.of(m, k, n, 1.0, 2.0 * (m * k + k * n + m * n)))[0])
+    seconds = model_gemm_curve(H100, fitted, "bf16").one_gemm_s(best.m, best.n, best.k, "bf16")
     assert 2.0 * best.m * best.n * best.k / seconds == pytest.approx(best.flops_per_s, rel=0.05)
 
 
@@ -94,7 +86,7 @@ def test_model_time_ratios_are_one_on_the_curve_itself() -> None:
     efficiency = efficiency_for(H100)
     curve = model_gemm_curve(H100, efficiency, "bf16")
     m, n, k = np.asarray([1024.0, 4096.0]), np.asarray([2048.0, 4096.0]), np.asarray([512.0, 4096.0])
-    seconds = curve.time_s(Shapes.of(m, k, n, 1.0, 2.0 * (m * k + k * n + m * n)))
+    seconds = curve.time_s(Shapes.operands_once(m, k, n, 1.0, "bf16"))
     runs = [
         KernelRun("self", H100, "bf16", 1, int(a), int(b), int(c), 2.0 * a * b * c / t)
         for a, b, c, t in zip(m, n, k, seconds, strict=True)

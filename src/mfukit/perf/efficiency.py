@@ -29,7 +29,6 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
-import numpy as np
 from pydantic import Field
 
 from mfukit import units
@@ -414,7 +413,7 @@ def _gemm_seconds(
 ) -> float:
     """Seconds of one (M x K) @ (K x N) GEMM on ``accelerator``'s curve, the step-time model's own, at peak
     fraction ``fraction``; ``curve`` is (tile half-dimension, K overhead, launch latency s, HBM fraction)."""
-    from mfukit.perf.gemm import GemmCurve, Shapes  # gemm sits above this module's importers
+    from mfukit.perf.gemm import GemmCurve  # gemm sits above this module's importers
 
     tile_half_dim, k_overhead, latency_s, hbm_fraction = curve
     gemm = GemmCurve(
@@ -425,10 +424,7 @@ def _gemm_seconds(
         latency_s=latency_s,
         hbm_bytes_per_s=accelerator.hbm_bytes_per_s * hbm_fraction,
     )
-    element_bytes = 1.0 if dtype == "fp8" else 2.0
-    rows, inner, cols = (np.asarray([float(x)]) for x in (m, k, n))
-    moved = element_bytes * (rows * inner + inner * cols + rows * cols)
-    return float(gemm.time_s(Shapes.of(rows, inner, cols, 1.0, moved))[0])
+    return gemm.one_gemm_s(m, n, k, dtype)
 
 
 def model_gemm_curve(accelerator: Accelerator, efficiency: Efficiency, dtype: Dtype) -> GemmCurve:

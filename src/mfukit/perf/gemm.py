@@ -50,6 +50,13 @@ class Shapes:
         unique, inverse = np.unique(table, axis=1, return_inverse=True)
         return cls(unique, np.asarray(inverse, dtype=np.int64).reshape(-1), shape)
 
+    @classmethod
+    def operands_once(cls, m: Floats, k: Floats, n: Floats, batch: Floats | float, dtype: str) -> Shapes:
+        """``batch`` products (M x K) @ (K x N) in ``dtype`` (FP8 or 16-bit) whose operands and output go
+        through HBM once."""
+        element_bytes = 1.0 if dtype == "fp8" else 2.0
+        return cls.of(m, k, n, batch, element_bytes * batch * (m * k + k * n + m * n))
+
 
 @dataclass(frozen=True)
 class GemmCurve:
@@ -61,6 +68,11 @@ class GemmCurve:
     k_overhead: float  # k0, in K elements per CTA
     latency_s: float  # launch and drain of one kernel
     hbm_bytes_per_s: float  # what the kernel's operands move at
+
+    def one_gemm_s(self, m: int, n: int, k: int, dtype: str) -> float:
+        """Seconds of one (M x K) @ (K x N) GEMM in ``dtype`` whose operands and output go through HBM once."""
+        rows, inner, cols = (np.asarray([float(x)]) for x in (m, k, n))
+        return float(self.time_s(Shapes.operands_once(rows, inner, cols, 1.0, dtype))[0])
 
     def time_s(self, shapes: Shapes) -> Floats:
         """Seconds for each GEMM of ``shapes``."""

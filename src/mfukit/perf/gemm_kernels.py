@@ -25,7 +25,7 @@ from mfukit.core.hardware import Accelerator, Dtype
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import Efficiency, FitRecord, model_gemm_curve
 from mfukit.perf.evaluator import error_summary, levenberg_marquardt, soft_l1
-from mfukit.perf.gemm import GemmCurve, Shapes
+from mfukit.perf.gemm import Shapes
 from mfukit.perf.layouts import Floats
 
 KERNELS_FILE = Path(__file__).resolve().parents[3] / "benchmarks" / "data" / "kernels" / "gemm_kernels.csv"
@@ -102,68 +102,66 @@ def _kernel_run(row: dict[str, str], name: str, line: int) -> KernelRun:
 
 @dataclass(frozen=True)
 class _Sweep:
+    """One part's runs of one dtype as the curve takes them."""
+
     accelerator: Accelerator
     dtype: Dtype
     shapes: Shapes
     measured_s: Floats
 
+    @classmethod
+    def of(cls, runs: Sequence[KernelRun]) -> _Sweep:
+        batch, m, n, k = (np.asarray([float(getattr(r, f)) for r in runs]) for f in ("batch", "m", "n", "k"))
+        measured_s = 2.0 * batch * m * n * k / np.asarray([r.flops_per_s for r in runs])
+        shapes = Shapes.operands_once(m, k, n, batch, runs[0].dtype)
+        return cls(runs[0].accelerator, runs[0].dtype, shapes, measured_s)
 
-def _sweep(accelerator: Accelerator, runs: Sequence[KernelRun]) -> _Sweep:
-    batch, m, n, k = (np.asarray([float(getattr(r, f)) for r in runs]) for f in ("batch", "m", "n", "k"))
-    element_bytes = 1.0 if runs[0].dtype == "fp8" else 2.0
-    moved = element_bytes * batch * (m * k + k * n + m * n)
-    measured_s = 2.0 * batch * m * n * k / np.asarray([r.flops_per_s for r in runs])
-    return _Sweep(accelerator, runs[0].dtype, Shapes.of(m, k, n, batch, moved), measured_s)
+    def model_over_measured(self, efficiency: Efficiency) -> Floats:
+        """Each run's time on the model's curve under ``efficiency`` over its measured time."""
+        curve = model_gemm_curve(self.accelerator, efficiency, self.dtype)
+        return np.asarray(curve.time_s(self.shapes) / self.measured_s, dtype=np.float64)
 
 
-def _curve(sweep: _Sweep, x: Floats, hbm_fraction: float) -> tuple[GemmCurve, float]:
-    clipped = [min(max(float(v), low), high) for v, (low, high) in zip(x, _BOUNDS, strict=True)]
-    fraction = 1 / (1 + math.exp(-clipped[0]))
-    curve = GemmCurve(
-        peak_flops_per_s=sweep.accelerator.peak_flops(sweep.dtype) * fraction,
-        compute_units=sweep.accelerator.compute_units,
-        tile_half_dim=math.exp(clipped[1]),
-        k_overhead=math.exp(clipped[2]),
-        latency_s=math.exp(clipped[3]),
-        hbm_bytes_per_s=sweep.accelerator.hbm_bytes_per_s * hbm_fraction,
+def _decoded(base: Efficiency, dtype: Dtype, x: Floats) -> Efficiency:
+    """``base`` with the curve constants of the search point ``x`` (its peak fraction on ``dtype``'s field)."""
+    fraction, tile, k_overhead, latency = (
+        min(max(float(v), low), high) for v, (low, high) in zip(x, _BOUNDS, strict=True)
     )
-    return curve, fraction
+    return base.model_copy(
+        update={
+            "fp8_gemm_peak_fraction" if dtype == "fp8" else "gemm_peak_fraction": 1
+            / (1 + math.exp(-fraction)),
+            "gemm_tile_half_dim": math.exp(tile),
+            "gemm_k_overhead": math.exp(k_overhead),
+            "gemm_latency_s": math.exp(latency),
+        }
+    )
 
 
-def fit_curve(
-    accelerator: Accelerator, runs: Sequence[KernelRun], hbm_fraction: float
-) -> tuple[dict[str, float], float, FitRecord]:
-    """The curve's shape constants (tile half-dimension, K prologue, launch latency, keyed by their
-    efficiency-profile names) that reproduce ``runs`` (one dtype on ``accelerator``), the peak fraction the
-    kernels reach alone, and the fit record (rows, error on them)."""
-    sweep = _sweep(accelerator, runs)
+def fit_curve(base: Efficiency, runs: Sequence[KernelRun]) -> tuple[Efficiency, FitRecord]:
+    """``base`` (a part's constants) with the GEMM curve that reproduces ``runs`` (one dtype on that part):
+    the peak fraction the kernels reach alone, the tile half-dimension, the K prologue and the launch
+    latency; and the fit record (rows, error on them). The memory roofline keeps ``base``'s HBM fraction."""
+    sweep = _Sweep.of(runs)
 
     def residuals(x: Floats) -> Floats:
-        curve, _ = _curve(sweep, x, hbm_fraction)
-        return soft_l1(np.log(curve.time_s(sweep.shapes) / sweep.measured_s), np.ones(len(runs)))
+        ratios = sweep.model_over_measured(_decoded(base, sweep.dtype, x))
+        return soft_l1(np.log(ratios), np.ones(len(runs)))
 
     start = np.asarray([math.log(0.8 / 0.2), math.log(32.0), math.log(64.0), math.log(5e-6)])
-    best = levenberg_marquardt(residuals, start, iterations=100)
-    curve, fraction = _curve(sweep, best, hbm_fraction)
-    median, p90 = error_summary(sweep.measured_s / curve.time_s(sweep.shapes) - 1)
+    fitted = _decoded(base, sweep.dtype, levenberg_marquardt(residuals, start, iterations=100))
+    median, p90 = error_summary(1 / sweep.model_over_measured(fitted) - 1)
     record = FitRecord(
         sources=sorted({r.source for r in runs}),
         rows=len(runs),
         median_abs_rel_error=median,
         p90_abs_rel_error=p90,
     )
-    shape = {
-        "gemm_tile_half_dim": curve.tile_half_dim,
-        "gemm_k_overhead": curve.k_overhead,
-        "gemm_latency_s": curve.latency_s,
-    }
-    return shape, fraction, record
+    return fitted, record
 
 
 def model_time_ratios(runs: Sequence[KernelRun], efficiency: Efficiency) -> Floats:
     """Each run's time on the step-time model's GEMM curve (``efficiency``'s constants) over its measured
     time (``runs``: one dtype on one accelerator): 2 means the model runs that GEMM at half the speed it ran
     alone."""
-    sweep = _sweep(runs[0].accelerator, runs)
-    curve = model_gemm_curve(sweep.accelerator, efficiency, sweep.dtype)
-    return np.asarray(curve.time_s(sweep.shapes) / sweep.measured_s, dtype=np.float64)
+    return _Sweep.of(runs).model_over_measured(efficiency)
