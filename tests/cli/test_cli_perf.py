@@ -209,6 +209,16 @@ def test_estimate_rejects_an_interleaved_pipeline_with_too_few_micro_batches(mfu
     assert "parallelism.vpp" in run.stderr and "multiple of pp" in run.stderr and "2,048" in run.stderr
 
 
+def test_estimate_refuses_virtual_stages_on_a_stack_without_an_interleaved_schedule(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = mfukit(
+        "estimate", "--model", "llama3.1-70b", "--gpu", "h100-sxm", "--gpus", "64", "--seq-len", "4096",
+        "--tp", "8", "--pp", "4", "--vpp", "2", "--global-batch-size", "256", "--framework", "nanotron",
+    )  # fmt: skip
+    assert run.exit_code == 2
+    assert "parallelism.vpp" in run.stderr and "nanotron" in run.stderr and "megatron-core" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
 def test_plan_ranks_on_the_lower_bound_and_marks_what_no_run_measured(mfukit) -> None:  # type: ignore[no-untyped-def]
     # LLaMA-65B on 2,048 A100s (the paper measured 49.6 % MFU): Megatron-Core searches what it implements
     # (no DeepSpeed ZeRO-3), ranks on the lower bound of each layout's 80 % interval, and marks a top plan

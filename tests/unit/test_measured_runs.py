@@ -97,6 +97,19 @@ def test_a_row_becomes_a_case_with_the_stack_defaults(tmp_path: Path) -> None:
     assert case.system.name == "dgx-a100-80gb" and case.measured_tokens_per_s_per_gpu == 2500
 
 
+def test_an_unpublished_vpp_is_tuned_only_on_a_stack_that_interleaves(tmp_path: Path) -> None:
+    rows = [
+        _row(row_id="1"),
+        _row(row_id="2", vpp="1"),
+        _row(row_id="3", framework="megatron-deepspeed", zero_stage_or_fsdp="ZeRO-1"),
+    ]
+    tuned, published, deepspeed = read_runs(_write(tmp_path / "runs.csv", rows, ("framework",)))[0]
+    # 32 layers on 2 ranks, 8 micro-batches: the interleaved schedule shrinks the bubble (pp - 1) / (v m)
+    assert tuned.layout.vpp > 1 and 32 % (2 * tuned.layout.vpp) == 0
+    assert published.layout.vpp == 1
+    assert deepspeed.layout.vpp == 1  # DeepSpeed's PipelineEngine runs one stage per rank
+
+
 def test_deepspeed_zero3_and_eager_attention_are_read(tmp_path: Path) -> None:
     row = _row(zero_stage_or_fsdp="ZeRO-3", tp="1", pp="1", dp="64", framework="DeepSpeed", attention="eager")
     (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework", "attention")))

@@ -82,7 +82,7 @@ def test_gqa_shrinks_k_and_v() -> None:
     ],
 )
 def test_bytes_per_param(layout: Parallelism, expected: float) -> None:
-    assert state_bytes_per_param(sharding_of(layout), 64, "bf16").total == pytest.approx(expected)
+    assert state_bytes_per_param(sharding_of(layout), 64, "bf16", "fp32").total == pytest.approx(expected)
 
 
 def test_pipeline_in_flight() -> None:

@@ -16,8 +16,11 @@ from mfukit.perf.memory import (
     FP8_WEIGHT_COPY_BYTES,
     StepShape,
     estimate_memory,
+    gathered_weight_bytes,
+    gradient_reduce_bytes,
     stack_memory,
     stack_memory_table,
+    state_bytes_per_param,
 )
 from mfukit.perf.memory_grid import grid_memory
 
@@ -93,6 +96,26 @@ def test_the_stack_sets_the_workload_memory_fields() -> None:
     assert (titan.kernels, titan.fp8_weights, titan.expandable_segments) == ("eager", "transient", True)
     unknown = training_workload(LLAMA_8B, training.model_copy(update={"framework": "in-house"}), 128)
     assert (unknown.kernels, unknown.fp8_weights) == ("fused", "transient")
+
+
+def test_nemo_fp8_recipes_keep_and_reduce_their_main_gradients_in_16_bits() -> None:
+    # scripts/performance/helpers.py sets grad_reduce_in_fp32 = False for every FP8 recipe, not for bf16
+    nemo = TrainingSection(seq_len=8192, precision="fp8", framework="nemo")
+    fp8 = training_workload(LLAMA_70B, nemo, 128)
+    bf16 = training_workload(LLAMA_70B, nemo.model_copy(update={"precision": "bf16"}), 128)
+    core = training_workload(LLAMA_70B, nemo.model_copy(update={"framework": "megatron-core"}), 128)
+    dist_opt = Parallelism(tp=8, dp=16, zero=1)
+    reduce = [gradient_reduce_bytes(dist_opt, w.precision, w.fp8_main_grads) for w in (fp8, bf16, core)]
+    assert reduce == [2.0, 4.0, 4.0]
+    # the gradient buffer is the reduction's dtype: 2 + 2 + 12/DP with the distributed optimizer
+    states = state_bytes_per_param("distributed-optimizer", 16, fp8.precision, fp8.fp8_main_grads)
+    assert states.total == pytest.approx(2 + 2 + 12 / 16)
+    # DeepSpeed ZeRO reduces its 16-bit gradients either way
+    assert gradient_reduce_bytes(Parallelism(dp=16, zero=2, zero_impl="deepspeed"), "bf16", "16-bit") == 2.0
+    # --fp8-param-gather: FP8 primary weights are all-gathered as FP8, 16-bit ones in 16 bits
+    assert gathered_weight_bytes(fp8.precision, fp8.fp8_weights) == 1.0
+    assert gathered_weight_bytes(core.precision, core.fp8_weights) == 2.0
+    assert gathered_weight_bytes(bf16.precision, bf16.fp8_weights) == 2.0
 
 
 def test_attention_eager_stores_the_scores() -> None:

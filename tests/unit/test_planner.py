@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import numpy as np
 
 from mfukit import catalog
 from mfukit.core.parallelism import layout_problems
 from mfukit.perf.layouts import Workload
-from mfukit.perf.planner import SearchSpace, enumerate_layouts, search
+from mfukit.perf.planner import SearchSpace, enumerate_layouts, search, stack_space
 from mfukit.perf.scaling import smallest_count, valid_counts
 
 LLAMA = catalog.model("llama2-70b")
@@ -178,3 +179,15 @@ def test_no_smaller_count_meets_the_deadline_when_awkward_counts_have_poor_layou
             count
         ]
         assert plan is None or plan.time_to_train_s / 0.9 > 86400.0, count  # type: ignore[operator]
+
+
+def test_a_stack_without_an_interleaved_schedule_is_searched_at_one_stage_per_rank() -> None:
+    for stack, interleaves in (("nanotron", False), ("megatron-deepspeed", False), ("nemo", True)):
+        workload = replace(WORKLOAD, framework=stack)
+        space = stack_space(SearchSpace(), workload, H100)
+        assert (space.vpp is None) == interleaves, stack
+        grid, _, _ = enumerate_layouts(workload, DGX_H100, 256, space)
+        assert bool(np.any(grid.vpp > 1)) == interleaves, stack
+    # a space that names its vpp keeps it
+    named = SearchSpace(vpp=(1, 2))
+    assert stack_space(named, replace(WORKLOAD, framework="nanotron"), H100).vpp == (1, 2)

@@ -11,7 +11,7 @@ from mfukit.perf.estimate import evaluate_layout
 from mfukit.perf.layouts import Workload, grid_of
 from mfukit.perf.planner import evaluate_grid_memory
 from mfukit.perf.step_time import machine_for
-from mfukit.perf.unpublished import tuned_choice
+from mfukit.perf.unpublished import interleavings, tuned_choice
 
 A100 = catalog.accelerator("a100-80gb-sxm")
 DGX_A100 = catalog.system("dgx-a100-80gb")
@@ -72,3 +72,28 @@ def test_fewer_zero3_gathers_make_the_tuned_choice_faster_than_micro_batches_of_
     assert tuned.plan is not None and one.plan is not None
     assert tuned.micro_batch_size > 1 and tuned.plan.step_time_s < one.plan.step_time_s
     assert tuned.layout.recompute == "full"  # given by the layout (it was set): kept
+
+
+def test_interleavings_split_the_layers_evenly_or_as_the_recipes_do() -> None:
+    assert interleavings(96, 1) == [1]
+    assert interleavings(96, 8) == [1, 2, 3, 4, 6]  # 96 / (8 v) whole; 97 and 98 split for no other v
+    # 126 layers on 16 ranks (Llama 3 405B): the embedding and the loss counted as layers, 128 / (16 v) whole
+    assert interleavings(126, 16) == [1, 2, 4]
+    assert interleavings(80, 4) == [1, 2, 4, 5]  # 80 / 12 and 80 / 24 do not divide, nor do 78 and 79
+
+
+def test_an_unpublished_vpp_is_the_fastest_interleaving_that_fits() -> None:
+    workload = Workload(model=GPT3, seq_len=2048, global_batch_sequences=512)
+    layout = Parallelism(tp=8, pp=8, dp=4, recompute="selective", sequence_parallel=True)
+    options = interleavings(GPT3.num_hidden_layers, layout.pp)
+    choice = tuned_choice(
+        workload, layout, MACHINE, micro_batch_size=1, recomputes=("selective",), vpps=options
+    )
+    assert choice.layout.vpp > 1 and any("vpp not given" in note for note in choice.notes)
+    chosen_step, _ = _step_and_memory(workload, choice.layout, 1)
+    for vpp in options:
+        step, memory = _step_and_memory(workload, layout.model_copy(update={"vpp": vpp}), 1)
+        assert memory > A100.hbm_bytes or step >= chosen_step - 1e-9
+    # without candidates the layout's own vpp stays
+    kept = tuned_choice(workload, layout, MACHINE, micro_batch_size=1, recomputes=("selective",))
+    assert kept.layout.vpp == 1 and kept.notes == []

@@ -97,6 +97,10 @@ FRAMEWORK_FACTS: dict[str, float | str | None] = {
     # 1: with sequence parallelism on a GPU with FP8 tensor cores (Hopper and later), the stack's recipes split
     # the TP collectives under the GEMMs (Transformer Engine userbuffers, --tp-comm-overlap) unless told not to
     "tp_comm_overlap": 0.0,
+    # 1: the stack's pipeline can interleave virtual stages (Megatron's interleaved 1F1B, torchtitan's
+    # Interleaved1F1B; parallelism.vpp > 1); 0: one stage per rank only (DeepSpeed's PipelineEngine, nanotron's
+    # 1F1B and all-forward-all-backward engines)
+    "interleaved_pipeline": 1.0,
     # ZeRO-3 / FSDP, how the weights are gathered: one collective per layer (FSDP's flat parameter of a
     # wrapped block) or one per weight matrix (DeepSpeed's per-submodule fetch; norms and biases stay
     # resident below stage3_param_persistence_threshold), and how many parameters are prefetched ahead of
@@ -173,6 +177,7 @@ class FrameworkProfile(Strict):
     fp8_weight_cast_bytes: float | None = Field(default=None, ge=0)
     fp8_fused_input_casts: float | None = Field(default=None, ge=0, le=1)
     tp_comm_overlap: float | None = Field(default=None, ge=0, le=1)
+    interleaved_pipeline: float | None = Field(default=None, ge=0, le=1)
     zero3_gathers: Zero3Gathers | None = None
     zero3_prefetch_params: float | None = Field(default=None, gt=0)
     shardings: list[Sharding] | None = None
@@ -251,6 +256,7 @@ class Efficiency(Strict):
     fp8_weight_cast_bytes: float = Field(ge=0)
     fp8_fused_input_casts: float = Field(ge=0, le=1)
     tp_comm_overlap: float = Field(ge=0, le=1)
+    interleaved_pipeline: float = Field(ge=0, le=1)
     zero3_gathers: Zero3Gathers
     zero3_prefetch_params: float | None = Field(default=None, gt=0)
     shardings: list[Sharding] | None = None

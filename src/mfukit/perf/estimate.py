@@ -97,6 +97,15 @@ def evaluate_layout(
     set: :func:`~mfukit.perf.unpublished.tuned_choice`)."""
     machine = machine_for(system, accelerator, num_gpus)
     efficiency = efficiency_for(accelerator, workload.framework)
+    if layout.vpp > 1 and not efficiency.interleaved_pipeline:
+        raise InputError(
+            f"training.framework {workload.framework} runs one pipeline stage per rank: it has no interleaved "
+            f"schedule for vpp {layout.vpp}",
+            source=source,
+            field="parallelism.vpp",
+            value=layout.vpp,
+            hint="set vpp = 1, or a framework with an interleaved 1F1B schedule (megatron-core, nemo, torchtitan)",
+        )
     probe = micro_batch_size or 1
     problems = _problems(workload, system, num_gpus, layout, probe, _sequences(workload, layout, probe))
     if problems:

@@ -22,7 +22,7 @@ from mfukit.core.parallelism import Parallelism, Recompute, stage_layer_counts
 from mfukit.core.scenario import Fp8Recipe, Precision
 from mfukit.perf.activations import Kernels, SelectiveRecompute
 from mfukit.perf.flops import AttentionConvention
-from mfukit.perf.memory import Fp8Weights, Sharding, StepShape, sharding_of
+from mfukit.perf.memory import Fp8Weights, MainGrads, Sharding, StepShape, sharding_of
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
@@ -76,9 +76,11 @@ class Workload:
     attention: AttentionConvention = "full"
     # Memory behaviour of the software stack (set per training.framework from data/memory_stacks.toml by
     # mfukit.perf.inputs): what its kernels save for backward (te | fused | eager), how it holds FP8 weights
-    # (cached | primary | transient), whether it runs PyTorch's expandable-segments allocator.
+    # (cached | primary | transient), its main gradients under FP8 (fp32 | 16-bit), whether it runs PyTorch's
+    # expandable-segments allocator.
     kernels: Kernels = "fused"
     fp8_weights: Fp8Weights = "transient"
+    fp8_main_grads: MainGrads = "fp32"
     expandable_segments: bool = False
     # the stack's loss kernel (None: as the kernels, fused unless eager); what recompute = "selective" keeps
     fused_cross_entropy: bool | None = None
@@ -111,6 +113,7 @@ class Workload:
             flash_attention=self.flash_attention,
             kernels=self.kernels,
             fp8_weights=self.fp8_weights,
+            fp8_main_grads=self.fp8_main_grads,
             expandable_segments=self.expandable_segments,
             fused_cross_entropy=self.fused_cross_entropy,
             fused_norm=self.fused_norm,

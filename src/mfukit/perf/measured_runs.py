@@ -27,7 +27,7 @@ from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split,
 from mfukit.core.scenario import Fp8Recipe, Precision
 from mfukit.errors import InputError
 from mfukit.perf import flops
-from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload, rounded_batch
+from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload, rounded_batch, stage_counts
 from mfukit.perf.memory import stack_memory_fields
 
 Accounting = Literal["model", "hardware"]
@@ -362,7 +362,16 @@ def _case(row: _Row) -> Case | SkippedRow:
     )
     if problems:
         raise row.error(problems[0].field.split(".")[-1], problems[0].message, problems[0].fix)
-    if micro is None or recomputes is None or len(recomputes) > 1:
+    from mfukit.perf.efficiency import efficiency_for
+    from mfukit.perf.unpublished import interleavings
+
+    # a pipeline without a published vpp, on a stack that interleaves: any of the splits it allows
+    vpps = (
+        interleavings(model.num_hidden_layers, pp)
+        if not row.has("vpp") and efficiency_for(accelerator, stack).interleaved_pipeline
+        else None
+    )
+    if micro is None or recomputes is None or len(recomputes) > 1 or (vpps is not None and len(vpps) > 1):
         # an unpublished knob: what a tuned run of the layout uses (the step-time and memory models' choice)
         from mfukit.perf.step_time import machine_for
         from mfukit.perf.unpublished import tuned_choice
@@ -373,6 +382,7 @@ def _case(row: _Row) -> Case | SkippedRow:
             machine_for(system, accelerator, n_gpus),
             micro_batch_size=micro,
             recomputes=recomputes,
+            vpps=vpps,
         )
         layout, micro = choice.layout, choice.micro_batch_size
     # a batch published in tokens (OPT's 2M) need not split into whole micro-batches per rank: the nearest
@@ -389,10 +399,10 @@ def _case(row: _Row) -> Case | SkippedRow:
         )
     from mfukit.perf.planner import interleaving_breaks
 
-    if interleaving_breaks(pp, vpp, batch // per_step):
+    if interleaving_breaks(pp, layout.vpp, batch // per_step):
         raise row.error(
             "vpp",
-            f"an interleaved pipeline (pp {pp}, vpp {vpp}) needs the micro-batches per step to be a multiple of "
+            f"an interleaved pipeline (pp {pp}, vpp {layout.vpp}) needs the micro-batches per step to be a multiple of "
             f"pp, and {batch} / (dp {dp} x micro_batch {micro}) = {batch // per_step} is not",
             "check the batch, dp, micro_batch and vpp columns (Megatron's interleaved 1F1B schedule)",
         )
@@ -400,8 +410,7 @@ def _case(row: _Row) -> Case | SkippedRow:
     measured, accounting = _measured(
         row, replace(workload, global_batch_sequences=published), layout, n_gpus, accelerator
     )
-    per_stage = model.num_hidden_layers // pp
-    first, last = split or (per_stage, per_stage)
+    first, last = stage_counts(layout, model.num_hidden_layers)
     memory = row.number("peak_mem_gib_per_gpu") * 2.0**30 if row.has("peak_mem_gib_per_gpu") else None
     return Case(
         source=row.text("source_group"),

@@ -73,6 +73,13 @@ FP8_WEIGHTS_NAMES: dict[Fp8Weights, str] = {
     "transient": "16-bit weights cast to FP8 per GEMM, no copy kept (torchao Float8Linear: torchtitan)",
 }
 
+# The dtype of Megatron's main gradients, the buffer its backward accumulates into and its data-parallel
+# reduction moves (Workload.fp8_main_grads, read only with precision fp8): fp32 unless told otherwise (Megatron-LM
+# sets --accumulate-allreduce-grads-in-fp32 for bf16; DistributedDataParallelConfig.grad_reduce_in_fp32 sizes
+# the buffer), 16-bit where a stack's FP8 recipes turn it off (NeMo's scripts/performance FP8 runs:
+# plugins.grad_reduce_in_fp32 = False)
+MainGrads = Literal["fp32", "16-bit"]
+
 Sharding = Literal[
     "none",
     "distributed-optimizer",
@@ -123,6 +130,7 @@ class StackMemory(Strict):
 
     kernels: Kernels
     fp8_weights: Fp8Weights
+    fp8_main_grads: MainGrads = "fp32"
     expandable_segments: bool
     fused_cross_entropy: bool | None = None  # None: as the kernels
     fused_norm: bool | None = None  # None: as the kernels
@@ -165,6 +173,7 @@ def stack_memory_fields(framework: str) -> dict[str, object]:
     return {
         "kernels": stack.kernels,
         "fp8_weights": stack.fp8_weights,
+        "fp8_main_grads": stack.fp8_main_grads,
         "expandable_segments": stack.expandable_segments,
         "fused_cross_entropy": stack.fused_cross_entropy,
         "fused_norm": stack.fused_norm,
@@ -193,12 +202,28 @@ def weight_bytes_per_param(precision: Precision) -> float:
     return FP32_BYTES if precision == "fp32" else 2.0
 
 
-def gradient_reduce_bytes(layout: Parallelism, precision: Precision) -> float:
-    """Bytes per gradient element in the data-parallel reduction: fp32 for Megatron (main grads reduce in
-    fp32 unless --grad-reduce-in-bf16) and FSDP2 (torchtitan's default reduce dtype); the 16-bit gradient
-    for DeepSpeed ZeRO."""
-    if sharding_of(layout) in {"zero-1", "zero-2", "zero-3"}:
+def gathered_weight_bytes(precision: Precision, fp8_weights: Fp8Weights) -> float:
+    """Bytes per weight a data-parallel all-gather of the weights moves (the distributed optimizer's updated
+    weights, ZeRO-3/FSDP units): FP8 primary weights travel as FP8 (``--fp8-param-gather``: 1 B), others in
+    their working dtype."""
+    return 1.0 if precision == "fp8" and fp8_weights == "primary" else weight_bytes_per_param(precision)
+
+
+def main_grad_bytes(precision: Precision, fp8_main_grads: MainGrads) -> float:
+    """Bytes of one of Megatron's main gradients (:data:`MainGrads`): 2 for an FP8 recipe that reduces in
+    16 bits, else 4."""
+    return 2.0 if precision == "fp8" and fp8_main_grads == "16-bit" else FP32_BYTES
+
+
+def gradient_reduce_bytes(layout: Parallelism, precision: Precision, fp8_main_grads: MainGrads) -> float:
+    """Bytes per gradient element in the data-parallel reduction: Megatron's main gradients (fp32 unless
+    --grad-reduce-in-bf16 or an FP8 recipe's grad_reduce_in_fp32 = False), fp32 for FSDP2 (torchtitan's
+    default reduce dtype); the 16-bit gradient for DeepSpeed ZeRO."""
+    sharding = sharding_of(layout)
+    if sharding in {"zero-1", "zero-2", "zero-3"}:
         return weight_bytes_per_param(precision)
+    if sharding in {"none", "distributed-optimizer"}:
+        return main_grad_bytes(precision, fp8_main_grads)
     return FP32_BYTES
 
 
@@ -215,7 +240,9 @@ class StateBytesPerParam:
         return self.weights + self.gradients + self.optimizer
 
 
-def state_bytes_per_param(sharding: Sharding, shard_ranks: int, precision: Precision) -> StateBytesPerParam:
+def state_bytes_per_param(
+    sharding: Sharding, shard_ranks: int, precision: Precision, fp8_main_grads: MainGrads
+) -> StateBytesPerParam:
     """Mixed-precision Adam model states per parameter when ``shard_ranks`` GPUs share one copy.
 
     ``w`` is the working weight (2 B, or 4 B in fp32); ``master`` the fp32 master copy (absent in fp32).
@@ -224,15 +251,17 @@ def state_bytes_per_param(sharding: Sharding, shard_ranks: int, precision: Preci
     (2 + 18/DP for ZeRO-2: 16-bit grads + fp32 grad partition + fp32 master + Adam, sharded; 18/DP for
     ZeRO-3, whose 16-bit gradient partition is transient); ZeRO-1 keeps the 16-bit gradients whole. FSDP2 (``fully_shard`` with ``MixedPrecisionPolicy(param_dtype=bf16)``):
     the sharded fp32 parameter is the master copy, its fp32 gradient and Adam states are sharded too.
+    Megatron's main gradients are 16-bit under an FP8 recipe that reduces in 16 bits (:data:`MainGrads`).
     """
     d = float(shard_ranks)
     w = weight_bytes_per_param(precision)
     master = 0.0 if precision == "fp32" else FP32_BYTES
     fp32_grad_partition = 0.0 if precision == "fp32" else FP32_BYTES
+    main_grads = main_grad_bytes(precision, fp8_main_grads)
     if sharding == "none":
-        return StateBytesPerParam(w, FP32_BYTES, master + ADAM_STATE_BYTES)
+        return StateBytesPerParam(w, main_grads, master + ADAM_STATE_BYTES)
     if sharding == "distributed-optimizer":
-        return StateBytesPerParam(w, FP32_BYTES, (master + ADAM_STATE_BYTES) / d)
+        return StateBytesPerParam(w, main_grads, (master + ADAM_STATE_BYTES) / d)
     if sharding == "zero-1":
         return StateBytesPerParam(w, w + fp32_grad_partition / d, (master + ADAM_STATE_BYTES) / d)
     if sharding == "zero-2":
@@ -293,7 +322,7 @@ def held_state_bytes_per_param(sharding: Sharding, shard_ranks: int, shape: Step
     (ZeRO-Infinity ``offload_param``; FSDP2 ``CPUOffloadPolicy``, which moves the gradient shards with them)
     moves that share of the sharded 16-bit parameters: it needs parameters sharded (ZeRO-3, FSDP); other
     layouts keep whole weights on the GPU."""
-    state = state_bytes_per_param(sharding, shard_ranks, shape.precision)
+    state = state_bytes_per_param(sharding, shard_ranks, shape.precision, shape.fp8_main_grads)
     keep_optimizer = 1.0 - shape.offload_optimizer
     gradients = state.gradients
     fp32_partition = 0.0 if shape.precision == "fp32" else FP32_BYTES / shard_ranks
@@ -452,6 +481,7 @@ class StepShape:
     dropout: bool = False
     kernels: Kernels = "fused"
     fp8_weights: Fp8Weights = "transient"
+    fp8_main_grads: MainGrads = "fp32"
     expandable_segments: bool = False  # PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     fused_cross_entropy: bool | None = None  # None: as the kernels (fused unless eager)
     fused_norm: bool | None = None  # None: as the kernels (fused unless eager)
@@ -630,7 +660,9 @@ def _stage_memory(
         # The unit being computed and the one prefetched are unsharded in the 16-bit dtype, and one unit's
         # gradient exists unsharded before its reduce-scatter (FSDP2 implicit prefetch; DeepSpeed's
         # estimate_zero3_model_states_mem_needs counts 4 B x largest layer for the same buffers).
-        gather = params.largest_unit * (2 * w + gradient_reduce_bytes(layout, shape.precision))
+        gather = params.largest_unit * (
+            2 * w + gradient_reduce_bytes(layout, shape.precision, shape.fp8_main_grads)
+        )
     comm = framework_buffers(model, layout, sharding, act, w, allowances)
     fp8_copies = params.gemm * fp8_weight_copy_bytes_per_param(sharding, shape)
     allocated = (

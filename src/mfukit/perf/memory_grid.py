@@ -175,7 +175,9 @@ class _Terms:
         if not _GATHERING[sharding]:
             return 0.0
         layout = _sharded(SHARDINGS[sharding])
-        return 2 * weight_bytes_per_param(self.w.precision) + gradient_reduce_bytes(layout, self.w.precision)
+        return 2 * weight_bytes_per_param(self.w.precision) + gradient_reduce_bytes(
+            layout, self.w.precision, self.w.fp8_main_grads
+        )
 
     def fp8_copy_bytes_per_param(self, sharding: int) -> float:
         return fp8_weight_copy_bytes_per_param(SHARDINGS[sharding], self.shape())

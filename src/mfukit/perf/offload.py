@@ -92,7 +92,9 @@ def offload_time(
     w = weight_bytes_per_param(workload.precision)
     grad_bytes = np.asarray(
         [
-            gradient_reduce_bytes(Parallelism.model_validate(sharding_fields(n)), workload.precision)
+            gradient_reduce_bytes(
+                Parallelism.model_validate(sharding_fields(n)), workload.precision, workload.fp8_main_grads
+            )
             for n in SHARDINGS
         ]
     )[grid.sharding]

@@ -213,12 +213,15 @@ def _cartesian(*lengths: int) -> list[np.ndarray]:
 
 
 def stack_space(space: SearchSpace, workload: Workload, accelerator: Accelerator) -> SearchSpace:
-    """``space`` with the shardings narrowed to what the workload's stack implements (its facts in
-    perf/data/efficiency.toml), unless the space already names its shardings."""
-    supported = efficiency_for(accelerator, workload.framework).shardings
-    if supported is None or space.sharding != DEFAULT_SHARDINGS:
-        return space
-    return replace(space, sharding=tuple(name for name in DEFAULT_SHARDINGS if name in supported))
+    """``space`` narrowed to what the workload's stack implements (its facts in perf/data/efficiency.toml):
+    its shardings, unless the space already names them, and one stage per rank (vpp 1) for a stack without
+    an interleaved schedule, unless the space names the vpp."""
+    facts = efficiency_for(accelerator, workload.framework)
+    if facts.shardings is not None and space.sharding == DEFAULT_SHARDINGS:
+        space = replace(space, sharding=tuple(name for name in DEFAULT_SHARDINGS if name in facts.shardings))
+    if not facts.interleaved_pipeline and space.vpp is None:
+        space = replace(space, vpp=(1,))
+    return space
 
 
 def enumerate_layouts(

@@ -36,7 +36,7 @@ import numpy as np
 from mfukit.perf.efficiency import EagerElementwise as ElementwiseKernels
 from mfukit.perf.gemm import Shapes
 from mfukit.perf.layouts import Floats, LayoutGrid, Workload
-from mfukit.perf.memory import weight_bytes_per_param
+from mfukit.perf.memory import gathered_weight_bytes
 from mfukit.perf.memory_grid import stage_layer_kinds
 
 # Element accesses of the activation dtype per element, fused kernels vs composite eager ops (module docstring)
@@ -102,7 +102,7 @@ class LayerShapes:
     activation_bytes: Floats  # one micro-batch's hidden states (what TP collectives move)
     kv_chunk_bytes: Floats  # K and V of one CP rank's tokens (one ring step)
     dispatch_bytes: Floats  # what one rank sends in one MoE all-to-all
-    weight_bytes: float
+    weight_bytes: float  # per weight in a data-parallel all-gather (FP8 primary weights: 1 B)
     first_counts: tuple[Floats, Floats]  # (dense, MoE) layers on the first stage
     middle_counts: tuple[Floats, Floats]
     last_counts: tuple[Floats, Floats]
@@ -266,7 +266,7 @@ def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "f
         activation_bytes=t * h * act,
         kv_chunk_bytes=t * kv_width * act,
         dispatch_bytes=dispatch,
-        weight_bytes=weight_bytes_per_param(w.precision),
+        weight_bytes=gathered_weight_bytes(w.precision, w.fp8_weights),
         first_counts=first,
         middle_counts=(middle[0], middle[1]),
         last_counts=last,

@@ -205,7 +205,7 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         [
             reduce_bytes
             if reduce_bytes is not None and name in _DDP_STYLE
-            else gradient_reduce_bytes(_sharding_layout(name), workload.precision)
+            else gradient_reduce_bytes(_sharding_layout(name), workload.precision, workload.fp8_main_grads)
             for name in SHARDINGS
         ]
     )

@@ -40,7 +40,7 @@ from mfukit.comm.model import nic_bytes
 from mfukit.comm.topology import CommTopology
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
-from mfukit.perf.memory import StepShape, gradient_reduce_bytes, parameters_per_gpu, weight_bytes_per_param
+from mfukit.perf.memory import StepShape, gathered_weight_bytes, gradient_reduce_bytes, parameters_per_gpu
 
 BACKWARD_SHARE = 2.0 / 3.0  # backward = 2 x forward (Narayanan et al. 2021, eq. 3)
 
@@ -182,8 +182,8 @@ def model_gradient_traffic(
         layout,
         dense_params_per_gpu=dense,
         expert_params_per_gpu=expert,
-        grad_bytes=gradient_reduce_bytes(layout, shape.precision),
-        weight_bytes=weight_bytes_per_param(shape.precision),
+        grad_bytes=gradient_reduce_bytes(layout, shape.precision, shape.fp8_main_grads),
+        weight_bytes=gathered_weight_bytes(shape.precision, shape.fp8_weights),
         topology=topology,
         num_microbatches=shape.num_microbatches or 1,
         microbatch_compute_s=microbatch_compute_s,

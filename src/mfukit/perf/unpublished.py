@@ -11,6 +11,11 @@ the weights it moved; and a recompute mode guessed too light refuses a layout th
   ``examples/gpt3/train_gpt3_175b_distributed.sh`` and NeMo's Llama 3 70B recipe set 1). Without a pipeline
   it is one of the planner's sizes (up to 16) that splits each DP rank's sequences into whole micro-batches;
 - **the recompute** is none, selective or full;
+- **the virtual pipeline stages** (read for a measured run that gives a pipeline but no vpp, on a stack with an
+  interleaved schedule): 1 to :data:`~mfukit.perf.planner.MAX_VPP` chunks per rank that split the layers
+  (evenly, or as :func:`~mfukit.core.parallelism.default_stage_split` splits them), as the NeMo and
+  Megatron-Bridge recipes interleave their pipelined layouts (the bubble is (pp - 1) / (v m), Narayanan et al.
+  SC21 §2.2.2);
 - of those candidates, the fastest that fits in HBM with the headroom ``plan`` keeps free (the memory model's
   peak) by the step-time model under the installed constants, as a run tuned on its cluster would be; when
   none fits, the one that needs the least memory (and the estimate says it does not fit).
@@ -20,13 +25,14 @@ Calibration rows are read once, with the shipped constants; a refit does not rev
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from mfukit.core.parallelism import Parallelism, Recompute
+from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split
 from mfukit.perf.layouts import RECOMPUTES, Workload, grid_of, rounded_batch
-from mfukit.perf.planner import evaluate_grid_memory, interleaving_breaks, micro_batch_options
+from mfukit.perf.planner import MAX_VPP, evaluate_grid_memory, interleaving_breaks, micro_batch_options
 from mfukit.perf.step_time import Machine
 
 
@@ -44,31 +50,34 @@ def tuned_choice(
     *,
     micro_batch_size: int | None,
     recomputes: tuple[Recompute, ...] | None,
+    vpps: Sequence[int] | None = None,
     headroom_bytes: float = 0.0,
 ) -> TunedChoice:
-    """The micro-batch (``micro_batch_size`` when given) and recompute (one of ``recomputes``; every mode when
-    None) a tuned run of ``layout`` uses (module docstring); fitting means leaving ``headroom_bytes`` of HBM
-    free, as ``plan`` does."""
+    """The micro-batch (``micro_batch_size`` when given), recompute (one of ``recomputes``; every mode when
+    None) and virtual pipeline stages (one of ``vpps``; the layout's when None) a tuned run of ``layout`` uses
+    (module docstring); fitting means leaving ``headroom_bytes`` of HBM free, as ``plan`` does."""
     modes = RECOMPUTES if recomputes is None else recomputes
     if micro_batch_size is not None:
         sizes = [micro_batch_size]
     else:  # the planner's micro-batch sizes (those that split the batch); 1 with a pipeline
         sizes = [1] if layout.pp > 1 else micro_batch_options(workload)
-    pairs = [
-        (mode, size, int(batch))
+    chunks = [_with_vpp(layout, workload.model.num_hidden_layers, v) for v in (vpps or [layout.vpp])]
+    options = [
+        (chunked.model_copy(update={"recompute": mode}), size, int(batch))
+        for chunked in chunks
         for mode in modes
         for size in sizes
         for batch in rounded_batch(workload, [layout.dp * size]).tolist()
-        if batch > 0 and not interleaving_breaks(layout.pp, layout.vpp, batch // (layout.dp * size))
+        if batch > 0 and not interleaving_breaks(layout.pp, chunked.vpp, batch // (layout.dp * size))
     ]
-    if not pairs:  # no candidate splits the batch: the estimate says why, at micro-batch 1
+    if not options:  # no candidate splits the batch: the estimate says why, at micro-batch 1
         return TunedChoice(layout, micro_batch_size or 1, [])
-    candidates = [layout.model_copy(update={"recompute": mode}) for mode, _, _ in pairs]
+    candidates = [candidate for candidate, _, _ in options]
     grid = grid_of(
         candidates,
         model=workload.model,
-        micro_batch_size=[size for _, size, _ in pairs],
-        num_microbatches=[batch // (layout.dp * size) for _, size, batch in pairs],
+        micro_batch_size=[size for _, size, _ in options],
+        num_microbatches=[batch // (layout.dp * size) for _, size, batch in options],
     )
     estimate, memory, _ = evaluate_grid_memory(workload, grid, machine)
     hbm = machine.accelerator.hbm_bytes
@@ -81,7 +90,7 @@ def tuned_choice(
         if fits.any()
         else int(np.argmin(memory.required_bytes))
     )
-    mode, size, _ = pairs[best]
+    chosen, size, _ = options[best]
     notes = []
     if micro_batch_size is None:
         notes.append(
@@ -95,7 +104,35 @@ def tuned_choice(
         )
     if len(modes) > 1:
         notes.append(
-            f"recompute not given: {mode}, the fastest of {', '.join(modes)} that fits "
+            f"recompute not given: {chosen.recompute}, the fastest of {', '.join(modes)} that fits "
             "(parallelism.recompute fixes it)"
         )
-    return TunedChoice(candidates[best], size, notes)
+    if len(chunks) > 1:
+        notes.append(
+            f"vpp not given: {chosen.vpp}, the fastest of {', '.join(str(c.vpp) for c in chunks)} that fits "
+            "(parallelism.vpp fixes it)"
+        )
+    return TunedChoice(chosen, size, notes)
+
+
+def interleavings(num_layers: int, pp: int) -> list[int]:
+    """The virtual pipeline stages per rank (1 to :data:`MAX_VPP`) that split ``num_layers`` over ``pp``
+    ranks: evenly, or as :func:`~mfukit.core.parallelism.default_stage_split` splits them."""
+    if pp == 1:
+        return [1]
+    return [
+        v
+        for v in range(1, MAX_VPP + 1)
+        if v == 1
+        or (num_layers >= pp * v and num_layers % (pp * v) == 0)
+        or default_stage_split(num_layers, pp, v) is not None
+    ]
+
+
+def _with_vpp(layout: Parallelism, num_layers: int, vpp: int) -> Parallelism:
+    """``layout`` with ``vpp`` chunks per rank and the stage split that goes with them."""
+    if vpp == layout.vpp:
+        return layout
+    split = default_stage_split(num_layers, layout.pp, vpp)
+    first, last = split or (None, None)
+    return layout.model_copy(update={"vpp": vpp, "first_stage_layers": first, "last_stage_layers": last})
