@@ -23,6 +23,7 @@ from mfukit.perf.memory import (
     state_bytes_per_param,
 )
 from mfukit.perf.memory_grid import grid_memory
+from mfukit.perf.step_time import machine_for, prepare
 
 LLAMA_8B = catalog.model("llama3.1-8b")
 LLAMA_70B = catalog.model("llama3.1-70b")
@@ -110,8 +111,23 @@ def test_nemo_fp8_recipes_keep_and_reduce_their_main_gradients_in_16_bits() -> N
     # the gradient buffer is the reduction's dtype: 2 + 2 + 12/DP with the distributed optimizer
     states = state_bytes_per_param("distributed-optimizer", 16, fp8.precision, fp8.fp8_main_grads)
     assert states.total == pytest.approx(2 + 2 + 12 / 16)
-    # DeepSpeed ZeRO reduces its 16-bit gradients either way
-    assert gradient_reduce_bytes(Parallelism(dp=16, zero=2, zero_impl="deepspeed"), "bf16", "16-bit") == 2.0
+    # DeepSpeed ZeRO reduces its 16-bit gradients either way, Megatron-FSDP in fp32
+    assert gradient_reduce_bytes(Parallelism(dp=16, zero=2, zero_impl="deepspeed"), "fp8", "fp32") == 2.0
+    assert gradient_reduce_bytes(Parallelism(dp=16, fsdp="full"), "fp8", "16-bit") == 4.0
+
+    # the memory model holds 2 B less per parameter, the step model reduces 2 B per gradient
+    def shape(workload: Workload) -> StepShape:
+        return step_shape(workload, dist_opt, micro_batch_size=1, num_microbatches=8, gpus_per_node=8)
+
+    nemo_states = estimate_memory(LLAMA_70B, dist_opt, shape(fp8)).peak
+    core_states = estimate_memory(LLAMA_70B, dist_opt, shape(core)).peak
+    assert core_states.gradients_bytes == pytest.approx(2 * nemo_states.gradients_bytes)  # 4 B against 2 B
+    grid = grid_of([dist_opt], model=LLAMA_70B, micro_batch_size=[1], num_microbatches=[8])
+    machine = machine_for(catalog.system("dgx-h100"), catalog.accelerator("h100-sxm"), 128)
+    assert (
+        prepare(fp8, grid, machine).comm.dp_first.grad_sync_s[0]
+        < prepare(core, grid, machine).comm.dp_first.grad_sync_s[0]
+    )
     # --fp8-param-gather: FP8 primary weights are all-gathered as FP8, 16-bit ones in 16 bits
     assert gathered_weight_bytes(fp8.precision, fp8.fp8_weights) == 1.0
     assert gathered_weight_bytes(core.precision, core.fp8_weights) == 2.0

@@ -6,9 +6,11 @@ import random
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from mfukit import catalog
 from mfukit.core.parallelism import layout_problems
+from mfukit.errors import InputError
 from mfukit.perf.layouts import Workload
 from mfukit.perf.planner import SearchSpace, enumerate_layouts, search, stack_space
 from mfukit.perf.scaling import smallest_count, valid_counts
@@ -188,6 +190,9 @@ def test_a_stack_without_an_interleaved_schedule_is_searched_at_one_stage_per_ra
         assert (space.vpp is None) == interleaves, stack
         grid, _, _ = enumerate_layouts(workload, DGX_H100, 256, space)
         assert bool(np.any(grid.vpp > 1)) == interleaves, stack
-    # a space that names its vpp keeps it
-    named = SearchSpace(vpp=(1, 2))
-    assert stack_space(named, replace(WORKLOAD, framework="nanotron"), H100).vpp == (1, 2)
+    # a named vpp > 1 is refused there, as estimate refuses it; a named vpp is kept where it can run
+    with pytest.raises(InputError) as refused:
+        stack_space(SearchSpace(vpp=(1, 2)), replace(WORKLOAD, framework="nanotron"), H100)
+    assert refused.value.field == "parallelism.vpp" and "megatron-core" in str(refused.value.hint)
+    assert stack_space(SearchSpace(vpp=(1,)), replace(WORKLOAD, framework="nanotron"), H100).vpp == (1,)
+    assert stack_space(SearchSpace(vpp=(1, 2)), replace(WORKLOAD, framework="nemo"), H100).vpp == (1, 2)

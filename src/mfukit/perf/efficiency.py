@@ -35,7 +35,7 @@ from mfukit import units
 from mfukit.core.hardware import Accelerator, Dtype, System
 from mfukit.core.scenario import read_document, stack_alias
 from mfukit.core.schema import Strict, validate_as
-from mfukit.errors import UnknownNameError
+from mfukit.errors import InputError, UnknownNameError
 
 if TYPE_CHECKING:
     from mfukit.perf.gemm import GemmCurve
@@ -260,6 +260,28 @@ class Efficiency(Strict):
     zero3_gathers: Zero3Gathers
     zero3_prefetch_params: float | None = Field(default=None, gt=0)
     shardings: list[Sharding] | None = None
+
+
+def require_interleaving(
+    accelerator: Accelerator, framework: str, vpp: int, source: str | None = None
+) -> None:
+    """Refuse virtual pipeline stages (``vpp`` > 1) on a stack whose pipeline runs one stage per rank (its
+    ``interleaved_pipeline`` fact), naming the stacks that interleave."""
+    if vpp <= 1 or efficiency_for(accelerator, framework).interleaved_pipeline:
+        return
+    interleaving = [
+        profile.name
+        for profile in efficiency_file().framework
+        if efficiency_for(accelerator, profile.name).interleaved_pipeline
+    ]
+    raise InputError(
+        f"training.framework {framework} runs one pipeline stage per rank: it has no interleaved schedule "
+        f"for vpp {vpp}",
+        source=source,
+        field="parallelism.vpp",
+        value=vpp,
+        hint=f"set vpp = 1, or a framework with an interleaved 1F1B schedule ({', '.join(interleaving)})",
+    )
 
 
 def installed_efficiency_path() -> Path:

@@ -10,7 +10,7 @@ from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import LayoutProblem, Parallelism, layout_problems
 from mfukit.core.scenario import TrainingSection
 from mfukit.errors import InputError
-from mfukit.perf.efficiency import Efficiency, efficiency_for
+from mfukit.perf.efficiency import Efficiency, efficiency_for, require_interleaving
 from mfukit.perf.inputs import PerfInputs, training_workload
 from mfukit.perf.layouts import Workload, grid_of, rounded_batch, step_shape
 from mfukit.perf.memory import MemoryEstimate, StepShape, estimate_memory
@@ -97,15 +97,7 @@ def evaluate_layout(
     set: :func:`~mfukit.perf.unpublished.tuned_choice`)."""
     machine = machine_for(system, accelerator, num_gpus)
     efficiency = efficiency_for(accelerator, workload.framework)
-    if layout.vpp > 1 and not efficiency.interleaved_pipeline:
-        raise InputError(
-            f"training.framework {workload.framework} runs one pipeline stage per rank: it has no interleaved "
-            f"schedule for vpp {layout.vpp}",
-            source=source,
-            field="parallelism.vpp",
-            value=layout.vpp,
-            hint="set vpp = 1, or a framework with an interleaved 1F1B schedule (megatron-core, nemo, torchtitan)",
-        )
+    require_interleaving(accelerator, workload.framework, layout.vpp, source)
     probe = micro_batch_size or 1
     problems = _problems(workload, system, num_gpus, layout, probe, _sequences(workload, layout, probe))
     if problems:

@@ -5,7 +5,8 @@ micro-batches and the embedding; the last holds the logits; the peak is the larg
 
 * **Model states** of mixed-precision Adam under each sharding convention (``optimizer_states``):
   Megatron without sharding 2 (bf16 weights) + 4 (fp32 main grads) + 12 (fp32 master + Adam m, v) =
-  18 B/param; Megatron's distributed optimizer 6 + 12/DP; DeepSpeed ZeRO-1 4 + 16/DP, ZeRO-2 2 + 18/DP,
+  18 B/param; Megatron's distributed optimizer 6 + 12/DP (main grads 2 B where an FP8 recipe reduces in
+  16 bits, ``fp8_main_grads``: NeMo's); DeepSpeed ZeRO-1 4 + 16/DP, ZeRO-2 2 + 18/DP,
   ZeRO-3 18/DP (16-bit grads plus an fp32 gradient partition, DeepSpeed PR #5099 accounting); FSDP2
   16/DP (sharded fp32 parameters are the master copy), hybrid FSDP sharding inside a node only.
   Dense parameters shard over DP x CP, expert parameters over the expert-data-parallel DP x CP / EP.
@@ -165,8 +166,9 @@ def stack_memory(framework: str) -> StackMemory | None:
 
 
 def stack_memory_fields(framework: str) -> dict[str, object]:
-    """The Workload fields of ``framework``'s memory behaviour (kernels, FP8 weights, allocator, loss kernel,
-    what selective recompute keeps); empty for a stack not listed (the Workload defaults)."""
+    """The Workload fields of ``framework``'s memory behaviour (kernels, FP8 weights and main gradients,
+    allocator, loss kernel, what selective recompute keeps); empty for a stack not listed (the Workload
+    defaults)."""
     stack = stack_memory(framework)
     if stack is None:
         return {}
@@ -303,6 +305,8 @@ def memory_note(shape: StepShape) -> str:
     ]
     if shape.precision == "fp8":
         parts.append(FP8_WEIGHTS_NAMES[shape.fp8_weights])
+        if shape.fp8_main_grads == "16-bit":
+            parts.append("bf16 main gradients (grad_reduce_in_fp32 off)")
     parts.append(
         "expandable-segments allocator (no fragmentation allowance)"
         if shape.expandable_segments

@@ -23,7 +23,7 @@ from mfukit import units
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split
 from mfukit.core.results import ProgressCallback
-from mfukit.perf.efficiency import efficiency_for
+from mfukit.perf.efficiency import efficiency_for, require_interleaving
 from mfukit.perf.layouts import (
     RECOMPUTES,
     SHARDINGS,
@@ -215,11 +215,12 @@ def _cartesian(*lengths: int) -> list[np.ndarray]:
 def stack_space(space: SearchSpace, workload: Workload, accelerator: Accelerator) -> SearchSpace:
     """``space`` narrowed to what the workload's stack implements (its facts in perf/data/efficiency.toml):
     its shardings, unless the space already names them, and one stage per rank (vpp 1) for a stack without
-    an interleaved schedule, unless the space names the vpp."""
+    an interleaved schedule, which refuses a named vpp > 1 (as ``estimate`` does)."""
     facts = efficiency_for(accelerator, workload.framework)
     if facts.shardings is not None and space.sharding == DEFAULT_SHARDINGS:
         space = replace(space, sharding=tuple(name for name in DEFAULT_SHARDINGS if name in facts.shardings))
-    if not facts.interleaved_pipeline and space.vpp is None:
+    if not facts.interleaved_pipeline:
+        require_interleaving(accelerator, workload.framework, max(space.vpp or (1,)))
         space = replace(space, vpp=(1,))
     return space
 

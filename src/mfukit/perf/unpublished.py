@@ -107,9 +107,10 @@ def tuned_choice(
             f"recompute not given: {chosen.recompute}, the fastest of {', '.join(modes)} that fits "
             "(parallelism.recompute fixes it)"
         )
+    scheduled = sorted({candidate.vpp for candidate in candidates})
     if len(chunks) > 1:
         notes.append(
-            f"vpp not given: {chosen.vpp}, the fastest of {', '.join(str(c.vpp) for c in chunks)} that fits "
+            f"vpp not given: {chosen.vpp}, the fastest of {', '.join(map(str, scheduled))} that fits "
             "(parallelism.vpp fixes it)"
         )
     return TunedChoice(chosen, size, notes)
