@@ -12,16 +12,18 @@ from types import ModuleType
 
 import pytest
 
+from mfukit import catalog
 from mfukit.perf.calibration_data import held_out_source
+from mfukit.perf.measured_runs import OPTIONAL_COLUMNS
 
 FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "calibration"
 # the Megatron-stack file of shared/reference: reserved for checking the model, never fitted
 MEGATRON_CSV = Path(__file__).resolve().parents[2] / "tests/data/perf/megatron_published_runs.csv"
 GATHERED = FOLDER / "gathered_runs.csv"
-OPTIONAL = ["framework", "attention", "offload"]
 FRAMEWORKS = {"megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "fsdp", "nanotron"}
 ATTENTION = {"flash", "eager"}
 OFFLOAD = {"", "optimizer", "activations", "optimizer+params", "params"}
+SWITCH = {"", "yes", "no"}
 INT_COLUMNS = ("row_id", "n_layers", "hidden", "n_heads", "n_kv_heads", "ffn_hidden", "vocab", "seq_len")
 INT_COLUMNS += ("global_batch_sequences", "global_batch_tokens", "n_gpus", "tp", "pp", "dp", "cp", "ep")
 FLOAT_COLUMNS = ("n_params", "peak_tflops_used", "measured_tflops_per_gpu", "measured_mfu_pct", "hfu_pct")
@@ -57,7 +59,7 @@ def test_header_is_the_shared_schema_plus_the_optional_columns(
     published, _ = _read(FOLDER / "published_runs_calibration.csv")
     assert schema == published
     header, rows = gathered
-    assert header == schema + OPTIONAL
+    assert header == schema + list(OPTIONAL_COLUMNS)
     assert len(rows) >= 50
 
 
@@ -83,6 +85,9 @@ def test_every_row_has_provenance_and_a_measured_figure(
         assert row["framework"] in FRAMEWORKS, row["framework"]
         assert row["attention"] in ATTENTION, row["attention"]
         assert row["offload"] in OFFLOAD, row["offload"]
+        assert row["compile"] in SWITCH and row["tp_comm_overlap"] in SWITCH, row["row_id"]
+        if row["system"]:
+            assert catalog.system(row["system"]).accelerator, row["system"]  # a catalog node
 
 
 def test_numbers_parse_and_the_layout_multiplies_to_the_gpu_count(

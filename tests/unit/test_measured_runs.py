@@ -10,7 +10,7 @@ import pytest
 from mfukit.core.parallelism import Parallelism, default_stage_split, layout_problems
 from mfukit.core.scenario import stack_alias
 from mfukit.errors import InputError
-from mfukit.perf.measured_runs import read_runs
+from mfukit.perf.measured_runs import OPTIONAL_COLUMNS, read_runs
 
 # the Megatron-stack rows of shared/reference: reserved for checking the model (never fitted), read here as a site's file
 MEGATRON_CSV = Path(__file__).resolve().parents[2] / "tests/data/perf/megatron_published_runs.csv"
@@ -118,6 +118,34 @@ def test_deepspeed_zero3_and_eager_attention_are_read(tmp_path: Path) -> None:
     assert not case.layout.sequence_parallel
 
 
+def test_compile_and_tp_overlap_are_read_and_blank_means_the_default(tmp_path: Path) -> None:
+    extra = ("framework", "compile", "tp_comm_overlap")
+    rows = [
+        _row(row_id="1", framework="torchtitan", compile="yes", tp_comm_overlap="True"),
+        _row(row_id="2", framework="torchtitan", compile="0", tp_comm_overlap="no"),
+        _row(row_id="3", framework="torchtitan"),
+    ]
+    compiled, eager, blank = read_runs(_write(tmp_path / "runs.csv", rows, extra))[0]
+    assert compiled.workload.compile and compiled.workload.tp_comm_overlap is True
+    assert not eager.workload.compile and eager.workload.tp_comm_overlap is False
+    assert not blank.workload.compile and blank.workload.tp_comm_overlap is None  # the stack's default
+
+
+@pytest.mark.parametrize("column", ["compile", "tp_comm_overlap"])
+def test_a_switch_that_is_not_yes_or_no_names_its_column(tmp_path: Path, column: str) -> None:
+    path = _write(tmp_path / "runs.csv", [_row(row_id="4", **{column: "sometimes"})], (column,))
+    with pytest.raises(InputError) as raised:
+        read_runs(path)
+    text = raised.value.render()
+    assert "row 4 (line 2)" in text and f"column '{column}'" in text and "yes or no" in text
+
+
+def test_the_docs_name_every_optional_column() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs/performance-model.md").read_text()
+    schema = docs[docs.index("## Site calibration") :]
+    assert all(f"`{column}`" in schema for column in OPTIONAL_COLUMNS)
+
+
 @pytest.mark.parametrize(
     ("column", "value", "said"),
     [
@@ -139,6 +167,19 @@ def test_rows_without_a_published_layout_are_skipped_with_the_reason(tmp_path: P
     path = _write(tmp_path / "runs.csv", [_row(tp="", pp="", dp="")])
     cases, skipped = read_runs(path)
     assert not cases and skipped[0].reason == "not published: tp, pp, dp"
+
+
+def test_an_fp8_scaling_the_model_lacks_is_skipped_and_tensorwise_is_read(tmp_path: Path) -> None:
+    rows = [
+        _row(row_id="1", precision="fp8 (float8 rowwise, bf16 all-gather)", gpu_type="H100-SXM5-80GB"),
+        _row(row_id="2", precision="fp8 (float8 tensorwise, fp8 all-gather)", gpu_type="H100-SXM5-80GB"),
+        _row(
+            row_id="3", precision="bf16 (rowwise-parallel embedding)"
+        ),  # not an FP8 run: the word is not a recipe
+    ]
+    cases, skipped = read_runs(_write(tmp_path / "runs.csv", rows))
+    assert [case.row_id for case in cases] == [2, 3] and cases[0].workload.precision == "fp8"
+    assert skipped[0].row_id == "1" and "rowwise scaling is not modelled" in skipped[0].reason
 
 
 def test_a_file_without_the_schema_is_refused(tmp_path: Path) -> None:

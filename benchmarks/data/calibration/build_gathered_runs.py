@@ -1,5 +1,6 @@
 """Build ``gathered_runs.csv``: measured training runs gathered from public sources, in the column schema of
-``megatron_published_runs.csv`` plus three trailing columns (``framework``, ``attention``, ``offload``).
+``megatron_published_runs.csv`` plus six trailing columns (``framework``, ``attention``, ``offload``,
+``system``, ``compile``, ``tp_comm_overlap``).
 
 Every measured figure below is what its source printed (``reported_fields`` names them); the derived columns
 (tokens/s from step time or the reverse, totals, model FLOPs per token 6N + 12·L·h·s, MFU against the dense
@@ -23,7 +24,7 @@ with (HERE.parents[2] / "tests" / "data" / "perf" / "megatron_published_runs.csv
     newline=""
 ) as _handle:
     SCHEMA = next(csv.reader(_handle))
-EXTRA_COLUMNS = ["framework", "attention", "offload"]
+EXTRA_COLUMNS = ["framework", "attention", "offload", "system", "compile", "tp_comm_overlap"]
 HEADER = SCHEMA + EXTRA_COLUMNS
 
 # Dense peaks per GPU in TFLOP/s (perf-model.md section 2 conventions).
@@ -42,6 +43,9 @@ A100_80 = "A100-SXM4-80GB"
 A100_40 = "A100-SXM4-40GB"
 H100 = "H100-SXM5-80GB"
 H100_TITAN = "H100-SXM-96GB-HBM2e (500W cap)"
+# the catalog node of a GPU type the schema's GPU_SYSTEMS would map to another part (the reader takes "H100" for a
+# DGX H100): torchtitan's Grand Teton hosts, 96 GB HBM2e at 2.4 TB/s and a 500 W power limit
+SYSTEMS = {H100_TITAN: "grand-teton-h100"}
 H200 = "H200-SXM-141GB"
 B200 = "B200-SXM-180GB (DGX-B200)"
 GB200 = "GB200 (DGX-GB200, NVL72)"
@@ -169,6 +173,7 @@ class Source:
     group: str
     framework: str
     attention: str
+    compile: bool | None = None  # torch.compile as the source states it for every row (None: not stated)
 
 
 NEMO_2407 = Source(
@@ -219,6 +224,7 @@ TITAN_ASYNC = Source(
     "torchtitan",
     "torchtitan",
     "flash",
+    compile=True,
 )
 TITAN_H200 = Source(
     "PyTorch torchtitan repository benchmarks, run by the Trainy team on WhiteFiber",
@@ -226,6 +232,7 @@ TITAN_H200 = Source(
     "torchtitan_h200_trainy",
     "torchtitan",
     "flash",
+    compile=True,
 )
 BLOOM_PREQUEL = Source(
     "BigScience bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md (Megatron-DeepSpeed, "
@@ -265,6 +272,7 @@ FMS = Source(
     "ibm_fms_fsdp",
     "fsdp",
     "flash",
+    compile=True,
 )
 FMS_RUN = Source(
     FMS.source,
@@ -280,6 +288,7 @@ AUTOMODEL = Source(
     "nemo_automodel_h100",
     "fsdp",
     "flash",
+    compile=True,
 )
 DEEPCOMPILE = Source(
     "DeepSpeed blog blogs/deepcompile/README.md (DeepCompile, 2025-04) with scripts in DeepSpeedExamples "
@@ -326,6 +335,7 @@ TORCHAO_H100 = Source(
     "torchao_float8_torchtitan",
     "torchtitan",
     "flash",
+    compile=True,
 )
 TORCHAO_MI300X = Source(
     TORCHAO_H100.source,
@@ -333,6 +343,7 @@ TORCHAO_MI300X = Source(
     "torchao_float8_torchtitan",
     "torchtitan",
     "flash",
+    compile=True,
 )
 
 
@@ -340,6 +351,10 @@ def _fmt(value: float | None, digits: int) -> str:
     if value is None:
         return ""
     return f"{value:.{digits}f}"
+
+
+def _switch(value: bool | None) -> str:
+    return "" if value is None else ("yes" if value else "no")
 
 
 def _family(gpu_type: str) -> str:
@@ -373,6 +388,8 @@ def make_row(
     step_s: float | None = None,
     mem_gib: float | None = None,
     offload: str = "",
+    compiled: bool | None = None,
+    tp_overlap: bool | None = None,
 ) -> dict[str, str]:
     dp = n // (tp * pp * cp)
     if dp * tp * pp * cp != n:
@@ -438,6 +455,9 @@ def make_row(
         framework=src.framework,
         attention=src.attention,
         offload=offload,
+        system=SYSTEMS.get(gpu, ""),
+        compile=_switch(src.compile if compiled is None else compiled),
+        tp_comm_overlap=_switch(tp_overlap),
     )
     return row
 
@@ -718,6 +738,7 @@ def rows() -> list[dict[str, str]]:
                     inferred="arch;seq_len(8192, torchtitan llama3 configs);global_batch_sequences(local x FSDP)",
                     notes=f"{label}, {quant}. {titan_notes}",
                     tokens_per_gpu=tok,
+                    tp_overlap=label == "async TP",
                 )
             )
     for nodes, tok, mem in ((4, 10938, 47.96), (8, 10753, 46.97)):
@@ -953,6 +974,7 @@ def rows() -> list[dict[str, str]]:
                     tflops=tf,
                     accounting="hardware",
                     tokens_per_gpu=tf * 1e12 / deepcompile_flops_per_token(1024),
+                    compiled=label == "DeepCompile",
                 )
             )
     offload = [(512, 13.0, 89.6), (1024, 24.0, 166.5), (2048, 49.1, 260.7)]
@@ -987,6 +1009,7 @@ def rows() -> list[dict[str, str]]:
                     accounting="hardware",
                     tokens_per_gpu=tf * 1e12 / deepcompile_flops_per_token(seq),
                     offload="optimizer",
+                    compiled=label.startswith("DeepCompile"),
                 )
             )
 

@@ -17,7 +17,8 @@ Sources (column notes in ``shared/reference/perf-model.md`` §2):
   complete are skipped.
 * ``torchtitan`` - Llama 3.1 8B/70B/405B on Grand Teton hosts (H100 96 GB HBM2e at 500 W, its own catalog
   entry, 400 Gb/s RDMA per GPU), FSDP2, Float8 (``fp8``), CP, async TP (``tp_comm_overlap``) and
-  torch.compile (``compile``) as each table's header or row says; never fitted, only tested.
+  torch.compile (``compile``) as each table's header or row says; fitted with the FSDP stacks' runs (the
+  ``torchtitan`` profile runs on ``fsdp``'s constants).
 
 * the plain-schema file ``gathered_runs.csv``, read by :mod:`mfukit.perf.measured_runs`, one source per
   ``source_group`` (the Megatron-stack file of shared/reference is reserved for checking the model: never

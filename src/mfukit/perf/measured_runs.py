@@ -3,8 +3,10 @@
 The schema (``shared/reference/perf-model.md`` §2) is one row per run: the model's shape, the batch, the GPU
 type and count, the layout (tp, pp, dp, cp, ep, vpp, ``zero_stage_or_fsdp``, ``activation_recompute``), the
 precision, and what the run measured (tokens/s per GPU or in total, step time, TFLOP/s per GPU in a stated
-accounting, or MFU). Four optional trailing columns name what the schema leaves to the notes: ``framework``
-(the software stack), ``attention`` (``flash`` or ``eager``), ``offload`` and ``system`` (a catalog node).
+accounting, or MFU). Optional trailing columns name what the schema leaves to the notes: ``framework`` (the
+software stack), ``attention`` (``flash`` or ``eager``), ``offload``, ``system`` (a catalog node), ``compile``
+(torch.compile: yes or no, blank no) and ``tp_comm_overlap`` (TP collectives under the GEMMs: async TP,
+``--tp-comm-overlap``; yes or no, blank the stack's default).
 
 The same reader serves the Megatron-stack and gathered files of ``benchmarks/data/calibration/`` and a site's
 own runs (``mfukit validate`` / ``mfukit calibrate``). A row whose layout the source did not publish is
@@ -54,7 +56,7 @@ MEASURED_COLUMNS = (
     "measured_tflops_per_gpu",
     "measured_mfu_pct",
 )
-OPTIONAL_COLUMNS = ("framework", "attention", "offload", "system")
+OPTIONAL_COLUMNS = ("framework", "attention", "offload", "system", "compile", "tp_comm_overlap")
 # the node each GPU type of the schema ran in when a row names no catalog system (DGX/HGX 8-GPU nodes)
 GPU_SYSTEMS = (
     ("A100-SXM4-40GB", "dgx-a100-40gb"),
@@ -83,6 +85,12 @@ SOURCE_FP8_RECIPE: dict[str, Fp8Recipe] = {"nemo_megatron_bridge": "current"}
 # stacks whose layers always run sequence parallel with TP (Megatron-Core and NeMo recipes, nanotron,
 # torchtitan); Megatron-DeepSpeed, DeepSpeed and FSDP only when the row says so
 SEQUENCE_PARALLEL_STACKS = frozenset({"megatron-core", "nemo", "nanotron", "torchtitan"})
+# FP8 scalings the step-time model does not implement (it knows tensorwise and Transformer Engine's delayed and
+# current scaling, training.fp8_recipe): torchao's rowwise recipes run PyTorch's CUTLASS row-wise scaled GEMM,
+# which is slower than the tensor-wise cuBLAS one (pytorch/pytorch#147971), and, without fast accumulation in
+# the backward, cuBLAS plus a separate rescale (pytorch/ao#1325); block-wise and MX scalings scale per tile. A
+# row that ran one is skipped with the reason, as a scenario cannot ask for it.
+UNMODELLED_FP8_SCALINGS = ("rowwise", "blockwise", "mxfp8")
 
 
 @dataclass(frozen=True)
@@ -155,6 +163,19 @@ class _Row:
                 value=self.text(column),
             )
         return int(value)
+
+    def switch(self, column: str) -> bool | None:
+        """A yes/no cell (yes, no, true, false, 1, 0); None when empty."""
+        text = self.text(column).lower()
+        if not text:
+            return None
+        if text in ("yes", "true", "1"):
+            return True
+        if text in ("no", "false", "0"):
+            return False
+        raise self.error(
+            column, f"column '{column}' is {self.text(column)!r}", f"write yes or no in '{column}'"
+        )
 
     def error(self, column: str, message: str, hint: str) -> InputError:
         return InputError(
@@ -303,6 +324,14 @@ def _case(row: _Row) -> Case | SkippedRow:
         return SkippedRow(row_id, "not published: " + ", ".join(missing))
     if not any(row.has(column) for column in MEASURED_COLUMNS):
         return SkippedRow(row_id, "no measured throughput (" + ", ".join(MEASURED_COLUMNS) + ")")
+    if _precision(row) == "fp8":
+        scaling = next(
+            (name for name in UNMODELLED_FP8_SCALINGS if name in row.text("precision").lower()), None
+        )
+        if scaling is not None:
+            return SkippedRow(
+                row_id, f"FP8 {scaling} scaling is not modelled (tensorwise, delayed and current scaling are)"
+            )
     stack = _stack(row)
     model = _model(row)
     system, accelerator = _machine(row)
@@ -350,6 +379,8 @@ def _case(row: _Row) -> Case | SkippedRow:
         fp8_recipe=_fp8_recipe(row),
         flash_attention=attention != "eager",
         framework=stack,
+        compile=bool(row.switch("compile")),
+        tp_comm_overlap=row.switch("tp_comm_overlap"),
         offload_optimizer=1.0 if "optimizer" in offload else 0.0,
         offload_params=1.0 if "param" in offload else 0.0,
         offload_activations=1.0 if "activation" in offload else 0.0,
