@@ -4,13 +4,23 @@ trace; its slurmctld log holds every pass, start, plan and node release to the m
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from mfukit.sched.policies import slurm_backfill
+from mfukit.sched.slurm import validate
 from mfukit.sched.slurm.conf import ClusterOptions
-from mfukit.sched.slurm.validate import Agreement, Replay, check_replay, load_replay
+from mfukit.sched.slurm.ctldlog import LoggedPass
+from mfukit.sched.slurm.validate import (
+    Agreement,
+    Replay,
+    check_replay,
+    controller_seconds,
+    differences,
+    load_replay,
+)
 
 REPLAYS = sorted((Path(__file__).parents[1] / "data" / "sched" / "replays").iterdir())
 
@@ -68,3 +78,38 @@ def test_the_replays_tell_completing_nodes_apart() -> None:
         agreement = check_replay(replay, ClusterOptions())
         disagreements += len(agreement.passes) - agreement.passes_agreeing
     assert disagreements >= 1
+
+
+def _with_idle_main_pass(directory: Path, after_eligible_s: float) -> tuple[Replay, float]:
+    """The replay with one more main pass, ``after_eligible_s`` after the first wave's eligible
+    second, that started nothing (as slurmctld logs a pass whose clock still read the second before)."""
+    replay = load_replay(directory)
+    eligible_s = min(job.submit_s for job in replay.real)
+    at_s = eligible_s + after_eligible_s
+    replay.log.passes = sorted([*replay.log.passes, LoggedPass(at_s, "main")], key=lambda p: p.at_s)
+    return replay, at_s
+
+
+def test_a_pass_within_a_clock_tick_of_a_second_may_read_the_second_before(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """time(2) trails the log's stamp by up to a kernel tick: a main pass stamped 2 ms after the
+    jobs' --begin second that started none of them agrees, checked at the second before; open loop,
+    the jobs then start in the next pass, as Slurm started them."""
+    replay, at_s = _with_idle_main_pass(REPLAYS[0], 0.002)
+    assert controller_seconds(at_s) == (int(at_s), int(at_s) - 1)
+    agreement = check_replay(replay, ClusterOptions())
+    assert agreement.agrees, differences(agreement)
+    # read at the log's second only, the simulator starts the wave 2 ms after its --begin
+    monkeypatch.setattr(validate, "controller_seconds", lambda at: (math.floor(at),))
+    assert not check_replay(replay, ClusterOptions()).agrees
+
+
+def test_a_pass_well_inside_its_second_read_that_second() -> None:
+    """The same idle pass 200 ms into the second cannot have read the second before: it disagrees."""
+    replay, at_s = _with_idle_main_pass(REPLAYS[0], 0.2)
+    assert controller_seconds(at_s) == (int(at_s),)
+    agreement = check_replay(replay, ClusterOptions())
+    [check] = [c for c in agreement.passes if c.at_s == at_s]
+    assert not check.agrees and check.real_started == {} and check.simulated_started
+    assert not all(c.agrees for c in agreement.starts)

@@ -65,6 +65,9 @@ class ControllerPass:
     kind: str  # MAIN or BACKFILL
     job_clock_s: dict[int, tuple[float, ...]] = field(default_factory=dict)
     end_s: float | None = None  # when the pass ended
+    # the whole epoch second slurmctld's time(2) read for the pass, where it is not the second of
+    # at_s: time(2) reads the kernel's coarse clock, up to one tick behind the log's stamp
+    clock_s: int | None = None
 
     def clock(self, job: Job, attempt: int = 0) -> float:
         """When this pass looked at ``job`` (``attempt``: its n-th retry in a backfill cycle); a job
@@ -281,9 +284,18 @@ class SlurmPolicy(Policy):
         self._started(job, picked, self._second(job), backfilled=backfilled)
         return True
 
+    def _eligible(self, now: float) -> list[Job]:
+        """The waiting jobs in priority order; a job whose begin time is after the second the pass
+        read is not yet eligible (``job_independent``: ``begin_time > now``)."""
+        jobs = self.ordered(now)
+        second = self._pass.clock_s
+        if second is None:
+            return jobs
+        return [job for job in jobs if self._epoch(job.submit_s) <= second]
+
     def main_pass(self, now: float) -> None:
         self.blocked = None
-        for job in self.ordered(now):
+        for job in self._eligible(now):
             if not self.start(job) and not self.preempt_for(job):
                 self.blocked = job
                 break
@@ -294,11 +306,12 @@ class SlurmPolicy(Policy):
             self.nodes.take_nodes(nodes, job.gpus_per_node)
             self._started(job, nodes, at_s, backfilled=True)
 
+        second = self._pass.clock_s
         self.planned = backfill_cycle(
-            self.ordered(now),
+            self._eligible(now),
             self.nodes,
             [(self.slurm_end_s(job), job) for job in self.sim.running.values()],
-            now_s=math.floor(self._epoch(now)),
+            now_s=math.floor(self._epoch(now)) if second is None else second,
             clock=self._second,
             resolution_s=self.bf_resolution_s,
             window_s=self.bf_window_s,

@@ -8,7 +8,7 @@ from pathlib import Path
 from mfukit import units
 from mfukit.core.results import Output, Table
 from mfukit.sched.slurm.conf import ClusterOptions
-from mfukit.sched.slurm.validate import Agreement, check_replay, load_replay
+from mfukit.sched.slurm.validate import Agreement, check_replay, differences, load_replay
 
 
 def _table(directory: Path, agreement: Agreement, plans: int) -> Table:
@@ -29,18 +29,6 @@ def _table(directory: Path, agreement: Agreement, plans: int) -> Table:
         "largest start difference", "—" if difference is None else units.format_duration(difference), ""
     )
     return table
-
-
-def _differences(agreement: Agreement) -> list[str]:
-    wrong = [c for c in agreement.passes if not c.agrees]
-    late = [c for c in agreement.starts if not c.agrees]
-    return [
-        f"pass at {c.at_s:.3f} ({c.kind}): Slurm started {sorted(c.real_started)}, the simulator "
-        f"{sorted(c.simulated_started)}; plans differ for "
-        f"{sorted(j for j in set(c.real_planned) | set(c.simulated_planned) if c.real_planned.get(j) != c.simulated_planned.get(j))}"
-        for c in wrong[:5]
-    ] + [f"job {c.job_id}: Slurm started it at {c.real_s:.3f} on {','.join(c.real_nodes)}, the simulator at "
-         f"{c.simulated_s} on {','.join(c.simulated_nodes)}" for c in late[:5]]  # fmt: skip
 
 
 def agreement_output(directory: Path, schema: str) -> Output:
@@ -69,7 +57,7 @@ def agreement_output(directory: Path, schema: str) -> Output:
             "as long as it really ran); on the simulator's own clock a job that ends waits 0-1 s less for the "
             "next pass than on the real one, and those waits add up along chains of jobs",
         ],
-        warnings=_differences(agreement),
+        warnings=differences(agreement),
         tables=[_table(directory, agreement, plans)],
         exit_code=0 if agreement.agrees else 1,
     )

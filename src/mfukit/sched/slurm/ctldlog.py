@@ -51,6 +51,7 @@ class LoggedPass:
 
     at_s: float
     kind: str
+    line: int = 0  # where it begins in the log (1-based)
     job_clock_s: dict[int, list[float]] = field(default_factory=dict)  # when it looked at each job
     started: dict[int, tuple[str, ...]] = field(default_factory=dict)
     planned: dict[int, tuple[float, float, tuple[str, ...]]] = field(default_factory=dict)
@@ -108,7 +109,7 @@ def read_controller_log(path: Path) -> ControllerLog:
         kind, found = hit
         current = passes[-1] if passes else None
         if kind is _MAIN or kind is _BACKFILL:
-            passes.append(LoggedPass(at, MAIN if kind is _MAIN else BACKFILL))
+            passes.append(LoggedPass(at, MAIN if kind is _MAIN else BACKFILL, number))
         elif kind is _DONE:
             completed[int(found.group(1))] = at
         elif kind is _RELEASED:
