@@ -153,6 +153,7 @@ def test_the_docs_name_every_optional_column() -> None:
         ("n_gpus", "60", "tp x pp x dp x cp = 64 but n_gpus = 60"),
         ("gpu_type", "V100", "unknown gpu_type"),
         ("tokens_per_sec_per_gpu", "-5", "column 'tokens_per_sec_per_gpu'"),
+        ("precision", "fp8", "a100-80gb-sxm has no fp8 math"),  # A100 has no FP8 tensor cores
     ],
 )
 def test_a_bad_cell_names_the_row_and_the_column(tmp_path: Path, column: str, value: str, said: str) -> None:

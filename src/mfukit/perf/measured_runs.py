@@ -335,6 +335,12 @@ def _case(row: _Row) -> Case | SkippedRow:
     stack = _stack(row)
     model = _model(row)
     system, accelerator = _machine(row)
+    if _precision(row) not in accelerator.peak_flops_per_s:
+        raise row.error(
+            "precision",
+            f"{accelerator.name} has no {_precision(row)} math in the catalog",
+            "use one of " + ", ".join(sorted(accelerator.peak_flops_per_s)) + ", or fix gpu_type / system",
+        )
     tp, pp, dp = row.integer("tp"), row.integer("pp"), row.integer("dp")
     cp, ep, vpp = row.integer("cp", default=1), row.integer("ep", default=1), row.integer("vpp", default=1)
     n_gpus = row.integer("n_gpus")
