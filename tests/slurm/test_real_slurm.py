@@ -39,12 +39,13 @@ def _evidence(replayed: Path, loaded: Replay, agreement: Agreement) -> str:
     run): the differences, then the log from a few lines before each of the first two passes that
     disagree to the next pass."""
     log = (replayed / "slurmctld.log").read_text(encoding="utf-8").splitlines()
-    begins = sorted(p.line for p in loaded.log.passes)
+    passes = loaded.log.passes  # in the log's order
     wrong = {c.at_s for c in agreement.passes if not c.agrees}
     excerpt = []
-    for logged in [p for p in loaded.log.passes if p.at_s in wrong][:2]:
-        following = next((line for line in begins if line > logged.line), len(log) + 1)
-        excerpt += ["...", *log[max(0, logged.line - 6) : min(following - 1, logged.line + 60)]]
+    for number in [n for n, p in enumerate(passes) if p.at_s in wrong][:2]:
+        begin = passes[number].line
+        following = passes[number + 1].line if number + 1 < len(passes) else len(log) + 1
+        excerpt += ["...", *log[max(0, begin - 6) : min(following - 1, begin + 60)]]
     return "\n".join([f"replay: {replayed}", *differences(agreement, most=3), *excerpt])
 
 

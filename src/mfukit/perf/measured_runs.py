@@ -324,7 +324,8 @@ def _case(row: _Row) -> Case | SkippedRow:
         return SkippedRow(row_id, "not published: " + ", ".join(missing))
     if not any(row.has(column) for column in MEASURED_COLUMNS):
         return SkippedRow(row_id, "no measured throughput (" + ", ".join(MEASURED_COLUMNS) + ")")
-    if _precision(row) == "fp8":
+    precision = _precision(row)
+    if precision == "fp8":
         scaling = next(
             (name for name in UNMODELLED_FP8_SCALINGS if name in row.text("precision").lower()), None
         )
@@ -335,12 +336,14 @@ def _case(row: _Row) -> Case | SkippedRow:
     stack = _stack(row)
     model = _model(row)
     system, accelerator = _machine(row)
-    if _precision(row) not in accelerator.peak_flops_per_s:
+    try:
+        accelerator.peak_flops(precision)  # the catalog says which math the GPU has
+    except InputError as error:
         raise row.error(
             "precision",
-            f"{accelerator.name} has no {_precision(row)} math in the catalog",
-            "use one of " + ", ".join(sorted(accelerator.peak_flops_per_s)) + ", or fix gpu_type / system",
-        )
+            f"{accelerator.name} has no {precision} math in the catalog",
+            f"use one of {error.expected}, or fix gpu_type / system",
+        ) from None
     tp, pp, dp = row.integer("tp"), row.integer("pp"), row.integer("dp")
     cp, ep, vpp = row.integer("cp", default=1), row.integer("ep", default=1), row.integer("vpp", default=1)
     n_gpus = row.integer("n_gpus")
@@ -381,7 +384,7 @@ def _case(row: _Row) -> Case | SkippedRow:
         seq_len=seq,
         global_batch_sequences=batch,
         batch_rounding_frac=BATCH_ROUNDING_FRAC,
-        precision=_precision(row),
+        precision=precision,
         fp8_recipe=_fp8_recipe(row),
         flash_attention=attention != "eager",
         framework=stack,

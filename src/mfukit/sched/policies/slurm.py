@@ -284,13 +284,19 @@ class SlurmPolicy(Policy):
         self._started(job, picked, self._second(job), backfilled=backfilled)
         return True
 
+    def _pass_second(self, now: float) -> int:
+        """The whole epoch second the running pass read: the logged one's ``clock_s``, else ``now``'s."""
+        second = self._pass.clock_s
+        return math.floor(self._epoch(now)) if second is None else second
+
     def _eligible(self, now: float) -> list[Job]:
         """The waiting jobs in priority order; a job whose begin time is after the second the pass
-        read is not yet eligible (``job_independent``: ``begin_time > now``)."""
+        read is not yet eligible (``job_independent``: ``begin_time > now``). A simulated pass reads
+        its own instant, which every queued job has reached: nothing to filter."""
         jobs = self.ordered(now)
-        second = self._pass.clock_s
-        if second is None:
+        if self._pass.clock_s is None:
             return jobs
+        second = self._pass_second(now)
         return [job for job in jobs if self._epoch(job.submit_s) <= second]
 
     def main_pass(self, now: float) -> None:
@@ -306,12 +312,11 @@ class SlurmPolicy(Policy):
             self.nodes.take_nodes(nodes, job.gpus_per_node)
             self._started(job, nodes, at_s, backfilled=True)
 
-        second = self._pass.clock_s
         self.planned = backfill_cycle(
             self._eligible(now),
             self.nodes,
             [(self.slurm_end_s(job), job) for job in self.sim.running.values()],
-            now_s=math.floor(self._epoch(now)) if second is None else second,
+            now_s=self._pass_second(now),
             clock=self._second,
             resolution_s=self.bf_resolution_s,
             window_s=self.bf_window_s,

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,11 +158,12 @@ def _one_pass(
     return PassCheck(at, logged.kind, clock_s, logged.started, started_now, logged.planned, planned)
 
 
-def _check_every_pass(
+def check_passes(
     real: list[Job], log: ControllerLog, options: ClusterOptions, num_nodes: int, gpus_per_node: int
 ) -> list[PassCheck]:
-    """One :class:`PassCheck` per logged pass, at the first of :func:`controller_seconds` that
-    agrees (the log's second when none does)."""
+    """One :class:`PassCheck` per logged pass, in the log's order (``real``: the jobs as sacct
+    recorded them, with Slurm's job ids, eligible times as ``submit_s`` and their ``nice``), at the
+    first of :func:`controller_seconds` that agrees (the log's second when none does)."""
     checks = []
     for logged in log.passes:
         tried = []
@@ -174,17 +176,10 @@ def _check_every_pass(
 
 
 def _found_jobs(check: PassCheck) -> bool:
+    """Whether the pass found jobs waiting (the passes an :class:`Agreement` counts)."""
     return bool(
         check.real_started or check.real_planned or check.simulated_started or check.simulated_planned
     )
-
-
-def check_passes(
-    real: list[Job], log: ControllerLog, options: ClusterOptions, num_nodes: int, gpus_per_node: int
-) -> list[PassCheck]:
-    """One :class:`PassCheck` per logged pass that found jobs waiting (``real``: the jobs as sacct
-    recorded them, with Slurm's job ids, eligible times as ``submit_s`` and their ``nice``)."""
-    return [c for c in _check_every_pass(real, log, options, num_nodes, gpus_per_node) if _found_jobs(c)]
 
 
 def replay_on_controller_clock(
@@ -193,12 +188,12 @@ def replay_on_controller_clock(
     options: ClusterOptions,
     num_nodes: int,
     gpus_per_node: int,
-    clock_s: dict[float, int] | None = None,
+    clock_s: Sequence[int] | None = None,
 ) -> list[StartCheck]:
     """Simulate ``real`` from submission to end on the logged passes' instants; one
-    :class:`StartCheck` per job. Each job runs from its pass to its logged completion; a pass reads
-    the whole second ``clock_s`` found for it (by its instant), else its log stamp's."""
-    seconds = clock_s or {}
+    :class:`StartCheck` per job. Each job runs from its pass to its logged completion; the n-th pass
+    reads the whole second ``clock_s[n]`` (:func:`check_passes` finds them), else its log stamp's."""
+    seconds = clock_s or [controller_seconds(p.at_s)[0] for p in log.passes]
     names = node_names(num_nodes)
     jobs = []
     for job in real:
@@ -209,7 +204,7 @@ def replay_on_controller_clock(
         jobs.append(_fresh(job, run_s=done - origin.at_s))
     by_id = {job.job_id: job for job in real}
     controller = LogController(
-        [_controller_pass(p, by_id, seconds.get(p.at_s, math.floor(p.at_s))) for p in log.passes],
+        [_controller_pass(p, by_id, second) for p, second in zip(log.passes, seconds, strict=True)],
         log.released_s,
     )
     policy: SlurmPolicy = options.policy(controller)
@@ -319,9 +314,9 @@ class Agreement:
 
 def check_replay(replay: Replay, options: ClusterOptions) -> Agreement:
     args = (replay.real, replay.log, options, replay.num_nodes, replay.gpus_per_node)
-    every = _check_every_pass(*args)
-    seconds = {c.at_s: c.clock_s for c in every}
-    return Agreement([c for c in every if _found_jobs(c)], replay_on_controller_clock(*args, seconds))
+    every = check_passes(*args)
+    starts = replay_on_controller_clock(*args, [c.clock_s for c in every])
+    return Agreement([c for c in every if _found_jobs(c)], starts)
 
 
 def _plan_text(plan: tuple[float, float, tuple[str, ...]] | None) -> str:
