@@ -140,6 +140,24 @@ def test_a_switch_that_is_not_yes_or_no_names_its_column(tmp_path: Path, column:
     assert "row 4 (line 2)" in text and f"column '{column}'" in text and "yes or no" in text
 
 
+def test_the_offload_column_says_what_moved_and_who_steps_the_optimizer(tmp_path: Path) -> None:
+    rows = [
+        _row(row_id="1", offload="optimizer"),
+        _row(row_id="2", offload="optimizer-states; activations"),
+        _row(row_id="3", offload=""),
+    ]
+    cpu, gpu, none = read_runs(_write(tmp_path / "runs.csv", rows, ("offload",)))[0]
+    assert (cpu.workload.offload_optimizer, cpu.workload.offload_optimizer_step) == (1.0, "cpu")
+    assert (gpu.workload.offload_optimizer, gpu.workload.offload_optimizer_step) == (1.0, "gpu")
+    assert gpu.workload.offload_activations == 1.0 and gpu.workload.offload_params == 0.0
+    assert none.workload.offload_optimizer == 0.0 and none.workload.offload_activations == 0.0
+    bad = _write(tmp_path / "bad.csv", [_row(row_id="5", offload="optimiser")], ("offload",))
+    with pytest.raises(InputError) as raised:
+        read_runs(bad)
+    text = raised.value.render()
+    assert "row 5 (line 2)" in text and "offload: 'optimiser'" in text and "optimizer-states" in text
+
+
 def test_the_docs_name_every_optional_column() -> None:
     docs = (Path(__file__).resolve().parents[2] / "docs/performance-model.md").read_text()
     schema = docs[docs.index("## Site calibration") :]

@@ -14,7 +14,7 @@ from mfukit.perf.inputs import perf_inputs, training_workload
 from mfukit.perf.layouts import Workload, grid_of, step_shape
 from mfukit.perf.memory import estimate_memory
 from mfukit.perf.memory_grid import grid_memory
-from mfukit.perf.offload import CPU_ADAM_BYTES_PER_PARAM, offload_time
+from mfukit.perf.offload import CPU_ADAM_BYTES_PER_PARAM, GPU_STEPPED_STATE_BYTES_PER_PARAM, offload_time
 from mfukit.perf.step_time import estimate_steps, machine_for
 
 MODEL = catalog.model("llama3.1-8b")
@@ -22,7 +22,7 @@ DGX = catalog.system("dgx-h100")
 H100 = catalog.accelerator("h100-sxm")
 
 
-def _workload(**offload: float) -> Workload:
+def _workload(**offload: float | str) -> Workload:
     return Workload(model=MODEL, seq_len=4096, global_batch_sequences=64, **offload)  # type: ignore[arg-type]
 
 
@@ -47,6 +47,10 @@ def test_optimizer_offload_moves_the_optimizer_states(layout: Parallelism, gradi
     assert moved.gradients_bytes == pytest.approx(gradients_left * kept.gradients_bytes)
     half = _stage(_workload(offload_optimizer=0.5), layout)
     assert half.optimizer_states_bytes == pytest.approx(kept.optimizer_states_bytes / 2)
+    # states the GPU steps (DeepCompile offload_adam_states) leave every gradient where it was
+    on_gpu = _stage(_workload(offload_optimizer=1.0, offload_optimizer_step="gpu"), layout)
+    assert on_gpu.optimizer_states_bytes == 0
+    assert on_gpu.gradients_bytes == pytest.approx(kept.gradients_bytes)
 
 
 def test_parameter_offload_needs_sharded_parameters() -> None:
@@ -64,9 +68,15 @@ def test_activation_offload_moves_that_share_of_the_stored_activations() -> None
 
 
 @pytest.mark.parametrize(
-    "offload", [{"offload_optimizer": 1.0}, {"offload_params": 0.5}, {"offload_activations": 0.5}]
+    "offload",
+    [
+        {"offload_optimizer": 1.0},
+        {"offload_optimizer": 1.0, "offload_optimizer_step": "gpu"},
+        {"offload_params": 0.5},
+        {"offload_activations": 0.5},
+    ],
 )
-def test_the_grid_agrees_with_the_scalar_model_under_offload(offload: dict[str, float]) -> None:
+def test_the_grid_agrees_with_the_scalar_model_under_offload(offload: dict[str, float | str]) -> None:
     workload = _workload(**offload)
     layouts = [
         Parallelism(dp=8, zero=2),
@@ -88,21 +98,41 @@ def test_the_grid_agrees_with_the_scalar_model_under_offload(offload: dict[str, 
 
 def test_optimizer_offload_exposes_the_cpu_step_and_the_copy_back() -> None:
     """ZeRO-Offload without delayed updates: the gradient copy hides under the backward it overlaps, the CPU
-    Adam step (host memory bound) and the 16-bit parameters coming back do not."""
+    Adam step and the 16-bit parameters coming back do not. The step is bound by the GPU's share of the host
+    cores at the stack's rate per core, not by the DRAM traffic, which is ~10x shorter on a DGX H100."""
     workload = _workload(offload_optimizer=1.0)
     grid = grid_of([Parallelism(dp=8, zero=1)], model=MODEL, micro_batch_size=[1], num_microbatches=[8])
     params = np.asarray([1e9])
     backward = np.asarray([1.0])  # long enough to hide the gradients (4 GB at 64 GB/s = 62.5 ms)
-    time = offload_time(workload, grid, DGX, H100, [params, params], [(backward / 2, backward)] * 2)
-    link, per_gpu_memory = 64e9, 614.4e9 / 8
-    cpu = 1e9 * CPU_ADAM_BYTES_PER_PARAM / per_gpu_memory
+    rate = 14e6
+    time = offload_time(workload, grid, DGX, H100, [params, params], [(backward / 2, backward)] * 2, rate)
+    link, per_gpu_memory, per_gpu_cores = 64e9, 614.4e9 / 8, 112 / 8
+    cpu = 1e9 / (per_gpu_cores * rate)
+    assert cpu > 10 * 1e9 * CPU_ADAM_BYTES_PER_PARAM / per_gpu_memory
     assert time.cpu_optimizer_s[0] == pytest.approx(cpu)
     assert time.exposed_s[0] == pytest.approx(cpu + 1e9 * 2 / link)
     assert time.transfer_s[0] == pytest.approx(1e9 * (4 + 2) / link)
     short = offload_time(
-        workload, grid, DGX, H100, [params, params], [(backward / 2000, backward / 1000)] * 2
+        workload, grid, DGX, H100, [params, params], [(backward / 2000, backward / 1000)] * 2, rate
     )
     assert short.exposed_s[0] == pytest.approx(cpu + 1e9 * 2 / link + 1e9 * 4 / link - 1e-3)
+    # cores fast enough that DRAM binds: the step streams Adam's bytes at the GPU's share of the bandwidth
+    fast = offload_time(workload, grid, DGX, H100, [params, params], [(backward / 2, backward)] * 2, 1e12)
+    assert fast.cpu_optimizer_s[0] == pytest.approx(1e9 * CPU_ADAM_BYTES_PER_PARAM / per_gpu_memory)
+
+
+def test_states_stepped_on_the_gpu_cost_only_their_unhidden_copies() -> None:
+    """DeepCompile offload_adam_states: the fp32 master, m and v leave under the forwards and come back under
+    the backwards; no CPU step, no gradient or weight copies."""
+    workload = _workload(offload_optimizer=1.0, offload_optimizer_step="gpu")
+    grid = grid_of([Parallelism(dp=8, zero=3)], model=MODEL, micro_batch_size=[1], num_microbatches=[2])
+    params = np.asarray([1e9])
+    states_s = 1e9 * GPU_STEPPED_STATE_BYTES_PER_PARAM / 64e9  # 187.5 ms each way
+    forward, backward = np.asarray([0.05]), np.asarray([0.25])  # two micro-batches: 0.1 s and 0.5 s
+    time = offload_time(workload, grid, DGX, H100, [params, params], [(forward, backward)] * 2, 14e6)
+    assert time.cpu_optimizer_s[0] == 0
+    assert time.transfer_s[0] == pytest.approx(2 * states_s)
+    assert time.exposed_s[0] == pytest.approx(states_s - 0.1)  # the way back hides under 0.5 s of backward
 
 
 def test_the_step_pays_for_offload_and_memory_drops() -> None:
@@ -118,8 +148,13 @@ def test_the_step_pays_for_offload_and_memory_drops() -> None:
     def before_stragglers(estimate):  # type: ignore[no-untyped-def]
         return estimate.step_time_s[0] - estimate.breakdown_s["stragglers"][0]
 
+    # ... and the GPU no longer steps the states the CPU steps
+    assert moved.breakdown_s["optimizer"][0] < plain.breakdown_s["optimizer"][0]
     assert before_stragglers(moved) == pytest.approx(
-        before_stragglers(plain) + moved.breakdown_s["offload"][0]
+        before_stragglers(plain)
+        - plain.breakdown_s["optimizer"][0]
+        + moved.breakdown_s["optimizer"][0]
+        + moved.breakdown_s["offload"][0]
     )
     assert (
         _stage(_workload(offload_optimizer=1.0, offload_activations=0.5), layout).total_bytes
@@ -142,6 +177,25 @@ def test_offload_needs_the_host_link_in_the_catalog() -> None:
         perf_inputs(resolve_scenario(scenario, None))
     assert caught.value.field == "training.offload_optimizer" and "host_link_bandwidth" in (
         caught.value.hint or ""
+    )
+
+
+def test_a_cpu_step_needs_the_host_cores_in_the_catalog() -> None:
+    """A node without host_cpu_cores cannot cost a CPU step; the same offload stepped on the GPU can."""
+    base = {
+        "model.preset": "llama3.1-8b",
+        "cluster.system": "p5-48xlarge",
+        "cluster.num_gpus": "8",
+        "training.global_batch_size": "64",
+        "training.offload_optimizer": "100%",
+    }
+    with pytest.raises(InputError) as caught:
+        perf_inputs(resolve_scenario(load_scenario(None, base), None))
+    assert caught.value.field == "training.offload_optimizer_step"
+    assert "host_memory_bandwidth" in str(caught.value) and "gpu" in (caught.value.hint or "")
+    gpu_step = {**base, "training.offload_optimizer_step": "gpu"}
+    assert (
+        perf_inputs(resolve_scenario(load_scenario(None, gpu_step), None)).workload.offload_optimizer == 1.0
     )
 
 

@@ -100,6 +100,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--attention-flops": "training.attention_flops",
     "--attention": "training.attention",
     "--offload-optimizer": "training.offload_optimizer",
+    "--offload-optimizer-step": "training.offload_optimizer_step",
     "--offload-params": "training.offload_params",
     "--offload-activations": "training.offload_activations",
     "--framework": "training.framework",

@@ -14,6 +14,7 @@ PERF_FLAGS = (
     "attention_flops",
     "attention",
     "offload_optimizer",
+    "offload_optimizer_step",
     "offload_params",
     "offload_activations",
     "framework",

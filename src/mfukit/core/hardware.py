@@ -135,6 +135,10 @@ class System(Strict):
         alias="host_memory_bandwidth",
         description="the node's CPU DRAM bandwidth (all sockets): bounds a CPU optimizer step (ZeRO-Offload)",
     )
+    host_cpu_cores: PositiveInt | None = Field(
+        default=None,
+        description="the node's CPU cores (all sockets), shared by its GPUs' CPU optimizer steps",
+    )
     node_power_w: Watts | None = Field(default=None, alias="node_power")
     nccl_env: SourcedEnv | None = Field(
         default=None, description="NCCL variables a job on this node needs (emitted into sbatch/k8s jobs)"

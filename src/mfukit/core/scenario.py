@@ -36,6 +36,7 @@ from mfukit.errors import InputError
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 AttentionConvention = Literal["full", "causal"]
 Fp8Recipe = Literal["delayed", "current"]
+OptimizerStepDevice = Literal["cpu", "gpu"]
 # The software stacks the performance model tells apart (mfukit.perf.efficiency has a profile for each).
 Stack = Literal["megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "fsdp", "nanotron"]
 STACKS: tuple[Stack, ...] = get_args(Stack)
@@ -151,9 +152,16 @@ class TrainingSection(Strict):
     )
     offload_optimizer: Fraction = Field(
         default=0.0,
-        description="share of the optimizer states (fp32 master + Adam; DeepSpeed's fp32 gradient partition too) "
-        "kept in host memory and stepped by the CPU: DeepSpeed ZeRO-Offload, Megatron --optimizer-cpu-offload "
-        '--optimizer-offload-fraction (0..1 or "50%")',
+        description="share of the optimizer states (fp32 master + Adam) kept in host memory: DeepSpeed "
+        'offload_optimizer, Megatron --optimizer-cpu-offload --optimizer-offload-fraction (0..1 or "50%"); '
+        "where they are stepped: offload_optimizer_step",
+    )
+    offload_optimizer_step: OptimizerStepDevice = Field(
+        default="cpu",
+        description="where offloaded optimizer states are stepped: cpu (the host runs Adam on them and sends "
+        "the 16-bit weights back; DeepSpeed's fp32 gradient partition moves to the host too: ZeRO-Offload, "
+        "Megatron --optimizer-cpu-offload) or gpu (they stream back to the GPU, which steps them: DeepSpeed "
+        "DeepCompile offload_adam_states, Megatron-Core's OptimizerStateOffloader)",
     )
     offload_params: Fraction = Field(
         default=0.0,

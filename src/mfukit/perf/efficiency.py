@@ -110,6 +110,16 @@ FRAMEWORK_FACTS: dict[str, float | str | None] = {
     # the data-parallel shardings the stack implements (perf.memory.Sharding names; None: every one), which
     # the planner searches
     "shardings": None,
+    # an offloaded optimizer step on the CPU (training.offload_optimizer_step = "cpu"), parameters per second
+    # per host core, end to end: the 16-bit gradients copied into the fp32 host partition, the gradient norm,
+    # unscale and clip, DeepSpeed's SIMD CPU Adam, the 16-bit parameters copied back. DeepSpeed's maintainers
+    # measured ~10 s for the optimizer step of Qwen-72B on 4 A100 nodes (deepspeedai/DeepSpeed#6834, 2024-12:
+    # 18.2e9 parameters per 128-core node, 14e6 per core per second); Qwen2.5-3B on 2 A100s and 128 bound
+    # cores steps in 2.38 s whole (DeepSpeed#7474, 2025-08: >= 10e6). The same work streams only ~30 B per
+    # parameter through DRAM (perf.offload.CPU_ADAM_BYTES_PER_PARAM), which a 400-600 GB/s host would do
+    # ~10x faster: the cores, not the memory bus, set the step. Stacks without a measurement of their own
+    # (Megatron's HybridDeviceOptimizer runs torch's CPU Adam) borrow DeepSpeed's rate.
+    "cpu_optimizer_params_per_s_per_core": 14e6,
 }
 # Transformer Engine's FP8 current scaling (Float8CurrentScaling; NeMo / Megatron-Bridge "FP8-CS" recipes),
 # bytes per element: each FP8 input's own amax first (read 2 B), then the cast-transpose (read 2 B, write
@@ -181,6 +191,7 @@ class FrameworkProfile(Strict):
     zero3_gathers: Zero3Gathers | None = None
     zero3_prefetch_params: float | None = Field(default=None, gt=0)
     shardings: list[Sharding] | None = None
+    cpu_optimizer_params_per_s_per_core: float | None = Field(default=None, gt=0)
     facts_source: str | None = Field(
         default=None, description="where the overlap and gradient facts come from"
     )
@@ -260,6 +271,7 @@ class Efficiency(Strict):
     zero3_gathers: Zero3Gathers
     zero3_prefetch_params: float | None = Field(default=None, gt=0)
     shardings: list[Sharding] | None = None
+    cpu_optimizer_params_per_s_per_core: float = Field(gt=0)
 
 
 def require_interleaving(

@@ -68,6 +68,7 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
         offload_optimizer=training.offload_optimizer,
         offload_params=training.offload_params,
         offload_activations=training.offload_activations,
+        offload_optimizer_step=training.offload_optimizer_step,
         **memory,
     )
 

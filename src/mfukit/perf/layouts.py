@@ -19,7 +19,7 @@ import numpy.typing as npt
 from mfukit import units
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute, stage_layer_counts
-from mfukit.core.scenario import Fp8Recipe, Precision
+from mfukit.core.scenario import Fp8Recipe, OptimizerStepDevice, Precision
 from mfukit.perf.activations import Kernels, SelectiveRecompute
 from mfukit.perf.flops import AttentionConvention
 from mfukit.perf.memory import Fp8Weights, MainGrads, Sharding, StepShape, sharding_of
@@ -90,6 +90,7 @@ class Workload:
     offload_optimizer: float = 0.0
     offload_params: float = 0.0
     offload_activations: float = 0.0
+    offload_optimizer_step: OptimizerStepDevice = "cpu"  # where offloaded optimizer states are stepped
     flash_attention: bool = True  # training.attention = "flash"; False: eager attention keeps the s^2 scores
     framework: str = "megatron-core"  # a framework profile (software stack) of mfukit.perf.efficiency
     compile: bool = False  # torch.compile: element-wise ops fused by Inductor
@@ -121,6 +122,7 @@ class Workload:
             offload_optimizer=self.offload_optimizer,
             offload_params=self.offload_params,
             offload_activations=self.offload_activations,
+            offload_optimizer_step=self.offload_optimizer_step,
             **layout_fields,
         )
 

@@ -4,9 +4,9 @@ The schema (``shared/reference/perf-model.md`` §2) is one row per run: the mode
 type and count, the layout (tp, pp, dp, cp, ep, vpp, ``zero_stage_or_fsdp``, ``activation_recompute``), the
 precision, and what the run measured (tokens/s per GPU or in total, step time, TFLOP/s per GPU in a stated
 accounting, or MFU). Optional trailing columns name what the schema leaves to the notes: ``framework`` (the
-software stack), ``attention`` (``flash`` or ``eager``), ``offload``, ``system`` (a catalog node), ``compile``
-(torch.compile: yes or no, blank no) and ``tp_comm_overlap`` (TP collectives under the GEMMs: async TP,
-``--tp-comm-overlap``; yes or no, blank the stack's default).
+software stack), ``attention`` (``flash`` or ``eager``), ``offload`` (:data:`OFFLOADS`), ``system`` (a catalog
+node), ``compile`` (torch.compile: yes or no, blank no) and ``tp_comm_overlap`` (TP collectives under the
+GEMMs: async TP, ``--tp-comm-overlap``; yes or no, blank the stack's default).
 
 The same reader serves the Megatron-stack and gathered files of ``benchmarks/data/calibration/`` and a site's
 own runs (``mfukit validate`` / ``mfukit calibrate``). A row whose layout the source did not publish is
@@ -317,6 +317,28 @@ def _measured(
     return row.number("measured_mfu_pct") / 100 * peak / model_flops, "model"
 
 
+# what the offload column may name (joined by "+", ";" or ","): what went to host memory, and for the optimizer
+# states who stepped them (the CPU, ZeRO-Offload's default; or the GPU they came back to: "optimizer-states",
+# DeepCompile offload_adam_states); each moved whole
+OFFLOADS: dict[str, dict[str, Any]] = {
+    "optimizer": {"offload_optimizer": 1.0, "offload_optimizer_step": "cpu"},
+    "optimizer-states": {"offload_optimizer": 1.0, "offload_optimizer_step": "gpu"},
+    "params": {"offload_params": 1.0},
+    "activations": {"offload_activations": 1.0},
+}
+
+
+def _offload(row: _Row) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    for token in row.text("offload").lower().replace("+", ";").replace(",", ";").split(";"):
+        if token.strip() and token.strip() not in OFFLOADS:
+            raise row.error(
+                "offload", f"offload names {token.strip()!r}", f"use one of {', '.join(OFFLOADS)}"
+            )
+        fields.update(OFFLOADS.get(token.strip(), {}))
+    return fields
+
+
 def _case(row: _Row) -> Case | SkippedRow:
     row_id = row.text("row_id")
     missing = [column for column in REQUIRED_COLUMNS if not row.has(column)]
@@ -377,7 +399,6 @@ def _case(row: _Row) -> Case | SkippedRow:
     attention = row.text("attention").lower() or SOURCE_ATTENTION.get(row.text("source_group"), "")
     if attention not in ("", "flash", "eager"):
         raise row.error("attention", f"attention is {attention!r}", "use flash or eager")
-    offload = row.text("offload").lower()
     stack_fields: dict[str, Any] = stack_memory_fields(stack)
     workload = Workload(
         model=model,
@@ -390,9 +411,7 @@ def _case(row: _Row) -> Case | SkippedRow:
         framework=stack,
         compile=bool(row.switch("compile")),
         tp_comm_overlap=row.switch("tp_comm_overlap"),
-        offload_optimizer=1.0 if "optimizer" in offload else 0.0,
-        offload_params=1.0 if "param" in offload else 0.0,
-        offload_activations=1.0 if "activation" in offload else 0.0,
+        **_offload(row),
         **stack_fields,
     )
     published = batch

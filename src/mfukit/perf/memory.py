@@ -44,7 +44,7 @@ from pydantic import Field
 
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
-from mfukit.core.scenario import Precision, parse_headroom, read_document, stack_alias
+from mfukit.core.scenario import OptimizerStepDevice, Precision, parse_headroom, read_document, stack_alias
 from mfukit.core.schema import Bytes, Strict, validate_as
 from mfukit.perf.activations import (
     KERNELS_NAMES,
@@ -320,9 +320,11 @@ def held_state_bytes_per_param(sharding: Sharding, shard_ranks: int, shape: Step
 
     Optimizer offload (DeepSpeed ZeRO-Offload, Ren et al., ATC'21; Megatron ``--optimizer-cpu-offload
     --optimizer-offload-fraction``) moves that share of the fp32 master weights and Adam moments to the host,
-    and for DeepSpeed ZeRO its fp32 gradient partition too (``estimate_zero2_model_states_mem_needs`` with
-    ``cpu_offload``: 2P on the GPU; ZeRO-3: 2P/N): ZeRO-2/3 stream each reduced gradient to the host, ZeRO-1
-    keeps its whole 16-bit gradients; Megatron keeps its gradient buffer on the GPU. Parameter offload
+    and, when the CPU steps them, for DeepSpeed ZeRO its fp32 gradient partition too
+    (``estimate_zero2_model_states_mem_needs`` with ``cpu_offload``: 2P on the GPU; ZeRO-3: 2P/N): ZeRO-2/3
+    stream each reduced gradient to the host, ZeRO-1 keeps its whole 16-bit gradients; Megatron keeps its
+    gradient buffer on the GPU. States stepped on the GPU (``offload_optimizer_step = "gpu"``) come back for
+    the step and leave the gradients where they are. Parameter offload
     (ZeRO-Infinity ``offload_param``; FSDP2 ``CPUOffloadPolicy``, which moves the gradient shards with them)
     moves that share of the sharded 16-bit parameters: it needs parameters sharded (ZeRO-3, FSDP); other
     layouts keep whole weights on the GPU."""
@@ -330,9 +332,9 @@ def held_state_bytes_per_param(sharding: Sharding, shard_ranks: int, shape: Step
     keep_optimizer = 1.0 - shape.offload_optimizer
     gradients = state.gradients
     fp32_partition = 0.0 if shape.precision == "fp32" else FP32_BYTES / shard_ranks
-    if sharding == "zero-1":
+    if shape.offload_optimizer_step == "cpu" and sharding == "zero-1":
         gradients -= shape.offload_optimizer * fp32_partition
-    elif sharding in {"zero-2", "zero-3"}:
+    elif shape.offload_optimizer_step == "cpu" and sharding in {"zero-2", "zero-3"}:
         gradients *= keep_optimizer
     weights = state.weights
     if sharding in PARAMETER_SHARDINGS:
@@ -494,6 +496,7 @@ class StepShape:
     offload_optimizer: float = 0.0
     offload_params: float = 0.0
     offload_activations: float = 0.0
+    offload_optimizer_step: OptimizerStepDevice = "cpu"  # "gpu": the gradients stay on the GPU
     gpus_per_node: int = 8
     # Uneven pipeline splits (Megatron --decoder-first/last-pipeline-num-layers; Llama 3 took one layer
     # off the first and last stage): layers on the first and last stage; None = num_layers / pp.

@@ -1,13 +1,22 @@
 """Seconds per step that offloading to host memory costs: bytes over the host link, the CPU's optimizer
 step, and the part the GPU's compute does not hide.
 
-* **Optimizer** (ZeRO-Offload, Ren et al., USENIX ATC'21, §4.1 and Fig. 5; Megatron
-  ``--optimizer-cpu-offload``): the offloaded share of the reduced gradients streams to the host during the
-  last micro-batch's backward (hidden up to that backward's length), the CPU runs Adam, and the updated 16-bit
-  parameters come back before the next forward. Without the one-step delayed parameter update (§4.3, off by
-  default) the CPU step and the copy back are on the critical path. The CPU's Adam streams memory: per
-  parameter it reads and writes the fp32 master, m and v (24 B), reads the gradient and writes the 16-bit
-  copy (:data:`CPU_ADAM_BYTES_PER_PARAM`), at the node's host memory bandwidth shared by its GPUs.
+* **Optimizer stepped by the CPU** (``offload_optimizer_step = "cpu"``; ZeRO-Offload, Ren et al., USENIX
+  ATC'21, §4.1 and Fig. 5; Megatron ``--optimizer-cpu-offload``): the offloaded share of the reduced gradients
+  streams to the host during the last micro-batch's backward (hidden up to that backward's length), the CPU
+  runs Adam, and the updated 16-bit parameters come back before the next forward. Without the one-step
+  delayed parameter update (§4.3, off by default) the CPU step and the copy back are on the critical path.
+  The CPU step takes the longer of two bounds: the node's cores, shared by its GPUs, at the stack's measured
+  end-to-end rate per core (``cpu_optimizer_params_per_s_per_core``, perf.efficiency), and the DRAM
+  traffic of Adam (per parameter the fp32 master, m and v read and written, the gradient read, the 16-bit
+  copy written: :data:`CPU_ADAM_BYTES_PER_PARAM`) at the node's host memory bandwidth. On every catalog
+  node the cores bind, ~10x above the DRAM bound: a rule of thumb that calls the CPU step bandwidth-bound
+  (Ren et al. §4.2) is right for Adam's kernel alone, not for the step DeepSpeed runs.
+* **Optimizer stepped by the GPU** (``offload_optimizer_step = "gpu"``; DeepSpeed DeepCompile
+  ``offload_adam_states``, Megatron-Core ``OptimizerStateOffloader``): the offloaded share of the fp32
+  master, m and v (:data:`GPU_STEPPED_STATE_BYTES_PER_PARAM`) leaves for the host during the forward passes
+  and comes back during the backward passes (hidden up to their compute), and the GPU steps it as it steps
+  the rest; the gradients never leave the GPU.
 * **Parameters** (ZeRO-Infinity, Rajbhandari et al., SC'21, §5-6; FSDP2 ``CPUOffloadPolicy``): the
   offloaded share of a GPU's parameter shard comes over the link for every forward and backward pass (and
   the recompute's forward) of every micro-batch, prefetched a layer ahead: hidden up to the compute time.
@@ -37,6 +46,8 @@ FP32_BYTES = 4.0
 # CPU Adam per parameter: fp32 master, m, v read and written (6 x 4 B), the fp32 gradient read (4 B), the
 # 16-bit parameter written (2 B); Ren et al. 2021 §4.2 make the CPU step bandwidth-bound (SIMD, tiling)
 CPU_ADAM_BYTES_PER_PARAM = 6 * FP32_BYTES + FP32_BYTES + 2.0
+# stepped on the GPU: the fp32 master, m and v go out and come back
+GPU_STEPPED_STATE_BYTES_PER_PARAM = 3 * FP32_BYTES
 _PARAM_SHARDED = np.asarray([name in PARAMETER_SHARDINGS for name in SHARDINGS])
 
 
@@ -53,9 +64,23 @@ def offloads(workload: Workload) -> bool:
     return max(workload.offload_optimizer, workload.offload_params, workload.offload_activations) > 0
 
 
-def host_rates(workload: Workload, system: System, accelerator: Accelerator) -> tuple[float, float]:
-    """The host link's bytes/s per direction and the host memory's bytes/s per GPU; a clear error when the
-    catalog lacks what the workload's offload needs."""
+@dataclass(frozen=True)
+class HostRates:
+    """Per GPU: the host link's bytes/s per direction, and for a CPU optimizer step the host memory's bytes/s
+    and the host cores (0 when the step runs on the GPU)."""
+
+    link_bytes_per_s: float
+    memory_bytes_per_s: float
+    cpu_cores: float
+
+
+def cpu_steps(workload: Workload) -> bool:
+    return workload.offload_optimizer > 0 and workload.offload_optimizer_step == "cpu"
+
+
+def host_rates(workload: Workload, system: System, accelerator: Accelerator) -> HostRates:
+    """What one GPU gets of its node's host link, memory and cores; a clear error when the catalog lacks what
+    the workload's offload needs."""
     link = accelerator.host_link_bytes_per_s
     if link is None:
         raise InputError(
@@ -64,14 +89,18 @@ def host_rates(workload: Workload, system: System, accelerator: Accelerator) -> 
             hint=f"add host_link_bandwidth (PCIe or C2C, per direction) to the {accelerator.name} catalog entry, "
             "or set the offload shares to 0",
         )
-    memory = system.host_memory_bytes_per_s
-    if workload.offload_optimizer > 0 and memory is None:
+    if not cpu_steps(workload):
+        return HostRates(link, 0.0, 0.0)
+    memory, cores = system.host_memory_bytes_per_s, system.host_cpu_cores
+    if memory is None or cores is None:
+        fact = "host_memory_bandwidth" if memory is None else "host_cpu_cores"
         raise InputError(
-            f"an offloaded optimizer step runs on the CPU and needs the host memory bandwidth of {system.name}",
-            field="training.offload_optimizer",
-            hint=f"add host_memory_bandwidth to the {system.name} catalog entry, or set offload_optimizer = 0",
+            f"an optimizer step on the CPU needs the {fact} of {system.name}",
+            field="training.offload_optimizer_step",
+            hint=f'add {fact} to the {system.name} catalog entry, set offload_optimizer_step = "gpu" if the '
+            "states are stepped on the GPU, or set offload_optimizer = 0",
         )
-    return link, (memory or 0.0) / system.gpus_per_node
+    return HostRates(link, memory / system.gpus_per_node, cores / system.gpus_per_node)
 
 
 def offload_time(
@@ -81,14 +110,18 @@ def offload_time(
     accelerator: Accelerator,
     local_params: Sequence[Floats],
     passes_s: Sequence[tuple[Floats, Floats]],
+    cpu_optimizer_params_per_s_per_core: float,
 ) -> OffloadTime:
     """Offload seconds per step of every layout of ``grid``: ``local_params`` are the parameters whose optimizer
     states one GPU holds on its first and last stage, ``passes_s`` the forward and backward seconds of one
-    micro-batch on those stages; the slower stage sets the step."""
+    micro-batch on those stages, the rate the stack's CPU optimizer steps parameters at; the slower stage sets
+    the step."""
     zero = np.zeros(len(grid))
     if not offloads(workload):
         return OffloadTime(zero, zero, zero)
-    link, memory_per_gpu = host_rates(workload, system, accelerator)
+    rates = host_rates(workload, system, accelerator)
+    link = rates.link_bytes_per_s
+    on_cpu = cpu_steps(workload)
     w = weight_bytes_per_param(workload.precision)
     grad_bytes = np.asarray(
         [
@@ -103,9 +136,19 @@ def offload_time(
     results: list[tuple[Floats, Floats, Floats]] = []
     for kind, (params, (forward, backward)) in enumerate(zip(local_params, passes_s, strict=True)):
         o = workload.offload_optimizer * params
-        grads_out = o * grad_bytes / link
-        params_back = o * w / link
-        cpu = o * CPU_ADAM_BYTES_PER_PARAM / memory_per_gpu if workload.offload_optimizer > 0 else zero
+        # the CPU step's copies (gradients out under the last backward, weights back before the next forward),
+        # or the GPU step's states (out under the forwards, back under the backwards)
+        grads_out = o * (grad_bytes if on_cpu else GPU_STEPPED_STATE_BYTES_PER_PARAM) / link
+        params_back = o * w / link if on_cpu else zero
+        states_back = zero if on_cpu else o * GPU_STEPPED_STATE_BYTES_PER_PARAM / link
+        cpu = (
+            np.maximum(
+                o * CPU_ADAM_BYTES_PER_PARAM / rates.memory_bytes_per_s,
+                o / (rates.cpu_cores * cpu_optimizer_params_per_s_per_core),
+            )
+            if on_cpu
+            else zero
+        )
         fetched = np.where(_PARAM_SHARDED[grid.sharding], workload.offload_params * params * w, 0.0)
         fetch = fetched * recompute_passes * m / link
         acts = (
@@ -115,9 +158,10 @@ def offload_time(
             if workload.offload_activations > 0
             else zero
         )
-        transfer = grads_out + params_back + fetch + 2 * m * acts
+        transfer = grads_out + params_back + states_back + fetch + 2 * m * acts
         exposed = (
-            np.maximum(grads_out - backward, 0.0)
+            (np.maximum(grads_out - backward, 0.0) if on_cpu else np.maximum(grads_out - m * forward, 0.0))
+            + np.maximum(states_back - m * backward, 0.0)
             + cpu
             + params_back
             + np.maximum(fetch - m * (forward + backward), 0.0)

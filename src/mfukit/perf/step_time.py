@@ -69,7 +69,7 @@ from mfukit.perf.efficiency import (
 from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, Ints, LayoutGrid, Workload, sharding_fields
 from mfukit.perf.memory import gradient_reduce_bytes
 from mfukit.perf.memory_grid import stage_params_grid
-from mfukit.perf.offload import offload_time
+from mfukit.perf.offload import cpu_steps, offload_time
 from mfukit.perf.step_comm import CommInputs, CommTimes, DataParallelTimes, communication_times
 from mfukit.perf.step_shapes import FLASH_BACKWARD_TO_FORWARD, LayerShapes, layer_shapes
 
@@ -606,16 +606,24 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
         )
     breakdown["dp_comm"] = np.maximum(windows[0], windows[1])
     hbm = timer.hbm
+    # the GPU steps the states it holds, and offloaded ones it is given back (offload_optimizer_step "gpu")
+    gpu_stepped = 1.0 - (p.workload.offload_optimizer if cpu_steps(p.workload) else 0.0)
     breakdown["optimizer"] = np.maximum(
         *(
-            states * ADAM_STEP_BYTES_PER_PARAM / hbm + grads * GRAD_PASS_BYTES_PER_PARAM / hbm
+            gpu_stepped * states * ADAM_STEP_BYTES_PER_PARAM / hbm + grads * GRAD_PASS_BYTES_PER_PARAM / hbm
             for states, grads in zip(p.optimizer_params, p.gradient_params, strict=True)
         )
     )
     # host-memory offload (mfukit.perf.offload): copies over the host link and the CPU optimizer step
     machine = p.machine
     breakdown["offload"] = offload_time(
-        p.workload, g, machine.system, machine.accelerator, p.optimizer_params, passes
+        p.workload,
+        g,
+        machine.system,
+        machine.accelerator,
+        p.optimizer_params,
+        passes,
+        eff.cpu_optimizer_params_per_s_per_core,
     ).exposed_s
     breakdown["stragglers"] = np.zeros_like(head)
     ordered = {name: breakdown[name] for name in BREAKDOWN}
