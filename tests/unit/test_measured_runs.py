@@ -156,6 +156,13 @@ def test_the_offload_column_says_what_moved_and_who_steps_the_optimizer(tmp_path
         read_runs(bad)
     text = raised.value.render()
     assert "row 5 (line 2)" in text and "offload: 'optimiser'" in text and "optimizer-states" in text
+    both = _write(
+        tmp_path / "both.csv", [_row(row_id="6", offload="optimizer+optimizer-states")], ("offload",)
+    )
+    with pytest.raises(InputError) as raised:
+        read_runs(both)
+    text = raised.value.render()
+    assert "row 6 (line 2)" in text and "offload_optimizer_step" in text and "name each kind once" in text
 
 
 def test_the_docs_name_every_optional_column() -> None:

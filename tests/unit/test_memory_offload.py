@@ -11,10 +11,10 @@ from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import TrainingSection, load_scenario
 from mfukit.errors import InputError
 from mfukit.perf.inputs import perf_inputs, training_workload
-from mfukit.perf.layouts import Workload, grid_of, step_shape
-from mfukit.perf.memory import estimate_memory
+from mfukit.perf.layouts import SHARDINGS, Workload, grid_of, step_shape
+from mfukit.perf.memory import ADAM_STEP_BYTES_PER_PARAM, estimate_memory
 from mfukit.perf.memory_grid import grid_memory
-from mfukit.perf.offload import CPU_ADAM_BYTES_PER_PARAM, GPU_STEPPED_STATE_BYTES_PER_PARAM, offload_time
+from mfukit.perf.offload import gpu_stepped_state_bytes, host_rates, offload_time
 from mfukit.perf.step_time import estimate_steps, machine_for
 
 MODEL = catalog.model("llama3.1-8b")
@@ -108,7 +108,7 @@ def test_optimizer_offload_exposes_the_cpu_step_and_the_copy_back() -> None:
     time = offload_time(workload, grid, DGX, H100, [params, params], [(backward / 2, backward)] * 2, rate)
     link, per_gpu_memory, per_gpu_cores = 64e9, 614.4e9 / 8, 112 / 8
     cpu = 1e9 / (per_gpu_cores * rate)
-    assert cpu > 10 * 1e9 * CPU_ADAM_BYTES_PER_PARAM / per_gpu_memory
+    assert cpu > 10 * 1e9 * ADAM_STEP_BYTES_PER_PARAM / per_gpu_memory
     assert time.cpu_optimizer_s[0] == pytest.approx(cpu)
     assert time.exposed_s[0] == pytest.approx(cpu + 1e9 * 2 / link)
     assert time.transfer_s[0] == pytest.approx(1e9 * (4 + 2) / link)
@@ -118,7 +118,7 @@ def test_optimizer_offload_exposes_the_cpu_step_and_the_copy_back() -> None:
     assert short.exposed_s[0] == pytest.approx(cpu + 1e9 * 2 / link + 1e9 * 4 / link - 1e-3)
     # cores fast enough that DRAM binds: the step streams Adam's bytes at the GPU's share of the bandwidth
     fast = offload_time(workload, grid, DGX, H100, [params, params], [(backward / 2, backward)] * 2, 1e12)
-    assert fast.cpu_optimizer_s[0] == pytest.approx(1e9 * CPU_ADAM_BYTES_PER_PARAM / per_gpu_memory)
+    assert fast.cpu_optimizer_s[0] == pytest.approx(1e9 * ADAM_STEP_BYTES_PER_PARAM / per_gpu_memory)
 
 
 def test_states_stepped_on_the_gpu_cost_only_their_unhidden_copies() -> None:
@@ -127,12 +127,30 @@ def test_states_stepped_on_the_gpu_cost_only_their_unhidden_copies() -> None:
     workload = _workload(offload_optimizer=1.0, offload_optimizer_step="gpu")
     grid = grid_of([Parallelism(dp=8, zero=3)], model=MODEL, micro_batch_size=[1], num_microbatches=[2])
     params = np.asarray([1e9])
-    states_s = 1e9 * GPU_STEPPED_STATE_BYTES_PER_PARAM / 64e9  # 187.5 ms each way
+    states_s = 1e9 * 12 / 64e9  # the fp32 master, m and v: 187.5 ms each way
     forward, backward = np.asarray([0.05]), np.asarray([0.25])  # two micro-batches: 0.1 s and 0.5 s
     time = offload_time(workload, grid, DGX, H100, [params, params], [(forward, backward)] * 2, 14e6)
     assert time.cpu_optimizer_s[0] == 0
     assert time.transfer_s[0] == pytest.approx(2 * states_s)
     assert time.exposed_s[0] == pytest.approx(states_s - 0.1)  # the way back hides under 0.5 s of backward
+    # activations offloaded too share the link with the states: out under the same forwards, back under
+    # the same backwards, so the window hides their sum once
+    both = _workload(offload_optimizer=1.0, offload_optimizer_step="gpu", offload_activations=1.0)
+    shared = offload_time(both, grid, DGX, H100, [params, params], [(forward, backward)] * 2, 14e6)
+    acts_s = (shared.transfer_s[0] - 2 * states_s) / 4  # one micro-batch's activations, one way
+    assert acts_s > 0
+    assert shared.exposed_s[0] == pytest.approx(
+        max(states_s + 2 * acts_s - 0.1, 0.0) + max(states_s + 2 * acts_s - 0.5, 0.0)
+    )
+
+
+def test_states_stepped_on_the_gpu_are_what_the_memory_model_holds() -> None:
+    """The fp32 master, m and v (12 B) for Megatron and ZeRO; m and v alone (8 B) for FSDP, whose fp32
+    parameter shard is the master; the master and Adam's states alike in fp32 training."""
+    by_sharding = dict(zip(SHARDINGS, gpu_stepped_state_bytes(_workload()), strict=True))
+    assert by_sharding["zero-3"] == by_sharding["none"] == 12.0
+    assert by_sharding["fsdp-full"] == by_sharding["fsdp-hybrid"] == 8.0
+    assert all(b == 8.0 for b in gpu_stepped_state_bytes(_workload(precision="fp32")))
 
 
 def test_the_step_pays_for_offload_and_memory_drops() -> None:
@@ -160,6 +178,20 @@ def test_the_step_pays_for_offload_and_memory_drops() -> None:
         _stage(_workload(offload_optimizer=1.0, offload_activations=0.5), layout).total_bytes
         < _stage(_workload(), layout).total_bytes
     )
+
+
+def test_the_gpu_leaves_the_cpu_its_gradients_pass_where_the_gradients_went() -> None:
+    """A CPU step of every state: ZeRO-2 streamed its gradients out, so the GPU neither steps nor reads them;
+    ZeRO-1 keeps its gradients, and the GPU still takes their norm and zeroes them."""
+    machine = machine_for(DGX, H100, 8)
+    moved = _workload(offload_optimizer=1.0)
+    kept_grid, moved_grid = (
+        grid_of([Parallelism(dp=8, zero=z)], model=MODEL, micro_batch_size=[1], num_microbatches=[8])
+        for z in (1, 2)
+    )
+    assert estimate_steps(moved, moved_grid, machine).breakdown_s["optimizer"][0] == 0
+    kept = estimate_steps(moved, kept_grid, machine).breakdown_s["optimizer"][0]
+    assert 0 < kept < estimate_steps(_workload(), kept_grid, machine).breakdown_s["optimizer"][0]
 
 
 def test_offload_needs_the_host_link_in_the_catalog() -> None:
@@ -197,6 +229,21 @@ def test_a_cpu_step_needs_the_host_cores_in_the_catalog() -> None:
     assert (
         perf_inputs(resolve_scenario(load_scenario(None, gpu_step), None)).workload.offload_optimizer == 1.0
     )
+
+
+@pytest.mark.parametrize("missing", ["host_memory_bytes_per_s", "host_cpu_cores"])
+def test_a_cpu_step_is_refused_for_either_missing_host_fact(missing: str) -> None:
+    """A node with its DRAM bandwidth but not its cores (or the reverse) cannot cost a CPU step either."""
+    node = DGX.model_copy(update={missing: None})
+    other = "host_cpu_cores" if missing == "host_memory_bytes_per_s" else "host_memory_bandwidth"
+    with pytest.raises(InputError) as caught:
+        host_rates(_workload(offload_optimizer=1.0), node, H100)
+    named = "host_memory_bandwidth" if missing == "host_memory_bytes_per_s" else "host_cpu_cores"
+    assert caught.value.field == "training.offload_optimizer_step"
+    assert named in str(caught.value) and other not in str(caught.value)
+    rates = host_rates(_workload(offload_optimizer=1.0, offload_optimizer_step="gpu"), node, H100)
+    assert (rates.memory_bytes_per_s, rates.cpu_cores) == (0.0, 0.0)
+    assert host_rates(_workload(offload_optimizer=1.0), DGX, H100).cpu_cores == 112 / 8
 
 
 def test_offload_shares_come_from_the_scenario() -> None:

@@ -116,7 +116,7 @@ FRAMEWORK_FACTS: dict[str, float | str | None] = {
     # measured ~10 s for the optimizer step of Qwen-72B on 4 A100 nodes (deepspeedai/DeepSpeed#6834, 2024-12:
     # 18.2e9 parameters per 128-core node, 14e6 per core per second); Qwen2.5-3B on 2 A100s and 128 bound
     # cores steps in 2.38 s whole (DeepSpeed#7474, 2025-08: >= 10e6). The same work streams only ~30 B per
-    # parameter through DRAM (perf.offload.CPU_ADAM_BYTES_PER_PARAM), which a 400-600 GB/s host would do
+    # parameter through DRAM (perf.memory.ADAM_STEP_BYTES_PER_PARAM), which a 400-600 GB/s host would do
     # ~10x faster: the cores, not the memory bus, set the step. Stacks without a measurement of their own
     # (Megatron's HybridDeviceOptimizer runs torch's CPU Adam) borrow DeepSpeed's rate.
     "cpu_optimizer_params_per_s_per_core": 14e6,

@@ -330,12 +330,18 @@ OFFLOADS: dict[str, dict[str, Any]] = {
 
 def _offload(row: _Row) -> dict[str, Any]:
     fields: dict[str, Any] = {}
-    for token in row.text("offload").lower().replace("+", ";").replace(",", ";").split(";"):
-        if token.strip() and token.strip() not in OFFLOADS:
+    tokens = [t.strip() for t in row.text("offload").lower().replace("+", ";").replace(",", ";").split(";")]
+    for token in filter(None, tokens):
+        if token not in OFFLOADS:
+            raise row.error("offload", f"offload names {token!r}", f"use one of {', '.join(OFFLOADS)}")
+        clash = sorted(set(fields) & set(OFFLOADS[token]))
+        if clash:
             raise row.error(
-                "offload", f"offload names {token.strip()!r}", f"use one of {', '.join(OFFLOADS)}"
+                "offload",
+                f"offload names {token!r} beside a token that already sets {', '.join(clash)}",
+                "name each kind once: 'optimizer' (stepped by the CPU) or 'optimizer-states' (stepped by the GPU)",
             )
-        fields.update(OFFLOADS.get(token.strip(), {}))
+        fields.update(OFFLOADS[token])
     return fields
 
 

@@ -62,6 +62,9 @@ OVERHEADS_FILE = Path(__file__).parent / "data" / "memory_overheads.toml"
 STACKS_FILE = Path(__file__).parent / "data" / "memory_stacks.toml"
 FP32_BYTES = 4.0
 ADAM_STATE_BYTES = 8.0  # Adam m and v in fp32 (Kingma & Ba 2015; every mixed-precision recipe)
+# Adam's step per parameter: fp32 master, m and v read and written (24 B), the fp32 gradient read (4 B), the
+# 16-bit weight written (2 B); on a GPU against HBM, on a CPU (ZeRO-Offload, Ren et al. 2021 §4.2) against DRAM
+ADAM_STEP_BYTES_PER_PARAM = 6 * FP32_BYTES + FP32_BYTES + 2.0
 # TE's cached FP8 weight: row-wise data for the forward GEMM and column-wise (transposed) data for dgrad,
 # 1 B each (Hopper's FP8 GEMMs take only TN layouts; MXFP8 keeps both layouts too)
 FP8_WEIGHT_COPY_BYTES = 2.0
@@ -91,6 +94,9 @@ Sharding = Literal[
     "fsdp-hybrid",
 ]
 PARAMETER_SHARDINGS: frozenset[Sharding] = frozenset({"zero-3", "fsdp-full", "fsdp-hybrid"})
+# DeepSpeed ZeRO-2/3 with a CPU optimizer stream each reduced gradient partition to the host, where the CPU
+# takes the norm and steps; ZeRO-1 and Megatron keep their gradients on the GPU
+GRADIENTS_FOLLOW_CPU_STEP: frozenset[Sharding] = frozenset({"zero-2", "zero-3"})
 SHARDING_NAMES: dict[Sharding, str] = {
     "none": "no sharding (Megatron DDP: bf16 weights, fp32 main grads, fp32 master + Adam)",
     "distributed-optimizer": "Megatron distributed optimizer (6 + 12/DP bytes/param)",
@@ -323,8 +329,11 @@ def held_state_bytes_per_param(sharding: Sharding, shard_ranks: int, shape: Step
     and, when the CPU steps them, for DeepSpeed ZeRO its fp32 gradient partition too
     (``estimate_zero2_model_states_mem_needs`` with ``cpu_offload``: 2P on the GPU; ZeRO-3: 2P/N): ZeRO-2/3
     stream each reduced gradient to the host, ZeRO-1 keeps its whole 16-bit gradients; Megatron keeps its
-    gradient buffer on the GPU. States stepped on the GPU (``offload_optimizer_step = "gpu"``) come back for
-    the step and leave the gradients where they are. Parameter offload
+    gradient buffer on the GPU. States stepped on the GPU (``offload_optimizer_step = "gpu"``) leave the
+    gradients where they are; they are counted off the GPU at the peak, the end of the forward passes, when
+    they are on the host. They come back during the backward as it frees stored activations (DeepCompile's
+    ``offload_adam_states`` reloads them there); a step whose returning states outgrow the activations freed
+    would peak at the optimizer step instead, which this model does not count. Parameter offload
     (ZeRO-Infinity ``offload_param``; FSDP2 ``CPUOffloadPolicy``, which moves the gradient shards with them)
     moves that share of the sharded 16-bit parameters: it needs parameters sharded (ZeRO-3, FSDP); other
     layouts keep whole weights on the GPU."""
@@ -334,7 +343,7 @@ def held_state_bytes_per_param(sharding: Sharding, shard_ranks: int, shape: Step
     fp32_partition = 0.0 if shape.precision == "fp32" else FP32_BYTES / shard_ranks
     if shape.offload_optimizer_step == "cpu" and sharding == "zero-1":
         gradients -= shape.offload_optimizer * fp32_partition
-    elif shape.offload_optimizer_step == "cpu" and sharding in {"zero-2", "zero-3"}:
+    elif shape.offload_optimizer_step == "cpu" and sharding in GRADIENTS_FOLLOW_CPU_STEP:
         gradients *= keep_optimizer
     weights = state.weights
     if sharding in PARAMETER_SHARDINGS:

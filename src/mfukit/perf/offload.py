@@ -9,12 +9,13 @@ step, and the part the GPU's compute does not hide.
   The CPU step takes the longer of two bounds: the node's cores, shared by its GPUs, at the stack's measured
   end-to-end rate per core (``cpu_optimizer_params_per_s_per_core``, perf.efficiency), and the DRAM
   traffic of Adam (per parameter the fp32 master, m and v read and written, the gradient read, the 16-bit
-  copy written: :data:`CPU_ADAM_BYTES_PER_PARAM`) at the node's host memory bandwidth. On every catalog
+  copy written: :data:`~mfukit.perf.memory.ADAM_STEP_BYTES_PER_PARAM`) at the node's host memory bandwidth. On every catalog
   node the cores bind, ~10x above the DRAM bound: a rule of thumb that calls the CPU step bandwidth-bound
   (Ren et al. §4.2) is right for Adam's kernel alone, not for the step DeepSpeed runs.
 * **Optimizer stepped by the GPU** (``offload_optimizer_step = "gpu"``; DeepSpeed DeepCompile
   ``offload_adam_states``, Megatron-Core ``OptimizerStateOffloader``): the offloaded share of the fp32
-  master, m and v (:data:`GPU_STEPPED_STATE_BYTES_PER_PARAM`) leaves for the host during the forward passes
+  master, m and v (the Adam moments alone under FSDP, whose fp32 parameter shard is the master:
+  :func:`gpu_stepped_state_bytes`) leaves for the host during the forward passes
   and comes back during the backward passes (hidden up to their compute), and the GPU steps it as it steps
   the rest; the gradients never leave the GPU.
 * **Parameters** (ZeRO-Infinity, Rajbhandari et al., SC'21, §5-6; FSDP2 ``CPUOffloadPolicy``): the
@@ -25,7 +26,11 @@ step, and the part the GPU's compute does not hide.
   the copy out hides under the forward passes, the copy in under the backward passes.
 
 The host link (PCIe, or NVLink-C2C on Grace superchips; the accelerator's ``host_link_bandwidth``) is full
-duplex: each direction runs at its per-direction rate; the three kinds share it, so their times add.
+duplex: each direction runs at its per-direction rate. The kinds share it, so within one window (the forward
+passes, the backward passes) the copies of one direction add, and the window hides the longer direction once:
+out under the forwards go the GPU-stepped states and the activations while the parameters come in; under the
+backwards the gradients go out (under the last backward only) while the states, the activations and the
+parameters for the backward and the recompute come in.
 """
 
 from __future__ import annotations
@@ -39,16 +44,28 @@ from mfukit.core.hardware import Accelerator, System
 from mfukit.core.parallelism import Parallelism
 from mfukit.errors import InputError
 from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, LayoutGrid, Workload, sharding_fields
-from mfukit.perf.memory import PARAMETER_SHARDINGS, gradient_reduce_bytes, weight_bytes_per_param
+from mfukit.perf.memory import (
+    ADAM_STEP_BYTES_PER_PARAM,
+    PARAMETER_SHARDINGS,
+    gradient_reduce_bytes,
+    state_bytes_per_param,
+    weight_bytes_per_param,
+)
 from mfukit.perf.memory_grid import stored_activation_bytes
 
-FP32_BYTES = 4.0
-# CPU Adam per parameter: fp32 master, m, v read and written (6 x 4 B), the fp32 gradient read (4 B), the
-# 16-bit parameter written (2 B); Ren et al. 2021 §4.2 make the CPU step bandwidth-bound (SIMD, tiling)
-CPU_ADAM_BYTES_PER_PARAM = 6 * FP32_BYTES + FP32_BYTES + 2.0
-# stepped on the GPU: the fp32 master, m and v go out and come back
-GPU_STEPPED_STATE_BYTES_PER_PARAM = 3 * FP32_BYTES
 _PARAM_SHARDED = np.asarray([name in PARAMETER_SHARDINGS for name in SHARDINGS])
+
+
+def gpu_stepped_state_bytes(workload: Workload) -> Floats:
+    """Per sharding (:data:`SHARDINGS`), bytes per parameter of the optimizer states a GPU step sends out and
+    takes back: what the memory model holds of them (:func:`~mfukit.perf.memory.state_bytes_per_param`),
+    unsharded; the fp32 master and Adam's m and v, or m and v alone where the fp32 shard is the master."""
+    return np.asarray(
+        [
+            state_bytes_per_param(n, 1, workload.precision, workload.fp8_main_grads).optimizer
+            for n in SHARDINGS
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -132,42 +149,46 @@ def offload_time(
         ]
     )[grid.sharding]
     m = grid.num_microbatches.astype(np.float64)
-    recompute_passes = np.where(grid.recompute == RECOMPUTES.index("full"), 3.0, 2.0)
+    # passes over the parameters inside the backward window: the backward, and the recompute's forward
+    backward_passes = np.where(grid.recompute == RECOMPUTES.index("full"), 2.0, 1.0)
+    states_bytes = gpu_stepped_state_bytes(workload)[grid.sharding]
     results: list[tuple[Floats, Floats, Floats]] = []
     for kind, (params, (forward, backward)) in enumerate(zip(local_params, passes_s, strict=True)):
         o = workload.offload_optimizer * params
-        # the CPU step's copies (gradients out under the last backward, weights back before the next forward),
-        # or the GPU step's states (out under the forwards, back under the backwards)
-        grads_out = o * (grad_bytes if on_cpu else GPU_STEPPED_STATE_BYTES_PER_PARAM) / link
+        # a CPU step: gradients out under the last backward, weights back before the next forward;
+        # a GPU step: the states out under the forwards, back under the backwards
+        grads_out = o * grad_bytes / link if on_cpu else zero
         params_back = o * w / link if on_cpu else zero
-        states_back = zero if on_cpu else o * GPU_STEPPED_STATE_BYTES_PER_PARAM / link
+        states_way = zero if on_cpu else o * states_bytes / link
         cpu = (
             np.maximum(
-                o * CPU_ADAM_BYTES_PER_PARAM / rates.memory_bytes_per_s,
+                o * ADAM_STEP_BYTES_PER_PARAM / rates.memory_bytes_per_s,
                 o / (rates.cpu_cores * cpu_optimizer_params_per_s_per_core),
             )
             if on_cpu
             else zero
         )
-        fetched = np.where(_PARAM_SHARDED[grid.sharding], workload.offload_params * params * w, 0.0)
-        fetch = fetched * recompute_passes * m / link
+        fetch_pass = (
+            np.where(_PARAM_SHARDED[grid.sharding], workload.offload_params * params * w, 0.0) * m / link
+        )
         acts = (
-            workload.offload_activations
+            m
+            * workload.offload_activations
             * stored_activation_bytes(workload, grid, kind, system.gpus_per_node)
             / link
             if workload.offload_activations > 0
             else zero
         )
-        transfer = grads_out + params_back + states_back + fetch + 2 * m * acts
+        forward_s, backward_s = m * forward, m * backward
+        forward_out, forward_in = states_way + acts, fetch_pass
+        backward_in = states_way + acts + backward_passes * fetch_pass
         exposed = (
-            (np.maximum(grads_out - backward, 0.0) if on_cpu else np.maximum(grads_out - m * forward, 0.0))
-            + np.maximum(states_back - m * backward, 0.0)
+            np.maximum(np.maximum(forward_out, forward_in) - forward_s, 0.0)
+            + np.maximum(np.maximum(grads_out - backward, 0.0), backward_in - backward_s)
             + cpu
             + params_back
-            + np.maximum(fetch - m * (forward + backward), 0.0)
-            + np.maximum(m * acts - m * forward, 0.0)
-            + np.maximum(m * acts - m * backward, 0.0)
         )
+        transfer = grads_out + params_back + forward_out + forward_in + backward_in
         results.append((transfer, cpu, exposed))
     slower = np.argmax(np.stack([exposed for _, _, exposed in results]), axis=0)
     pick = np.arange(len(grid))

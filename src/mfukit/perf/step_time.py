@@ -67,15 +67,12 @@ from mfukit.perf.efficiency import (
     network_profile_of,
 )
 from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, Ints, LayoutGrid, Workload, sharding_fields
-from mfukit.perf.memory import gradient_reduce_bytes
+from mfukit.perf.memory import ADAM_STEP_BYTES_PER_PARAM, GRADIENTS_FOLLOW_CPU_STEP, gradient_reduce_bytes
 from mfukit.perf.memory_grid import stage_params_grid
 from mfukit.perf.offload import cpu_steps, offload_time
 from mfukit.perf.step_comm import CommInputs, CommTimes, DataParallelTimes, communication_times
 from mfukit.perf.step_shapes import FLASH_BACKWARD_TO_FORWARD, LayerShapes, layer_shapes
 
-ADAM_STEP_BYTES_PER_PARAM = (
-    30.0  # fp32 master, m and v read and written (24), fp32 grad read (4), 16-bit weight (2)
-)
 GRAD_PASS_BYTES_PER_PARAM = 8.0  # reading the fp32 main gradients for the norm and zeroing them
 HOST_BACKWARD_TO_FORWARD = 2.0  # kernels autograd launches for a layer's backward per forward kernel
 # Kernels a GPT/Llama layer's forward launches: fused (Megatron-DeepSpeed, which the host floor is fitted on:
@@ -606,11 +603,15 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
         )
     breakdown["dp_comm"] = np.maximum(windows[0], windows[1])
     hbm = timer.hbm
-    # the GPU steps the states it holds, and offloaded ones it is given back (offload_optimizer_step "gpu")
-    gpu_stepped = 1.0 - (p.workload.offload_optimizer if cpu_steps(p.workload) else 0.0)
+    # the GPU steps the states it holds, and offloaded ones it is given back (offload_optimizer_step "gpu");
+    # what the CPU steps, it also takes the norm of and zeroes where the gradients went with them (ZeRO-2/3)
+    cpu_share = p.workload.offload_optimizer if cpu_steps(p.workload) else 0.0
+    gradients_moved = np.isin(g.sharding, [SHARDINGS.index(n) for n in GRADIENTS_FOLLOW_CPU_STEP])
+    gpu_gradients = 1.0 - np.where(gradients_moved, cpu_share, 0.0)
     breakdown["optimizer"] = np.maximum(
         *(
-            gpu_stepped * states * ADAM_STEP_BYTES_PER_PARAM / hbm + grads * GRAD_PASS_BYTES_PER_PARAM / hbm
+            (1.0 - cpu_share) * states * ADAM_STEP_BYTES_PER_PARAM / hbm
+            + gpu_gradients * grads * GRAD_PASS_BYTES_PER_PARAM / hbm
             for states, grads in zip(p.optimizer_params, p.gradient_params, strict=True)
         )
     )
