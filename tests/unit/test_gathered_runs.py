@@ -14,7 +14,7 @@ import pytest
 
 from mfukit import catalog
 from mfukit.perf.calibration_data import held_out_source
-from mfukit.perf.measured_runs import OFFLOADS, OPTIONAL_COLUMNS
+from mfukit.perf.measured_runs import OFFLOADS, OPTIONAL_COLUMNS, read_runs
 
 FOLDER = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "calibration"
 # the Megatron-stack file of shared/reference: reserved for checking the model, never fitted
@@ -187,3 +187,21 @@ def test_the_readme_table_counts_the_rows_of_each_source_group(
     }
     assert listed == counts
     assert f"| `gathered_runs.csv` | {len(gathered[1])} |" in readme
+
+
+def test_flagperf_rows_run_on_the_nodes_and_stacks_their_cases_name() -> None:
+    """FlagPerf's A800 rows run on the A800 node (NVLink cut to 400 GB/s), its Megatron-Core rows without TP
+    overlap (the launch script passes no --tp-comm-overlap), its ZeRO-3 rows on DeepSpeed."""
+    cases = [case for case in read_runs(GATHERED)[0] if case.source == "baai_flagperf"]
+    a800 = [case for case in cases if case.accelerator.name == "a800-80gb-sxm"]
+    assert a800 and all(case.system.name == "dgx-a800" for case in a800)
+    assert (
+        catalog.accelerator("a800-80gb-sxm").scale_up_bytes_per_s
+        < catalog.accelerator("a100-80gb-sxm").scale_up_bytes_per_s
+    )
+    stacks = {case.workload.framework for case in cases}
+    assert stacks == {"megatron-core", "megatron-deepspeed", "deepspeed"}
+    assert all(
+        case.workload.tp_comm_overlap is False for case in cases if case.workload.framework == "megatron-core"
+    )
+    assert all(case.layout.zero == 3 for case in cases if case.workload.framework == "deepspeed")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +37,17 @@ BF16_PEAK_TFLOPS = {
     "B200": 2250.0,
     "GB200": 2500.0,
     "MI300X": 1307.4,
+    "A800": 312.0,
+    "H800": 989.0,
 }
-FP8_PEAK_TFLOPS = {"H100": 1979.0, "H200": 1979.0, "B200": 4500.0, "GB200": 5000.0, "MI300X": 2614.9}
+FP8_PEAK_TFLOPS = {
+    "H800": 1979.0,
+    "H100": 1979.0,
+    "H200": 1979.0,
+    "B200": 4500.0,
+    "GB200": 5000.0,
+    "MI300X": 2614.9,
+}
 
 A100_80 = "A100-SXM4-80GB"
 A100_40 = "A100-SXM4-40GB"
@@ -45,12 +55,14 @@ H100 = "H100-SXM5-80GB"
 H100_TITAN = "H100-SXM-96GB-HBM2e (500W cap)"
 # the catalog node of a GPU type the schema's GPU_SYSTEMS would map to another part (the reader takes "H100" for a
 # DGX H100): torchtitan's Grand Teton hosts, 96 GB HBM2e at 2.4 TB/s and a 500 W power limit
-SYSTEMS = {H100_TITAN: "grand-teton-h100"}
+SYSTEMS = {H100_TITAN: "grand-teton-h100", "A800-SXM4-80GB": "dgx-a800"}
 H200 = "H200-SXM-141GB"
 B200 = "B200-SXM-180GB (DGX-B200)"
 GB200 = "GB200 (DGX-GB200, NVL72)"
 H100_UNSTATED = "H100 (variant not stated)"
 MI300X = "MI300X-192GB"
+A800 = "A800-SXM4-80GB"
+H800 = "H800-SXM5-80GB"
 
 
 @dataclass(frozen=True)
@@ -295,6 +307,34 @@ DEEPCOMPILE = Source(
     "benchmarks/deepcompile",
     "",  # per row: which figure
     "deepspeed_deepcompile_blog",
+    "deepspeed",
+    "flash",
+)
+
+
+# BAAI FlagPerf (FlagOpen/FlagPerf): vendor-neutral training benchmarks; its NVIDIA results, each case a README
+# (results table) beside the config and launch script that ran it.
+FLAGPERF = "BAAI FlagPerf (FlagOpen/FlagPerf), NVIDIA training cases"
+FLAGPERF_MCORE = Source(
+    FLAGPERF + " (Megatron-LM core_v0.6.0 on NGC PyTorch 24.02)",
+    "",  # per row: which case README
+    "baai_flagperf",
+    "megatron-core",
+    "flash",
+)
+FLAGPERF_MEGATRON_DS = Source(
+    FLAGPERF + " (Megatron-DeepSpeed, DeepSpeed 0.11.1)",
+    "training/nvidia/llama2_7b-megatron-deepspeed/README.md results table (2024-02-07, commit d1a078e0); "
+    "ds_config.json and training/benchmarks/llama2_7b/megatron-deepspeed/megatron-deepspeed_main.sh",
+    "baai_flagperf",
+    "megatron-deepspeed",
+    "flash",
+)
+FLAGPERF_ZERO3 = Source(
+    FLAGPERF + " (Hugging Face LlamaForCausalLM on DeepSpeed 0.11.1 ZeRO-3)",
+    "training/nvidia/llama2_7b-deepspeed/README.md results tables (2023-12-25, commit 6035339a); "
+    "training/benchmarks/llama2_7b/deepspeed/ds_config.json and run_pretraining.py",
+    "baai_flagperf",
     "deepspeed",
     "flash",
 )
@@ -1373,6 +1413,157 @@ def rows() -> list[dict[str, str]]:
             accounting="hardware",
         )
     )
+    out += flagperf_rows(next_id)
+    return out
+
+
+def flagperf_rows(next_id: Iterator[int]) -> list[dict[str, str]]:
+    """BAAI FlagPerf's NVIDIA LLM cases: Megatron-Core, Megatron-DeepSpeed and DeepSpeed ZeRO-3 on A100, A800,
+    H100 and H800 nodes. Tokens/s per GPU are what each case's run_pretraining.py prints: the global batch's
+    tokens over the last logged iteration time (Megatron) or DeepSpeed's RunningAvgSamplesPerSec, per GPU."""
+    out: list[dict[str, str]] = []
+    # Megatron-Core: pretrain_llama3.sh passes --use-mcore-models --transformer-impl transformer_engine
+    # --use-distributed-optimizer --use-flash-attn --sequence-parallel --bf16, global batch 512 x 8192, and no
+    # recompute, overlap or TP-overlap flag; the FP8 rows swap in training_adapter_H100_fp8.sh.
+    mcore_reported = "n_gpus;precision;tp;pp;dp;tokens_per_sec_per_gpu;peak_mem_gib_per_gpu(nvidia-smi, x/80)"
+    mcore_inferred = (
+        "arch and flags (pretrain_llama3.sh);micro_batch(localbs=1 in config_*.py);"
+        "activation_recompute(no recompute flag in the script)"
+    )
+    mcore_notes = (
+        "The script keeps Megatron's defaults for what it does not pass: tied embeddings, learned absolute "
+        "positions and linear biases on a Llama 3 shape (read here as the untied Llama 3 shape: the same GEMMs; "
+        "~0.5 G fewer parameters of state when tied). The README's optimisation list names "
+        "recompute-activations, which the script does not pass (with flash attention it would recompute "
+        "nothing). No --overlap-grad-reduce, --overlap-param-gather or --tp-comm-overlap. The README's MFU column "
+        "(A800 56.9 %, H100 bf16 39.3 %) is 6 x parameters FLOPs per token over the dense peak, without "
+        "attention; tokens/s per GPU is the measurement taken."
+    )
+    fp8 = "fp8 (TE delayed scaling, hybrid E4M3/E5M2, amax history 1024, max)"
+    llama3_8b = (
+        "training/nvidia/llama3_8B-megatron/README.md results table (2024-05-15, commit 93730d18); "
+        "training/benchmarks/llama3_8B/megatron/pretrain_llama3.sh"
+    )
+    for gpu, n, tp, pp, precision, tok, mem in (
+        (A800, 8, 1, 2, "bf16", 3698.7, 76),
+        (H100, 8, 2, 1, "bf16", 8103, 71),
+        (H100, 8, 2, 1, fp8, 10486, 74),
+        (H100, 16, 2, 1, "bf16", 7914, 62),
+        (H100, 16, 2, 1, fp8, 10280, 64),
+    ):
+        out.append(
+            make_row(
+                next(next_id),
+                FLAGPERF_MCORE,
+                SHAPES["llama3_8b"],
+                detail=llama3_8b,
+                seq=8192,
+                gbs=512,
+                mbs=1,
+                gpu=gpu,
+                n=n,
+                tp=tp,
+                pp=pp,
+                zero="distributed optimizer",
+                recompute="none",
+                precision=precision,
+                reported=mcore_reported,
+                inferred=mcore_inferred,
+                notes=mcore_notes,
+                tokens_per_gpu=tok,
+                mem_gib=mem,
+                tp_overlap=False,
+            )
+        )
+    out.append(
+        make_row(
+            next(next_id),
+            FLAGPERF_MCORE,
+            SHAPES["llama3_70b"],
+            detail="training/nvidia/llama3_70B-megatron/README.md results table (2024-06-14, commit ddd8f62a); "
+            "training/benchmarks/llama3_70B/megatron/pretrain_llama3.sh",
+            seq=8192,
+            gbs=512,
+            mbs=1,
+            gpu=H100,
+            n=64,
+            tp=8,
+            pp=4,
+            zero="distributed optimizer",
+            recompute="none",
+            precision="bf16",
+            reported=mcore_reported,
+            inferred=mcore_inferred + ";system(8 x 8 H100 SXM, 400 Gb/s InfiniBand: read as DGX H100)",
+            notes=mcore_notes,
+            tokens_per_gpu=851,
+            mem_gib=55,
+            tp_overlap=False,
+        )
+    )
+    # Megatron-DeepSpeed: ZeRO-1 (ds_config.json), micro batch 1 x 32 accumulations (the A100 row 128), bf16,
+    # flash attention 2. In megatron-deepspeed_main.sh the line '#--recompute-activations \' sits inside the
+    # quoted command, which `eval $cmd` reads as a comment to the end: no recompute, and the flags after it
+    # (rmsnorm, no linear bias, --zero-stage, DeepSpeed activation checkpointing) were not passed either.
+    for gpu, gas, tok in ((A800, 32, 4047), (A100_80, 128, 3974)):
+        out.append(
+            make_row(
+                next(next_id),
+                FLAGPERF_MEGATRON_DS,
+                SHAPES["llama2_7b"],
+                seq=4096,
+                gbs=8 * gas,
+                mbs=1,
+                gpu=gpu,
+                n=8,
+                tp=1,
+                pp=1,
+                zero="ZeRO-1",
+                recompute="none",
+                precision="bf16",
+                reported="n_gpus;dp;fix_hp(GAS);tokens_per_sec_per_gpu;peak_mem_gib_per_gpu(63/80)",
+                inferred="arch, seq_len, micro_batch and ZeRO stage (config_A100x1x8.py, ds_config.json)"
+                + (
+                    ";gpu_type(the README's 'A100' row on an 80 GB part: 63/80 GiB)" if gpu == A100_80 else ""
+                ),
+                notes="The launch script's commented-out --recompute-activations line ends the evaluated "
+                "command: LayerNorm and linear biases (Megatron defaults) on the Llama 2 7B shape, no recompute.",
+                tokens_per_gpu=tok,
+                mem_gib=63,
+            )
+        )
+    # DeepSpeed ZeRO-3 of Hugging Face Llama 2 7B, one node, flash attention 2 (config flashattn = True), no
+    # gradient checkpointing (the model never enables it), micro batch 1 x 4096 unless fix_hp says otherwise.
+    for gpu, seq, mbs, gas, tok, mem in (
+        (A800, 4096, 1, 1, 3564, 57),
+        (A800, 2048, 3, 1, 3917, 70),
+        (A800, 2048, 3, 64, 4062, 70),
+        (H800, 4096, 1, 1, 7151, 59),
+    ):
+        out.append(
+            make_row(
+                next(next_id),
+                FLAGPERF_ZERO3,
+                SHAPES["llama2_7b"],
+                seq=seq,
+                gbs=8 * mbs * gas,
+                mbs=mbs,
+                gpu=gpu,
+                n=8,
+                tp=1,
+                pp=1,
+                zero="ZeRO-3",
+                recompute="none",
+                precision="bf16",
+                reported="n_gpus;fix_hp(MPE, LBS, GAS);tokens_per_sec_per_gpu;peak_mem_gib_per_gpu",
+                inferred="arch (llama2_7b_hf/config.json);seq_len, micro_batch, accumulation (config_*.py and "
+                "ds_config.json unless fix_hp overrides them)",
+                notes="ds_config.json: stage3_prefetch_bucket_size 1e7, reduce_bucket_size 1e7, "
+                "allgather_bucket_size 1e8, overlap_comm, max live parameters 1e9; AdamW, gradient clipping 1.0. "
+                "OpenWebText tokens, the first 100 M.",
+                tokens_per_gpu=tok,
+                mem_gib=mem,
+            )
+        )
     return out
 
 
