@@ -133,6 +133,25 @@ def test_one_line_at_a_time() -> None:
                                    "size: 4, pipeline-model-parallel size: 2 ")["dp"].value == 16  # fmt: skip
 
 
+def test_a_count_run_into_the_next_line_is_said_and_skipped(tmp_path: Path) -> None:
+    """A DeepSpeed config echo whose train_batch_size line was cut and run into the next: the batch is not
+    that text (nor a crash), the line is named, and the intact echo further down is what counts."""
+    prefix = "[2026-11-18 11:06:40,000] [INFO] [config.py:1003:print]  "
+    echo = [f"{prefix} DeepSpeedEngine configuration:", f"{prefix} train_batch_size  gradient_clipping ..... 1.0",
+            f"{prefix} train_batch_size ............. 256"]  # fmt: skip
+    reader = launch_config.ConfigReader()
+    for number, line in enumerate(echo, start=1):
+        reader.feed(number, line)
+    assert (
+        reader.settings["global_batch_size"].value == 256 and reader.settings["global_batch_size"].line == 3
+    )
+    assert len(reader.unread) == 1 and reader.unread[0].startswith("line 2: global_batch_size reads")
+    log = tmp_path / "rank0.log"
+    log.write_text("\n".join(echo[:2]) + "\n")
+    config = launch_config.parse(log)[0]
+    assert "global_batch_size" not in config.settings and "not a whole number" in config.unread[0]
+
+
 DEEPSPEED_FLAGS = {"model.preset": str(CASES / "llama2-7b.config.json"), "cluster.gpu": "h100-sxm"}
 
 

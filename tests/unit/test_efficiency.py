@@ -186,3 +186,25 @@ def test_a_borrowed_part_reproduces_its_vendors_max_achievable_gemm(name: str) -
         efficiency.gemm_peak_fraction / hopper.gemm_peak_fraction
     )
     assert efficiency.gemm_peak_fraction < hopper.gemm_peak_fraction
+
+
+def test_a_stack_cost_its_one_node_runs_cannot_pin_is_fitted_on_its_multi_node_runs() -> None:
+    """FlagPerf's one-node Megatron-DeepSpeed runs (no pipeline) cannot pin the stack's p2p cost; BigScience's
+    pipelined runs across nodes can, so the fit takes it from them instead of the default stack's."""
+    from mfukit.perf.calibrate import _drop_unidentified, fit, neutral_prior
+
+    cases = load_cases()
+    one_node = [
+        c for c in cases if c.source == "baai_flagperf" and c.workload.framework == "megatron-deepspeed"
+    ]
+    across = [c for c in cases if c.source == "bigscience_tr11_prequel"]
+    assert one_node and all(c.num_gpus <= c.system.gpus_per_node and c.layout.pp == 1 for c in one_node)
+    assert all(c.workload.framework == "megatron-deepspeed" and c.layout.pp > 1 for c in across)
+    assert all(c.num_gpus > c.system.gpus_per_node for c in across)
+    start = neutral_prior(efficiency_file())
+    _, unidentified = _drop_unidentified(start, one_node)
+    assert "p2p_overhead_s" in unidentified["megatron-deepspeed"]
+    fitted, _ = fit([*one_node, *across], start, iterations=4)
+    stacks = {p.name: p for p in fitted.framework}
+    p2p_s = stacks["megatron-deepspeed"].p2p_overhead_s
+    assert p2p_s is not None and p2p_s != stacks["megatron-core"].p2p_overhead_s

@@ -202,7 +202,7 @@ def resolve_job(
     logs = [r for r in records if isinstance(r, TrainingLog)]
     settings = _Settings(configs)
     provenance: list[Provenance] = []
-    warnings: list[str] = []
+    warnings: list[str] = [f"{c.file}: {line}" for c in configs for line in c.unread]
 
     def pick(
         name: str, section: BaseModel | None, key: str | None, default: object, *, convert: object = None

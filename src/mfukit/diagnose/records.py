@@ -200,6 +200,7 @@ class JobConfig:
     file: str
     framework: str
     settings: dict[str, Setting]
+    unread: tuple[str, ...] = ()  # setting lines whose value is not what the setting holds, said and skipped
 
 
 @dataclass

@@ -9,9 +9,10 @@ so that no source outweighs another by its row count and the fit aims at the med
 framework lost for reasons no model of the hardware sees. The GPU and framework constants are fitted on the
 rows of the fit split that ran inside one node; then each network profile on every row (not only the
 fit split's) that crossed that network with no pipeline across nodes (:mod:`mfukit.perf.calibrate_network`);
-every other multi-node row tests the model. A framework constant that moves none of its rows' predictions (a collective
-cost where no run launched one, a pipeline cost where none used PP, a host floor its GPU work always
-covered) is left out and taken from the default framework's. The optimiser is Levenberg-Marquardt on the
+every other multi-node row tests the model. A framework constant that moves none of its one-node rows'
+predictions (a collective cost where no run launched one, a pipeline cost where none used PP, a host floor
+its GPU work always covered) is fitted on the stack's multi-node rows with the rank jitter instead, and
+where none of those moves it either, it stays the default framework's. The optimiser is Levenberg-Marquardt on the
 logarithms (logits for fractions) of the constants, with a finite-difference Jacobian. The result is written
 to ``perf/data/efficiency.toml`` with the SHA-256 of each data file, the split and the fit error of each
 profile; borrowed profiles and framework facts are kept as they are.
@@ -84,6 +85,11 @@ HOST_COST_RANGES_S = {
 }
 
 
+# Where a stack constant is probed for whether its runs show it at all (_moves): its host cost range, and
+# the attention kernel's 0.5-2x of the reference one (_FIELD_BOUNDS).
+PLAUSIBLE_RANGES = {**HOST_COST_RANGES_S, "attention_speedup": (0.5, 2.0)}
+
+
 # A GEMM's fixed cost (launch and tail) is kept to 5-20 us. The fastest GEMM of XLA's measured H100 table
 # (256 x 256 x 256) takes 5.0 us, and the curve fitted to those kernels puts 5.1 us on every launch
 # (benchmarks/gemm_curve.py); the fold without vTrain, the only source whose runs are made of GEMMs that
@@ -100,7 +106,10 @@ _FIELD_BOUNDS = {
     # runs cannot pin it down; unbounded, such a fold put H100 attention at a sixth of the peak. A stack's
     # kernel relative to the reference one stays within the spread of those figures (0.5-2x).
     "attention_peak_fraction": (math.log(0.25 / 0.75), math.log(0.75 / 0.25)),
-    "attention_speedup": (math.log(0.5), math.log(2.0)),
+    "attention_speedup": (
+        math.log(PLAUSIBLE_RANGES["attention_speedup"][0]),
+        math.log(PLAUSIBLE_RANGES["attention_speedup"][1]),
+    ),
     # A stack's host costs, at most the top of their range (HOST_COST_RANGES_S, with room to spare above what
     # profilers show; a fit may go below it): a fit whose data cannot pin a constant down would otherwise load
     # onto it what it got wrong elsewhere. Without these bounds a fold without vTrain's runs fitted 61 ms per
@@ -209,10 +218,12 @@ def _parameters(
     start: dict[tuple[str, str], Efficiency],
     cases: Sequence[Case],
     kinds: set[str],
-    stacks: set[str] | None = None,
+    stacks: dict[str, frozenset[str]] | None = None,
 ) -> tuple[list[tuple[str, str, str]], list[float]]:
     """The constants to fit: those of every calibrated profile the cases run on, of the given kinds
-    (``hardware``: the GEMM curve; ``framework``: the host costs; ``scale``: the rank jitter)."""
+    (``hardware``: the GEMM curve; ``framework``: the host costs; ``scale``: the rank jitter); ``stacks``:
+    only these stacks' constants of these names. A constant set to None starts where the default stack's
+    stands, the value it ran on."""
     parameters: list[tuple[str, str, str]] = []
     x0: list[float] = []
     owners = _owners(file)
@@ -237,6 +248,7 @@ def _parameters(
             fallback = 0.01 if name in SCALE_FIELDS else profile.gemm_peak_fraction or 0.7
             x0.append(_encode(name, float(getattr(profile, name) or fallback)))
     if "framework" in kinds:
+        default = next(f for f in file.framework if f.name == DEFAULT_FRAMEWORK)
         for framework in file.framework:
             if framework.name not in used_frameworks or framework.borrows is not None:
                 continue
@@ -245,9 +257,14 @@ def _parameters(
             for name in FRAMEWORK_FIELDS:
                 if name == "attention_speedup" and framework.name == DEFAULT_FRAMEWORK:
                     continue  # the reference the others' kernels are measured against
+                if stacks is not None and name not in stacks[framework.name]:
+                    continue
                 parameters.append(("framework", framework.name, name))
                 fallback = 1.0 if name == "attention_speedup" else 1e-5
-                x0.append(_encode(name, float(getattr(framework, name) or fallback)))
+                value = getattr(framework, name)
+                x0.append(
+                    _encode(name, float(value if value is not None else getattr(default, name) or fallback))
+                )
     return parameters, x0
 
 
@@ -256,7 +273,7 @@ def _solve(
     cases: Sequence[Case],
     kinds: set[str],
     iterations: int = 40,
-    stacks: set[str] | None = None,
+    stacks: dict[str, frozenset[str]] | None = None,
 ) -> dict[tuple[str, str], dict[str, float]]:
     """Fit the constants of ``kinds`` on ``cases`` starting from ``file``."""
     if not cases:
@@ -350,8 +367,8 @@ def fit(
     stages: (1) the GPU and framework constants on the runs inside one node (the GPU's kernels and the
     stack's host costs, no network); (2) each ``[[network]]`` profile on every multi-node run that crossed
     that network (:mod:`mfukit.perf.calibrate_network`); (3) each GPU family's rank jitter, and the
-    constants of the stacks no single-node run showed, on every run, under the fitted GPU and network
-    constants. A profile none of
+    stack constants no single-node run pinned (every one of a stack only multi-node runs showed), on every
+    run, under the fitted GPU and network constants. A profile none of
     ``cases`` ran on keeps no constants of its own: it takes the default stack's (or the most-fitted GPU
     family's), so a leave-one-source-out fold never reuses what the held-out source taught. Returns the new
     file and, per profile, (rows, median, p90) of the fit error."""
@@ -361,7 +378,7 @@ def fit(
     single = [case for case in chosen if case.num_gpus <= case.system.gpus_per_node]
     by_name = {case.accelerator.name: case.accelerator for case in chosen}
     current = _updated(current, _solve(current, single, {"hardware", "framework"}, iterations))
-    current = _drop_unidentified(current, single)
+    current, unidentified = _drop_unidentified(current, single)
     fitted_file = current
 
     def constants(accelerator: str, framework: str) -> Efficiency:
@@ -378,12 +395,19 @@ def fit(
         if record is not None:
             records[f"network {network.name}"] = record
     current = current.model_copy(update={"network": networks})
-    # stage 3: the rank jitter on every run, and the costs of the stacks no single-node run showed (a
-    # stack's costs from its one-node runs stay: the multi-node runs add the network and the jitter)
+    # stage 3: the rank jitter on every run, and the costs the one-node runs did not pin: every cost of a
+    # stack no single-node run showed, and a seen stack's costs that moved none of its one-node runs (a host
+    # floor their GPU work covered, a p2p cost where none piped). What the one-node runs pinned stays: the
+    # multi-node runs add the network and the jitter.
     owners = _owners(current)
-    seen_alone = {owners[("framework", case.workload.framework)] for case in single}
-    unseen = {owners[("framework", case.workload.framework)] for case in chosen} - seen_alone
-    current = _updated(current, _solve(current, chosen, {"framework", "scale"}, iterations, stacks=unseen))
+    in_runs = {owners[("framework", case.workload.framework)] for case in chosen}
+    current, unmoved = _drop_unidentified(current, chosen)  # what no run moves stays the default stack's
+    refit = {
+        stack: unidentified.get(stack, frozenset(FRAMEWORK_FIELDS)) - unmoved.get(stack, frozenset())
+        for stack in in_runs
+    }
+    refit = {stack: fields for stack, fields in refit.items() if fields}
+    current = _updated(current, _solve(current, chosen, {"framework", "scale"}, iterations, stacks=refit))
     current = _without_unused(current, chosen)
     return _with_records(current, chosen, records), records
 
@@ -393,10 +417,13 @@ def _fitted_family(case: Case, file: EfficiencyFile) -> bool:
     return profile is not None and profile.borrows is None
 
 
-def _drop_unidentified(file: EfficiencyFile, cases: Sequence[Case]) -> EfficiencyFile:
-    """Framework constants that move none of their runs' predictions set to None (the default stack's)."""
+def _drop_unidentified(
+    file: EfficiencyFile, cases: Sequence[Case]
+) -> tuple[EfficiencyFile, dict[str, frozenset[str]]]:
+    """Framework constants that move none of their runs' predictions set to None (the default stack's), and
+    the names set so, per stack that ran (an empty set: every constant moved its runs)."""
     if not cases:
-        return file
+        return file, {}
     evaluator = Evaluator(cases)
     lookup = {
         (g.accelerator, g.framework): _efficiency(file, cases[int(g.indices[0])], g.framework)
@@ -405,6 +432,7 @@ def _drop_unidentified(file: EfficiencyFile, cases: Sequence[Case]) -> Efficienc
     predicted = evaluator.predict(lambda a, f: lookup[(a, f)])
     owners = _owners(file)
     frameworks = []
+    dropped: dict[str, frozenset[str]] = {}
     for framework in file.framework:
         mask = np.asarray([owners[("framework", c.workload.framework)] == framework.name for c in cases])
         unidentified = {
@@ -416,7 +444,9 @@ def _drop_unidentified(file: EfficiencyFile, cases: Sequence[Case]) -> Efficienc
             and not _moves(evaluator, lookup, predicted, framework.name, name, mask)
         }
         frameworks.append(framework.model_copy(update=unidentified))
-    return file.model_copy(update={"framework": frameworks})
+        if mask.any():
+            dropped[framework.name] = frozenset(unidentified)
+    return file.model_copy(update={"framework": frameworks}), dropped
 
 
 def _without_unused(file: EfficiencyFile, cases: Sequence[Case]) -> EfficiencyFile:
@@ -481,19 +511,26 @@ def _moves(
     name: str,
     mask: np.ndarray,
 ) -> bool:
-    """Whether the framework constant ``name``, halved, moves any prediction of its runs (``mask``): a run
-    without TP, CP, EP or ZeRO-3/FSDP launches no per-layer collective, one without a pipeline sends nothing
-    between stages, and a host floor that no run's GPU work falls under is only bounded from above by the
-    data, not measured. A constant none of its runs shows is not kept: the default framework's applies."""
+    """Whether the framework constant ``name``, set to either end of its plausible range, moves any prediction
+    of its runs (``mask``): a run without TP, CP, EP or ZeRO-3/FSDP launches no per-layer collective, one
+    without a pipeline sends nothing between stages, and a host floor that no run's GPU work falls under is
+    only bounded from above by the data, not measured. A constant none of its runs shows is not kept: the
+    default framework's applies. The ends of the range, not the value the constant holds, so that one fitted
+    to its floor (or inheriting a floor) still counts as seen where a larger value would have shown."""
+    low, high = PLAUSIBLE_RANGES[name]
 
-    def halved(accelerator: str, stack: str) -> Efficiency:
-        base = lookup[(accelerator, stack)]
-        if stack != framework:
-            return base
-        return base.model_copy(update={name: getattr(base, name) / 2})
+    def at(value: float) -> Callable[[str, str], Efficiency]:
+        def lookup_at(accelerator: str, stack: str) -> Efficiency:
+            base = lookup[(accelerator, stack)]
+            return base if stack != framework else base.model_copy(update={name: value})
 
-    changed = evaluator.predict(halved)
-    return bool(np.any(np.abs(changed[mask] / predicted[mask] - 1) > 1e-6))
+        return lookup_at
+
+    for value in (low, high):
+        changed = evaluator.predict(at(value))
+        if np.any(np.abs(changed[mask] / predicted[mask] - 1) > 1e-6):
+            return True
+    return False
 
 
 def _hardware_name(case: Case, file: EfficiencyFile) -> str | None:

@@ -112,6 +112,14 @@ PROFILER_KEYS: dict[str, str] = {
     "iter latency": "profiler_iter_latency_s",
     "samples/second": "profiler_samples_per_s",
 }
+# Canonical keys that count something (degrees, sizes, batch): a value printed for one that is not a whole
+# number (a line cut or run into the next) is reported and skipped, not passed on as the count.
+COUNT_KEYS = frozenset(
+    {"tp", "pp", "dp", "cp", "ep", "vpp", "layers_per_virtual_stage", "world_size", "seq_len",
+     "global_batch_size", "micro_batch_size", "gradient_accumulation", "zero", "num_layers", "hidden_size",
+     "num_attention_heads", "num_query_groups", "ffn_hidden_size", "vocab_size", "max_position_embeddings",
+     "first_stage_layers", "last_stage_layers"}
+)  # fmt: skip
 UNIT_SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "k": 1e3}
 TIME_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
@@ -166,10 +174,18 @@ class ConfigReader:
     json_start: int = 0
     settings: dict[str, Setting] = field(default_factory=dict)
     framework: str | None = None
+    unread: list[str] = field(default_factory=list)
 
     def _put(self, key: str, value: SettingValue | None, number: int, text: str) -> None:
-        if value is not None and key not in self.settings:
-            self.settings[key] = Setting(value, number, text.strip()[:200])
+        if value is None or key in self.settings:
+            return
+        if key in COUNT_KEYS and (isinstance(value, bool) or not isinstance(value, int)):
+            self.unread.append(
+                f"line {number}: {key} reads {str(value)[:60]!r}, not a whole number: skipped (the line is "
+                "cut or runs into another); give it on the command line if the job's other lines lack it"
+            )
+            return
+        self.settings[key] = Setting(value, number, text.strip()[:200])
 
     def feed(self, number: int, line: str) -> None:
         if "[NeMo " in line[:40]:
@@ -374,9 +390,9 @@ def parse(path: Path) -> list[JobConfig]:
     with open_text(path) as stream:
         for number, raw in enumerate(stream, start=1):
             reader.feed(number, raw)
-    if not reader.settings:
+    if not reader.settings and not reader.unread:
         return []
-    return [JobConfig(str(path), reader.framework or "unknown", reader.settings)]
+    return [JobConfig(str(path), reader.framework or "unknown", reader.settings, tuple(reader.unread))]
 
 
 SOURCE = Source(
