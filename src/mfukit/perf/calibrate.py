@@ -87,7 +87,8 @@ HOST_COST_RANGES_S = {
 
 # Where a stack constant is probed for whether its runs show it at all (_moves): its host cost range, and
 # the attention kernel's 0.5-2x of the reference one (_FIELD_BOUNDS).
-PLAUSIBLE_RANGES = {**HOST_COST_RANGES_S, "attention_speedup": (0.5, 2.0)}
+ATTENTION_SPEEDUP_RANGE = (0.5, 2.0)
+PLAUSIBLE_RANGES = {**HOST_COST_RANGES_S, "attention_speedup": ATTENTION_SPEEDUP_RANGE}
 
 
 # A GEMM's fixed cost (launch and tail) is kept to 5-20 us. The fastest GEMM of XLA's measured H100 table
@@ -106,10 +107,7 @@ _FIELD_BOUNDS = {
     # runs cannot pin it down; unbounded, such a fold put H100 attention at a sixth of the peak. A stack's
     # kernel relative to the reference one stays within the spread of those figures (0.5-2x).
     "attention_peak_fraction": (math.log(0.25 / 0.75), math.log(0.75 / 0.25)),
-    "attention_speedup": (
-        math.log(PLAUSIBLE_RANGES["attention_speedup"][0]),
-        math.log(PLAUSIBLE_RANGES["attention_speedup"][1]),
-    ),
+    "attention_speedup": (math.log(ATTENTION_SPEEDUP_RANGE[0]), math.log(ATTENTION_SPEEDUP_RANGE[1])),
     # A stack's host costs, at most the top of their range (HOST_COST_RANGES_S, with room to spare above what
     # profilers show; a fit may go below it): a fit whose data cannot pin a constant down would otherwise load
     # onto it what it got wrong elsewhere. Without these bounds a fold without vTrain's runs fitted 61 ms per
@@ -403,10 +401,10 @@ def fit(
     in_runs = {owners[("framework", case.workload.framework)] for case in chosen}
     current, unmoved = _drop_unidentified(current, chosen)  # what no run moves stays the default stack's
     refit = {
-        stack: unidentified.get(stack, frozenset(FRAMEWORK_FIELDS)) - unmoved.get(stack, frozenset())
+        stack: fields
         for stack in in_runs
+        if (fields := unidentified.get(stack, frozenset(FRAMEWORK_FIELDS)) - unmoved.get(stack, frozenset()))
     }
-    refit = {stack: fields for stack, fields in refit.items() if fields}
     current = _updated(current, _solve(current, chosen, {"framework", "scale"}, iterations, stacks=refit))
     current = _without_unused(current, chosen)
     return _with_records(current, chosen, records), records
@@ -517,7 +515,8 @@ def _moves(
     only bounded from above by the data, not measured. A constant none of its runs shows is not kept: the
     default framework's applies. The ends of the range, not the value the constant holds, so that one fitted
     to its floor (or inheriting a floor) still counts as seen where a larger value would have shown."""
-    low, high = PLAUSIBLE_RANGES[name]
+    # only the groups of this stack are evaluated again: the probe leaves every other group's constants alone
+    touched = [number for number, group in enumerate(evaluator.groups) if group.framework == framework]
 
     def at(value: float) -> Callable[[str, str], Efficiency]:
         def lookup_at(accelerator: str, stack: str) -> Efficiency:
@@ -526,8 +525,8 @@ def _moves(
 
         return lookup_at
 
-    for value in (low, high):
-        changed = evaluator.predict(at(value))
+    for value in PLAUSIBLE_RANGES[name] if touched else ():
+        changed = evaluator.predict(at(value), only=touched, base=predicted)
         if np.any(np.abs(changed[mask] / predicted[mask] - 1) > 1e-6):
             return True
     return False
