@@ -7,7 +7,14 @@ import pytest
 from mfukit import catalog
 from mfukit.errors import InputError
 from mfukit.perf.calibration_data import data_files, file_digests, highest_measured_mfu, load_cases
-from mfukit.perf.efficiency import beyond_measured, efficiency_file, efficiency_for, model_gemm_curve
+from mfukit.perf.efficiency import (
+    DEFAULT_FRAMEWORK,
+    FRAMEWORK_FIELDS,
+    beyond_measured,
+    efficiency_file,
+    efficiency_for,
+    model_gemm_curve,
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +36,38 @@ def test_every_catalog_accelerator_has_a_profile(name: str, measured_accelerator
 
 
 def test_borrowed_framework_constants_are_named() -> None:
+    """A stack that runs another's code says whose constants it has; a constant no run of a stack could
+    show is the default stack's, named as such, and never one the stack (or the stack it runs) has."""
     h100 = catalog.accelerator("h100-sxm")
+    content = efficiency_file()
     titan = efficiency_for(h100, "torchtitan")  # FSDP2 underneath: FSDP's fitted host costs, its own facts
     assert "the constants of fsdp" in " ".join(titan.notes) and titan.eager_elementwise == "composite"
-    fsdp = efficiency_for(h100, "fsdp")  # LLM Foundry never used a pipeline: its send cost is Megatron-Core's
-    assert "p2p_overhead_s not shown by its data: megatron-core's" in " ".join(fsdp.notes)
-    assert fsdp.p2p_overhead_s == efficiency_for(h100, "megatron-core").p2p_overhead_s
+    reference = efficiency_for(h100, DEFAULT_FRAMEWORK)
+    assert reference.attention_speedup == 1.0 and "not shown" not in " ".join(reference.notes)
+    gap = next(p for p in content.framework if p.name == "fsdp" and not p.borrows and p.p2p_overhead_s)
+    without_p2p = content.model_copy(
+        update={
+            "framework": [
+                p.model_copy(update={"p2p_overhead_s": None}) if p is gap else p for p in content.framework
+            ]
+        }
+    )
+    stacks = {p.name: p for p in without_p2p.framework}
+    for profile in without_p2p.framework:
+        efficiency = efficiency_for(h100, profile.name, file=without_p2p)
+        shown = stacks[profile.borrows] if profile.borrows else profile
+        framework_note = next(n for n in efficiency.notes if n.startswith("framework "))
+        gaps = framework_note.partition("; ")[2].partition(" not shown by its data")[0]
+        for name in FRAMEWORK_FIELDS:
+            own = getattr(profile, name) if getattr(profile, name) is not None else getattr(shown, name)
+            if own is not None:
+                assert name not in gaps and getattr(efficiency, name) == own, (profile.name, name)
+            elif name != "attention_speedup" or shown.name != DEFAULT_FRAMEWORK:
+                assert name in gaps and getattr(efficiency, name) == getattr(reference, name), (
+                    profile.name,
+                    name,
+                )
+    assert "p2p_overhead_s" in efficiency_for(h100, "torchtitan", file=without_p2p).notes[1]
 
 
 def test_framework_facts_follow_the_code_they_cite() -> None:

@@ -439,7 +439,7 @@ def _drop_unidentified(
             if mask.any()
             and framework.borrows is None
             and framework.name != DEFAULT_FRAMEWORK
-            and not _moves(evaluator, lookup, predicted, framework.name, name, mask)
+            and not _moves(evaluator, lookup, predicted, owners, framework.name, name, mask)
         }
         frameworks.append(framework.model_copy(update=unidentified))
         if mask.any():
@@ -505,6 +505,7 @@ def _moves(
     evaluator: Evaluator,
     lookup: dict[tuple[str, str], Efficiency],
     predicted: Floats,
+    owners: dict[tuple[str, str], str],
     framework: str,
     name: str,
     mask: np.ndarray,
@@ -515,13 +516,18 @@ def _moves(
     only bounded from above by the data, not measured. A constant none of its runs shows is not kept: the
     default framework's applies. The ends of the range, not the value the constant holds, so that one fitted
     to its floor (or inheriting a floor) still counts as seen where a larger value would have shown."""
-    # only the groups of this stack are evaluated again: the probe leaves every other group's constants alone
-    touched = [number for number, group in enumerate(evaluator.groups) if group.framework == framework]
+
+    # only the groups of this stack, and of the stacks that borrow its constants (DeepSpeed runs Megatron-
+    # DeepSpeed's host costs, NeMo Megatron-Core's), are evaluated again: the probe leaves every other alone
+    def own(stack: str) -> bool:
+        return owners[("framework", stack)] == framework
+
+    touched = [number for number, group in enumerate(evaluator.groups) if own(group.framework)]
 
     def at(value: float) -> Callable[[str, str], Efficiency]:
         def lookup_at(accelerator: str, stack: str) -> Efficiency:
             base = lookup[(accelerator, stack)]
-            return base if stack != framework else base.model_copy(update={name: value})
+            return base.model_copy(update={name: value}) if own(stack) else base
 
         return lookup_at
 

@@ -273,6 +273,12 @@ class Efficiency(Strict):
     shardings: list[Sharding] | None = None
     cpu_optimizer_params_per_s_per_core: float = Field(gt=0)
 
+    @property
+    def attention_fraction(self) -> float:
+        """The share of the 16-bit peak the stack's attention kernel reaches on this part: the hardware's
+        fitted flash-attention rate times the stack's fitted speedup over the reference stack's kernel."""
+        return min(1.0, self.attention_peak_fraction * self.attention_speedup)
+
 
 def require_interleaving(
     accelerator: Accelerator, framework: str, vpp: int, source: str | None = None
@@ -395,13 +401,16 @@ def efficiency_for(
         hw_values["sync_jitter_cv"] = 0.0
     fw_profile = stacks[framework]
     fw_values, fw_note = _resolved(fw_profile, stacks, FRAMEWORK_FIELDS)
+    default, _ = _resolved(stacks[DEFAULT_FRAMEWORK], stacks, FRAMEWORK_FIELDS)
+    if default["attention_speedup"] is None:  # the default stack's attention kernel is the reference
+        default["attention_speedup"] = 1.0
+    runs_default_code = (fw_profile.borrows or fw_profile.name) == DEFAULT_FRAMEWORK
+    if runs_default_code and fw_values["attention_speedup"] is None:  # the reference kernel, not a gap
+        fw_values["attention_speedup"] = default["attention_speedup"]
     missing = [name for name, value in fw_values.items() if value is None]
     if missing:  # what the framework's data could not show comes from the default framework
-        default, _ = _resolved(stacks[DEFAULT_FRAMEWORK], stacks, FRAMEWORK_FIELDS)
         fw_values |= {name: default[name] for name in missing}
         fw_note += f"; {', '.join(missing)} not shown by its data: {DEFAULT_FRAMEWORK}'s"
-    if fw_values["attention_speedup"] is None:  # the default stack's kernel is the reference
-        fw_values["attention_speedup"] = 1.0
     facts, _ = _resolved(fw_profile, stacks, tuple(FRAMEWORK_FACTS))
     fw_values |= {
         name: default if facts[name] is None else facts[name] for name, default in FRAMEWORK_FACTS.items()

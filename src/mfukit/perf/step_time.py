@@ -306,8 +306,8 @@ class _Timer:
     def __init__(self, p: Prepared, eff: Efficiency):
         accelerator = p.machine.accelerator
         precision = p.workload.precision
-        self.attention_peak = accelerator.peak_flops("fp32" if precision == "fp32" else "bf16") * min(
-            1.0, eff.attention_peak_fraction * eff.attention_speedup
+        self.attention_peak = (
+            accelerator.peak_flops("fp32" if precision == "fp32" else "bf16") * eff.attention_fraction
         )
         self.hbm = accelerator.hbm_bytes_per_s * eff.hbm_fraction
         wide: Precision = "bf16" if precision == "fp8" else precision  # the output layer's and router's dtype

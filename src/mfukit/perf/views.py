@@ -201,7 +201,7 @@ def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficien
             if machine.accelerator.compute_units
             else "tiles spread evenly (no SM or CU count in the catalog)"
         )
-        + f" (+{efficiency.gemm_latency_s * 1e6:.0f} us each); flash attention {efficiency.attention_peak_fraction:.0%}, "
+        + f" (+{efficiency.gemm_latency_s * 1e6:.0f} us each); {efficiency.framework}'s flash attention {efficiency.attention_fraction:.0%}, "
         f"element-wise kernels {efficiency.hbm_fraction:.0%} of HBM bandwidth",
         f"overlap ({efficiency.framework} facts): {efficiency.grad_reduce_overlap:.0%} of the DP gradient "
         f"reduction may hide under the last backward, {efficiency.param_gather_overlap:.0%} of a sharded "
