@@ -432,14 +432,16 @@ def _drop_unidentified(
     frameworks = []
     dropped: dict[str, frozenset[str]] = {}
     for framework in file.framework:
-        mask = np.asarray([owners[("framework", c.workload.framework)] == framework.name for c in cases])
+        # the stack and the stacks that borrow its constants (DeepSpeed runs Megatron-DeepSpeed's host costs)
+        sharing = frozenset(p.name for p in file.framework if owners[("framework", p.name)] == framework.name)
+        mask = np.asarray([c.workload.framework in sharing for c in cases])
         unidentified = {
             name: None
             for name in FRAMEWORK_FIELDS
             if mask.any()
             and framework.borrows is None
             and framework.name != DEFAULT_FRAMEWORK
-            and not _moves(evaluator, lookup, predicted, owners, framework.name, name, mask)
+            and not _moves(evaluator, lookup, predicted, sharing, name, mask)
         }
         frameworks.append(framework.model_copy(update=unidentified))
         if mask.any():
@@ -505,29 +507,24 @@ def _moves(
     evaluator: Evaluator,
     lookup: dict[tuple[str, str], Efficiency],
     predicted: Floats,
-    owners: dict[tuple[str, str], str],
-    framework: str,
+    sharing: frozenset[str],
     name: str,
     mask: np.ndarray,
 ) -> bool:
     """Whether the framework constant ``name``, set to either end of its plausible range, moves any prediction
-    of its runs (``mask``): a run without TP, CP, EP or ZeRO-3/FSDP launches no per-layer collective, one
-    without a pipeline sends nothing between stages, and a host floor that no run's GPU work falls under is
-    only bounded from above by the data, not measured. A constant none of its runs shows is not kept: the
-    default framework's applies. The ends of the range, not the value the constant holds, so that one fitted
-    to its floor (or inheriting a floor) still counts as seen where a larger value would have shown."""
-
-    # only the groups of this stack, and of the stacks that borrow its constants (DeepSpeed runs Megatron-
-    # DeepSpeed's host costs, NeMo Megatron-Core's), are evaluated again: the probe leaves every other alone
-    def own(stack: str) -> bool:
-        return owners[("framework", stack)] == framework
-
-    touched = [number for number, group in enumerate(evaluator.groups) if own(group.framework)]
+    of its runs (``mask``, the runs of the stacks in ``sharing``: the one that holds it and those that borrow
+    it): a run without TP, CP, EP or ZeRO-3/FSDP launches no per-layer collective, one without a pipeline
+    sends nothing between stages, and a host floor that no run's GPU work falls under is only bounded from
+    above by the data, not measured. A constant none of its runs shows is not kept: the default framework's
+    applies. The ends of the range, not the value the constant holds, so that one fitted to its floor (or
+    inheriting a floor) still counts as seen where a larger value would have shown."""
+    # only the groups of the sharing stacks are evaluated again: the probe leaves every other alone
+    touched = [number for number, group in enumerate(evaluator.groups) if group.framework in sharing]
 
     def at(value: float) -> Callable[[str, str], Efficiency]:
         def lookup_at(accelerator: str, stack: str) -> Efficiency:
             base = lookup[(accelerator, stack)]
-            return base.model_copy(update={name: value}) if own(stack) else base
+            return base.model_copy(update={name: value}) if stack in sharing else base
 
         return lookup_at
 

@@ -401,16 +401,14 @@ def efficiency_for(
         hw_values["sync_jitter_cv"] = 0.0
     fw_profile = stacks[framework]
     fw_values, fw_note = _resolved(fw_profile, stacks, FRAMEWORK_FIELDS)
-    default, _ = _resolved(stacks[DEFAULT_FRAMEWORK], stacks, FRAMEWORK_FIELDS)
-    if default["attention_speedup"] is None:  # the default stack's attention kernel is the reference
-        default["attention_speedup"] = 1.0
-    runs_default_code = (fw_profile.borrows or fw_profile.name) == DEFAULT_FRAMEWORK
-    if runs_default_code and fw_values["attention_speedup"] is None:  # the reference kernel, not a gap
-        fw_values["attention_speedup"] = default["attention_speedup"]
     missing = [name for name, value in fw_values.items() if value is None]
     if missing:  # what the framework's data could not show comes from the default framework
+        default, _ = _resolved(stacks[DEFAULT_FRAMEWORK], stacks, FRAMEWORK_FIELDS)
+        if default["attention_speedup"] is None:  # the default stack's attention kernel is the reference
+            default["attention_speedup"] = 1.0
         fw_values |= {name: default[name] for name in missing}
-        fw_note += f"; {', '.join(missing)} not shown by its data: {DEFAULT_FRAMEWORK}'s"
+        if (fw_profile.borrows or fw_profile.name) != DEFAULT_FRAMEWORK:  # its own code's values: no gap
+            fw_note += f"; {', '.join(missing)} not shown by its data: {DEFAULT_FRAMEWORK}'s"
     facts, _ = _resolved(fw_profile, stacks, tuple(FRAMEWORK_FACTS))
     fw_values |= {
         name: default if facts[name] is None else facts[name] for name, default in FRAMEWORK_FACTS.items()
