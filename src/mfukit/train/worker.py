@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -28,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.elastic.multiprocessing.errors import ErrorHandler, record
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
@@ -528,7 +529,30 @@ class Trainer:
         write_text_atomic(self.out / "result.json", json.dumps(result, indent=2))
 
 
-@record
+class WholeErrorFile(ErrorHandler):
+    """torch's error handler, but a failed rank's error file is written whole or not at all.
+
+    torchrun reads every failed rank's ``TORCHELASTIC_ERROR_FILE`` and itself dies with a ``JSONDecodeError``
+    (the run ends, no restart) when one is empty. torch's handler opens the file and then writes it
+    (``error_handler.py``, ``record_exception``), so a rank that torchrun stops in between, such as the peer
+    of a hung rank, whose collective failed the moment the watchdog ended that rank, leaves it empty. The
+    same JSON goes through a temporary file and a rename instead: torchrun sees the whole report or none.
+    """
+
+    def record_exception(self, e: BaseException) -> None:
+        path = self._get_error_file_path()
+        if path is None:
+            super().record_exception(e)  # no error file: torch logs the report
+            return
+        report = {
+            "message": {
+                "message": f"{type(e).__name__}: {e}",
+                "extraInfo": {"py_callstack": traceback.format_exc(), "timestamp": str(int(time.time()))},
+            }
+        }
+        write_text_atomic(Path(path), json.dumps(report))
+
+
 def main() -> None:
     if len(sys.argv) != 2:
         raise SystemExit("usage: torchrun ... -m mfukit.train.worker CONFIG.json")
@@ -542,7 +566,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    record(main, error_handler=WholeErrorFile())()
     # Everything is on disk and every collective has finished: skip the interpreter teardown, which
     # takes seconds with torch loaded and delays torchrun's view of a finished worker.
     sys.stdout.flush()
