@@ -186,6 +186,7 @@ class Source:
     framework: str
     attention: str
     compile: bool | None = None  # torch.compile as the source states it for every row (None: not stated)
+    system: str = ""  # the catalog node every row ran on, where the source names its cluster
 
 
 NEMO_2407 = Source(
@@ -253,6 +254,7 @@ BLOOM_PREQUEL = Source(
     "bigscience_tr11_prequel",
     "megatron-deepspeed",
     "eager",
+    system="jean-zay-a100",  # BLOOM paper §3.4.1: 4 x Omni-Path 100 Gb/s per node
 )
 BLOOM_MAIN = Source(
     "BigScience bigscience-workshop/bigscience train/tr11-176B-ml/README.md (BLOOM 176B training, "
@@ -261,6 +263,7 @@ BLOOM_MAIN = Source(
     "bigscience_bloom_tr11",
     "megatron-deepspeed",
     "eager",
+    system="jean-zay-a100",
 )
 OPT = Source(
     "Zhang et al. 2022, OPT: Open Pre-trained Transformer Language Models (arXiv 2205.01068)",
@@ -276,6 +279,7 @@ NEOX = Source(
     "gptneox20b_paper",
     "megatron-deepspeed",
     "eager",
+    system="neox-a100-40gb",  # §3: four ConnectX-6 HDR HCAs per 8-GPU server
 )
 
 FMS = Source(
@@ -495,7 +499,7 @@ def make_row(
         framework=src.framework,
         attention=src.attention,
         offload=offload,
-        system=SYSTEMS.get(gpu, ""),
+        system=src.system or SYSTEMS.get(gpu, ""),
         compile=_switch(src.compile if compiled is None else compiled),
         tp_comm_overlap=_switch(tp_overlap),
     )
