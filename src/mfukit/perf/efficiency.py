@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Literal, cast
 from pydantic import Field
 
 from mfukit import units
-from mfukit.core.hardware import Accelerator, Dtype, System
+from mfukit.core.hardware import Accelerator, AchievedGemm, Dtype, System
 from mfukit.core.scenario import read_document, stack_alias
 from mfukit.core.schema import Strict, validate_as
 from mfukit.errors import InputError, UnknownNameError
@@ -417,7 +417,10 @@ def efficiency_for(
         hw_values["fp8_gemm_peak_fraction"] = hw_values["gemm_peak_fraction"]
     # a part no run calibrates (a borrowing profile, or none: Hopper's) with a measured best GEMM
     if (profile.borrows or extra) and accelerator.max_achievable_gemm is not None:
-        anchored, anchor_note = _anchored_fractions(accelerator, hw_values, content.provenance.hbm_fraction)
+        lender = measured_part(hardware[profile.borrows] if profile.borrows else profile)
+        anchored, anchor_note = _anchored_fractions(
+            accelerator, hw_values, content.provenance.hbm_fraction, lender
+        )
         hw_values |= anchored
         if profile.borrows:
             hw_note += f"; {anchor_note}"
@@ -507,44 +510,94 @@ def large_gemm_fraction(
     return 2.0 * m * n * k / seconds / accelerator.peak_flops(cast(Dtype, dtype))
 
 
+def measured_part(profile: HardwareProfile) -> Accelerator | None:
+    """The first of a family's parts with a measured best 16-bit GEMM in the catalog (None: none has one)."""
+    return _first_measured(tuple(profile.accelerators))
+
+
+@cache
+def _first_measured(names: tuple[str, ...]) -> Accelerator | None:
+    from mfukit import catalog  # catalog sits below perf; imported here to keep this module's import light
+
+    for name in names:
+        part = catalog.accelerator(name)
+        if part.max_achievable_gemm is not None and part.max_achievable_gemm.bf16 is not None:
+            return part
+    return None
+
+
+def _curve(values: dict[str, object], hbm_fraction: float) -> tuple[float, float, float, float]:
+    """(tile half-dimension, K overhead, launch latency s, HBM fraction) of a profile's resolved values."""
+    return (
+        _number(values, "gemm_tile_half_dim"),
+        _number(values, "gemm_k_overhead"),
+        _number(values, "gemm_latency_s"),
+        hbm_fraction,
+    )
+
+
+def _rate(accelerator: Accelerator, dtype: str, fraction: float, curve: _Curve, gemm: AchievedGemm) -> float:
+    """FLOP/s of the measured shape of ``gemm`` on ``accelerator``'s curve at peak fraction ``fraction``."""
+    seconds = _gemm_seconds(accelerator, dtype, fraction, curve, gemm.m, gemm.n, gemm.k)
+    return 2.0 * gemm.m * gemm.n * gemm.k / seconds
+
+
+def _fraction_reproducing(
+    accelerator: Accelerator, dtype: str, gemm: AchievedGemm, target_flops_per_s: float, curve: _Curve
+) -> tuple[float, bool]:
+    """The peak fraction at which ``curve`` runs the shape of ``gemm`` at ``target_flops_per_s``, and whether it
+    was capped at 1 (the target is faster than the curve allows at the full peak). The curve's time falls
+    monotonically as the fraction rises: bisected in log space, once per part, shape, target and curve (an
+    estimate needs the constants many times)."""
+    # an Accelerator holds mappings (its peaks), so it is keyed by its JSON
+    key = (accelerator.model_dump_json(), dtype, gemm.m, gemm.n, gemm.k, target_flops_per_s, curve)
+    if key not in _REPRODUCING:
+        low, high = 1e-3, 1.0
+        if _rate(accelerator, dtype, high, curve, gemm) < target_flops_per_s:
+            _REPRODUCING[key] = (high, True)
+        else:
+            for _ in range(60):
+                middle = math.sqrt(low * high)
+                slow = _rate(accelerator, dtype, middle, curve, gemm) < target_flops_per_s
+                low, high = (middle, high) if slow else (low, middle)
+            _REPRODUCING[key] = (high, False)
+    return _REPRODUCING[key]
+
+
+_REPRODUCING: dict[tuple[object, ...], tuple[float, bool]] = {}
+_Curve = tuple[float, float, float, float]
+
+
 def _anchored_fractions(
-    accelerator: Accelerator, borrowed: dict[str, object], hbm_fraction: float
+    accelerator: Accelerator, borrowed: dict[str, object], hbm_fraction: float, lender: Accelerator | None
 ) -> tuple[dict[str, float], str]:
     """The GEMM peak fractions at which the borrowed GEMM curve (its tile, K and launch constants, this part's
-    compute units) reproduces the vendor's max-achievable GEMM on this part, and the note saying so. Flash
-    attention's fraction, and FP8's where only a 16-bit GEMM was measured, move by the same factor as the
-    16-bit GEMMs': their matrix math runs at the same clock, which the part lowers under dense matrix load
-    (what makes the achievable GEMM fall below the datasheet peak). Solved once per part and borrowed curve
-    (a bisection of some hundred curve evaluations, where an estimate needs the constants many times)."""
-    fractions = tuple(
+    compute units) runs this part's measured best GEMM as far below that measurement as the lending family's
+    fitted curve runs ``lender``'s own measured best GEMM, and the note saying so. The fitted curves are
+    whole training steps' (they carry what a step loses beside its GEMMs: on Hopper, the curve runs H100's
+    best GEMM at two thirds of its measured rate), so the part's measurement is taken relative to its
+    lender's, never as the rate its training GEMMs reach: at its own measured rate MI300X had been predicted
+    25-40 % too fast. Without a lender measurement the part's own is the target. Flash attention's fraction,
+    and FP8's where only a 16-bit GEMM was measured, move by the same factor as the 16-bit GEMMs': their
+    matrix math runs at the same clock, which the part lowers under dense matrix load (what makes the
+    achievable GEMM fall below the datasheet peak)."""
+    gemm_fraction, attention_fraction, fp8_fraction = (
         _number(borrowed, name)
         for name in ("gemm_peak_fraction", "attention_peak_fraction", "fp8_gemm_peak_fraction")
     )
-    curve = (
-        _number(borrowed, "gemm_tile_half_dim"),
-        _number(borrowed, "gemm_k_overhead"),
-        _number(borrowed, "gemm_latency_s"),
-        hbm_fraction,
-    )
-    # an Accelerator holds mappings (its peaks), so it is keyed by its JSON
-    key = (accelerator.model_dump_json(), fractions, curve)
-    if key not in _ANCHORS:
-        _ANCHORS[key] = _anchored(accelerator, fractions, curve)
-    updates, note = _ANCHORS[key]
-    return dict(updates), note
-
-
-_ANCHORS: dict[
-    tuple[str, tuple[float, ...], tuple[float, ...]], tuple[tuple[tuple[str, float], ...], str]
-] = {}
-
-
-def _anchored(
-    accelerator: Accelerator, borrowed: tuple[float, ...], curve: tuple[float, float, float, float]
-) -> tuple[tuple[tuple[str, float], ...], str]:
-    gemm_fraction, attention_fraction, fp8_fraction = borrowed
+    curve = _curve(borrowed, hbm_fraction)
     measured = accelerator.max_achievable_gemm
     assert measured is not None
+    share, relative = 1.0, ""
+    lender_gemm = (
+        None if lender is None or lender.max_achievable_gemm is None else lender.max_achievable_gemm.bf16
+    )
+    if lender is not None and lender_gemm is not None and lender.name != accelerator.name:
+        share = _rate(lender, "bf16", gemm_fraction, curve, lender_gemm) / lender_gemm.flops_per_s
+        relative = (
+            f" times {share:.2f}, the share of {lender.name}'s measured best GEMM "
+            f"({units.format_flops_rate(lender_gemm.flops_per_s, 0)}) its family's fitted curve reaches"
+        )
     updates: dict[str, float] = {}
     said: list[str] = []
     for dtype, field, gemm in (
@@ -553,32 +606,22 @@ def _anchored(
     ):
         if gemm is None or dtype not in accelerator.peak_flops_per_s:
             continue
-        target_s = 2.0 * gemm.m * gemm.n * gemm.k / gemm.flops_per_s
-        # the curve's time falls monotonically as the fraction rises: bisect in log space
-        low, high = 1e-3, 1.0
-        if _gemm_seconds(accelerator, dtype, high, curve, gemm.m, gemm.n, gemm.k) > target_s:
-            fraction, capped = high, True  # faster than the curve allows at the full peak
-        else:
-            for _ in range(60):
-                middle = math.sqrt(low * high)
-                seconds = _gemm_seconds(accelerator, dtype, middle, curve, gemm.m, gemm.n, gemm.k)
-                low, high = (middle, high) if seconds > target_s else (low, middle)
-            fraction, capped = high, False
+        fraction, capped = _fraction_reproducing(accelerator, dtype, gemm, share * gemm.flops_per_s, curve)
         updates[field] = fraction
         said.append(
             f"{dtype.upper()} {units.format_flops_rate(gemm.flops_per_s, 0)}"
             + (" (beyond the curve at the full peak: fraction 1)" if capped else "")
         )
     if not said:
-        return (), f"{accelerator.name}'s max-achievable GEMM names no type it has a peak for: not used"
+        return {}, f"{accelerator.name}'s max-achievable GEMM names no type it has a peak for: not used"
     if "gemm_peak_fraction" in updates:
         factor = updates["gemm_peak_fraction"] / gemm_fraction
         updates["attention_peak_fraction"] = min(1.0, attention_fraction * factor)
         if "fp8_gemm_peak_fraction" not in updates:
             updates["fp8_gemm_peak_fraction"] = min(1.0, fp8_fraction * factor)
-    return tuple(updates.items()), (
-        f"GEMM peak fractions set to reproduce {accelerator.name}'s max-achievable GEMM ({', '.join(said)}; "
-        f"{measured.url}), flash attention's"
+    return updates, (
+        f"GEMM peak fractions set from {accelerator.name}'s measured best GEMM ({', '.join(said)}; "
+        f"{measured.url}){relative}; flash attention's"
         + ("" if measured.fp8 is not None else " and FP8's")
         + " scaled alike"
     )
