@@ -58,3 +58,16 @@ def test_a_rank_stopped_while_reporting_leaves_no_error_file(
     failure = ProcessFailure(local_rank=1, pid=1, exitcode=-15, error_file=str(error_file))
     assert failure.error_file_data == {"message": "<NONE>"}
     assert failure.message == "Signal 15 (SIGTERM) received by PID 1"
+
+
+def test_no_error_file_asked_for_leaves_the_error_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchrun sets an empty TORCHELASTIC_ERROR_FILE when its log dir is /dev/null: nothing is written and the
+    rank's own error propagates, not one raised by the report."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", "")
+    with pytest.raises(RuntimeError, match="connection closed") as raised:
+        record(fail, error_handler=WholeErrorFile())()
+    assert raised.value.__context__ is None
+    assert list(tmp_path.iterdir()) == []

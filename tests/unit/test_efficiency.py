@@ -266,3 +266,39 @@ def test_a_stack_cost_its_one_node_runs_cannot_pin_is_fitted_on_its_multi_node_r
     stacks = {p.name: p for p in fitted.framework}
     p2p_s = stacks["megatron-deepspeed"].p2p_overhead_s
     assert p2p_s is not None and p2p_s != stacks["megatron-core"].p2p_overhead_s
+
+
+def test_a_borrowed_part_without_a_lender_measurement_keeps_the_borrowed_fractions() -> None:
+    """Nothing to compare the part's measurement with: its fractions are the lender's, said in the notes."""
+    file = efficiency_file()
+    hopper = next(p for p in file.hardware if p.name == "hopper")
+    # the Hopper family without its measured part: a family of only the 500 W H100, which has no measurement
+    unmeasured = file.model_copy(
+        update={
+            "hardware": [
+                p.model_copy(update={"accelerators": ["h100-sxm-96gb-500w"]}) if p.name == "hopper" else p
+                for p in file.hardware
+            ]
+        }
+    )
+    mi300x = catalog.accelerator("mi300x")
+    efficiency = efficiency_for(mi300x, file=unmeasured)
+    assert efficiency.gemm_peak_fraction == hopper.gemm_peak_fraction
+    assert "no measured best GEMM in the lending family" in " ".join(efficiency.notes)
+
+
+def test_a_target_beyond_the_curve_runs_at_the_full_peak_and_says_so() -> None:
+    """B200's best GEMM has a short K, which Hopper's fitted curve prices dearly: even at the full peak the
+    curve stays below the target, so the fraction is 1 (the part on the slow side of its measurement)."""
+    b200 = catalog.accelerator("b200")
+    efficiency = efficiency_for(b200)
+    notes = " ".join(efficiency.notes)
+    if "beyond the curve at the full peak" in notes:
+        assert efficiency.gemm_peak_fraction == 1.0
+    else:
+        assert efficiency.gemm_peak_fraction < 1.0
+    measured = b200.max_achievable_gemm
+    assert measured is not None and measured.bf16 is not None
+    gemm = measured.bf16
+    seconds = model_gemm_curve(b200, efficiency, "bf16").one_gemm_s(gemm.m, gemm.n, gemm.k, "bf16")
+    assert 2 * gemm.m * gemm.n * gemm.k / seconds <= gemm.flops_per_s * (1 + 1e-6)

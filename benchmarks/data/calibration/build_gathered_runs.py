@@ -279,7 +279,7 @@ NEOX = Source(
     "gptneox20b_paper",
     "megatron-deepspeed",
     "eager",
-    system="neox-a100-40gb",  # §3: four ConnectX-6 HDR HCAs per 8-GPU server
+    system="neox-a100-40gb",  # the paper's hardware: four ConnectX-6 HDR HCAs per 8-GPU server
 )
 
 FMS = Source(

@@ -452,11 +452,15 @@ def efficiency_for(
 LARGE_GEMM = (8192, 8192, 8192)
 
 
+_Curve = tuple[float, float, float, float]
+"""(tile half-dimension, K overhead, launch latency s, HBM fraction): the GEMM curve's constants."""
+
+
 def _gemm_seconds(
     accelerator: Accelerator,
     dtype: str,
     fraction: float,
-    curve: tuple[float, float, float, float],
+    curve: _Curve,
     m: int,
     n: int,
     k: int,
@@ -519,14 +523,17 @@ def measured_part(profile: HardwareProfile) -> Accelerator | None:
 def _first_measured(names: tuple[str, ...]) -> Accelerator | None:
     from mfukit import catalog  # catalog sits below perf; imported here to keep this module's import light
 
+    known = set(catalog.entries("accelerators"))
     for name in names:
+        if name not in known:  # a profile may list a part a site's catalog does not hold
+            continue
         part = catalog.accelerator(name)
         if part.max_achievable_gemm is not None and part.max_achievable_gemm.bf16 is not None:
             return part
     return None
 
 
-def _curve(values: dict[str, object], hbm_fraction: float) -> tuple[float, float, float, float]:
+def _curve(values: dict[str, object], hbm_fraction: float) -> _Curve:
     """(tile half-dimension, K overhead, launch latency s, HBM fraction) of a profile's resolved values."""
     return (
         _number(values, "gemm_tile_half_dim"),
@@ -565,7 +572,6 @@ def _fraction_reproducing(
 
 
 _REPRODUCING: dict[tuple[object, ...], tuple[float, bool]] = {}
-_Curve = tuple[float, float, float, float]
 
 
 def _anchored_fractions(
@@ -575,9 +581,13 @@ def _anchored_fractions(
     compute units) runs this part's measured best GEMM as far below that measurement as the lending family's
     fitted curve runs ``lender``'s own measured best GEMM, and the note saying so. The fitted curves are
     whole training steps' (they carry what a step loses beside its GEMMs: on Hopper, the curve runs H100's
-    best GEMM at two thirds of its measured rate), so the part's measurement is taken relative to its
+    best GEMM at three quarters of its measured rate), so the part's measurement is taken relative to its
     lender's, never as the rate its training GEMMs reach: at its own measured rate MI300X had been predicted
-    25-40 % too fast. Without a lender measurement the part's own is the target. Flash attention's fraction,
+    25-40 % too fast. Each measurement is matched at its own shape on the curve, which prices shapes: an
+    MI300X measured at a long K, easy on the curve, gets a lower fraction than its share of the peak alone
+    would give. Where the curve cannot reach a part's target even at the full peak (Blackwell's best GEMMs
+    have a short K, which Hopper's fitted curve prices dearly), the fraction is 1 and the part runs below its
+    target, on the slow side. Without a lender measurement nothing is anchored. Flash attention's fraction,
     and FP8's where only a 16-bit GEMM was measured, move by the same factor as the 16-bit GEMMs': their
     matrix math runs at the same clock, which the part lowers under dense matrix load (what makes the
     achievable GEMM fall below the datasheet peak)."""
@@ -588,16 +598,16 @@ def _anchored_fractions(
     curve = _curve(borrowed, hbm_fraction)
     measured = accelerator.max_achievable_gemm
     assert measured is not None
-    share, relative = 1.0, ""
     lender_gemm = (
         None if lender is None or lender.max_achievable_gemm is None else lender.max_achievable_gemm.bf16
     )
-    if lender is not None and lender_gemm is not None and lender.name != accelerator.name:
-        share = _rate(lender, "bf16", gemm_fraction, curve, lender_gemm) / lender_gemm.flops_per_s
-        relative = (
-            f" times {share:.2f}, the share of {lender.name}'s measured best GEMM "
-            f"({units.format_flops_rate(lender_gemm.flops_per_s, 0)}) its family's fitted curve reaches"
+    if lender is None or lender_gemm is None:
+        return (
+            {},
+            "no measured best GEMM in the lending family to compare the part's with: fractions unchanged",
         )
+    # the share of the lender's measurement its family's curve reaches (1 for the lender's own measured part)
+    share = _rate(lender, "bf16", gemm_fraction, curve, lender_gemm) / lender_gemm.flops_per_s
     updates: dict[str, float] = {}
     said: list[str] = []
     for dtype, field, gemm in (
@@ -621,9 +631,9 @@ def _anchored_fractions(
             updates["fp8_gemm_peak_fraction"] = min(1.0, fp8_fraction * factor)
     return updates, (
         f"GEMM peak fractions set from {accelerator.name}'s measured best GEMM ({', '.join(said)}; "
-        f"{measured.url}){relative}; flash attention's"
-        + ("" if measured.fp8 is not None else " and FP8's")
-        + " scaled alike"
+        f"{measured.url}) times {share:.2f}, the share of {lender.name}'s measured best GEMM "
+        f"({units.format_flops_rate(lender_gemm.flops_per_s, 0)}) its family's fitted curve reaches; "
+        "flash attention's" + ("" if measured.fp8 is not None else " and FP8's") + " scaled alike"
     )
 
 

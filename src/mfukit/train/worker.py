@@ -541,8 +541,7 @@ class WholeErrorFile(ErrorHandler):
 
     def record_exception(self, e: BaseException) -> None:
         path = self._get_error_file_path()
-        if path is None:
-            super().record_exception(e)  # no error file: torch logs the report
+        if not path:  # unset, or empty (torchrun's log dir is /dev/null): no report, as torch's handler
             return
         report = {
             "message": {
