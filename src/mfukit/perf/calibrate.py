@@ -13,7 +13,8 @@ every other multi-node row tests the model. A framework constant that moves none
 predictions (a collective cost where no run launched one, a pipeline cost where none used PP, a host floor
 its GPU work always covered) is fitted on the stack's multi-node rows with the rank jitter instead, and
 where none of those moves it either, it stays the default framework's. The optimiser is Levenberg-Marquardt on the
-logarithms (logits for fractions) of the constants, with a finite-difference Jacobian. The result is written
+logarithms (logits for fractions) of the constants, with a finite-difference Jacobian, from the neutral start
+every leave-one-source-out fold takes (:func:`neutral_prior`). The result is written
 to ``perf/data/efficiency.toml`` with the SHA-256 of each data file, the split and the fit error of each
 profile; borrowed profiles and framework facts are kept as they are.
 """
@@ -590,7 +591,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--loso-only" in options:  # the residuals again, under the constants already fitted
         return _write_loso(cases, shipped)
     print(f"{len(cases)} measured runs of {len(sources)} sources; fitting on all of them", file=sys.stderr)
-    fitted = calibrated(cases, start=shipped)
+    # from the neutral start every leave-one-source-out fold takes: the shipped constants are a function of the
+    # data, not of the fits before (a constant no run moves stays neutral, not where an earlier fit left it)
+    fitted = calibrated(cases, start=neutral_prior(shipped))
     provenance = fitted.provenance.model_copy(
         update={
             "data": "benchmarks/data/calibration",
@@ -602,7 +605,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "intervals come from leave-one-source-out refits (perf/data/loso_residuals.csv)",
             "fitted": date.today(),
             "objective": f"soft-L1 of the log error of tokens/s per GPU, scale {LOSS_SCALE}, each (source, "
-            "accelerator) group weighted equally; Levenberg-Marquardt",
+            "accelerator) group weighted equally; Levenberg-Marquardt from the neutral start of every fold",
             "hbm_fraction_why": "not fitted: element-wise kernels are taken to move 80 % of the datasheet HBM "
             "bandwidth (copy kernels reach ~90 % on A100/H100, multi-input fused kernels less); element-wise "
             "work is a few % of a large model's step",
