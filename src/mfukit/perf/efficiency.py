@@ -456,21 +456,12 @@ _Curve = tuple[float, float, float, float]
 """(tile half-dimension, K overhead, launch latency s, HBM fraction): the GEMM curve's constants."""
 
 
-def _gemm_seconds(
-    accelerator: Accelerator,
-    dtype: str,
-    fraction: float,
-    curve: _Curve,
-    m: int,
-    n: int,
-    k: int,
-) -> float:
-    """Seconds of one (M x K) @ (K x N) GEMM on ``accelerator``'s curve, the step-time model's own, at peak
-    fraction ``fraction``; ``curve`` is (tile half-dimension, K overhead, launch latency s, HBM fraction)."""
+def _gemm_curve(accelerator: Accelerator, dtype: str, fraction: float, curve: _Curve) -> GemmCurve:
+    """The step-time model's GEMM curve of ``dtype`` on ``accelerator`` at peak fraction ``fraction``."""
     from mfukit.perf.gemm import GemmCurve  # gemm sits above this module's importers
 
     tile_half_dim, k_overhead, latency_s, hbm_fraction = curve
-    gemm = GemmCurve(
+    return GemmCurve(
         peak_flops_per_s=accelerator.peak_flops(cast(Dtype, dtype)) * fraction,
         compute_units=accelerator.compute_units,
         tile_half_dim=tile_half_dim,
@@ -478,22 +469,18 @@ def _gemm_seconds(
         latency_s=latency_s,
         hbm_bytes_per_s=accelerator.hbm_bytes_per_s * hbm_fraction,
     )
-    return gemm.one_gemm_s(m, n, k, dtype)
 
 
 def model_gemm_curve(accelerator: Accelerator, efficiency: Efficiency, dtype: Dtype) -> GemmCurve:
     """The step-time model's GEMM curve of ``dtype`` on ``accelerator`` under ``efficiency``."""
-    from mfukit.perf.gemm import GemmCurve  # gemm sits above this module's importers
-
     fraction = efficiency.fp8_gemm_peak_fraction if dtype == "fp8" else efficiency.gemm_peak_fraction
-    return GemmCurve(
-        peak_flops_per_s=accelerator.peak_flops(dtype) * fraction,
-        compute_units=accelerator.compute_units,
-        tile_half_dim=efficiency.gemm_tile_half_dim,
-        k_overhead=efficiency.gemm_k_overhead,
-        latency_s=efficiency.gemm_latency_s,
-        hbm_bytes_per_s=accelerator.hbm_bytes_per_s * efficiency.hbm_fraction,
+    curve = (
+        efficiency.gemm_tile_half_dim,
+        efficiency.gemm_k_overhead,
+        efficiency.gemm_latency_s,
+        efficiency.hbm_fraction,
     )
+    return _gemm_curve(accelerator, dtype, fraction, curve)
 
 
 def large_gemm_fraction(
@@ -502,15 +489,8 @@ def large_gemm_fraction(
     """The share of ``dtype``'s dense peak a large GEMM (``size`` cubed, :data:`LARGE_GEMM` by default) reaches
     on the model's curve: the peak fraction is the best tile's asymptote, below which tile loads and the K
     prologue keep every real GEMM."""
-    fraction = efficiency.fp8_gemm_peak_fraction if dtype == "fp8" else efficiency.gemm_peak_fraction
     m, n, k = (size, size, size) if size else LARGE_GEMM
-    curve = (
-        efficiency.gemm_tile_half_dim,
-        efficiency.gemm_k_overhead,
-        efficiency.gemm_latency_s,
-        efficiency.hbm_fraction,
-    )
-    seconds = _gemm_seconds(accelerator, dtype, fraction, curve, m, n, k)
+    seconds = model_gemm_curve(accelerator, efficiency, cast(Dtype, dtype)).one_gemm_s(m, n, k, dtype)
     return 2.0 * m * n * k / seconds / accelerator.peak_flops(cast(Dtype, dtype))
 
 
@@ -545,7 +525,7 @@ def _curve(values: dict[str, object], hbm_fraction: float) -> _Curve:
 
 def _rate(accelerator: Accelerator, dtype: str, fraction: float, curve: _Curve, gemm: AchievedGemm) -> float:
     """FLOP/s of the measured shape of ``gemm`` on ``accelerator``'s curve at peak fraction ``fraction``."""
-    seconds = _gemm_seconds(accelerator, dtype, fraction, curve, gemm.m, gemm.n, gemm.k)
+    seconds = _gemm_curve(accelerator, dtype, fraction, curve).one_gemm_s(gemm.m, gemm.n, gemm.k, dtype)
     return 2.0 * gemm.m * gemm.n * gemm.k / seconds
 
 
@@ -554,48 +534,60 @@ def _fraction_reproducing(
 ) -> tuple[float, bool]:
     """The peak fraction at which ``curve`` runs the shape of ``gemm`` at ``target_flops_per_s``, and whether it
     was capped at 1 (the target is faster than the curve allows at the full peak). The curve's time falls
-    monotonically as the fraction rises: bisected in log space, once per part, shape, target and curve (an
-    estimate needs the constants many times)."""
-    # an Accelerator holds mappings (its peaks), so it is keyed by its JSON
-    key = (accelerator.model_dump_json(), dtype, gemm.m, gemm.n, gemm.k, target_flops_per_s, curve)
-    if key not in _REPRODUCING:
-        low, high = 1e-3, 1.0
-        if _rate(accelerator, dtype, high, curve, gemm) < target_flops_per_s:
-            _REPRODUCING[key] = (high, True)
-        else:
-            for _ in range(60):
-                middle = math.sqrt(low * high)
-                slow = _rate(accelerator, dtype, middle, curve, gemm) < target_flops_per_s
-                low, high = (middle, high) if slow else (low, middle)
-            _REPRODUCING[key] = (high, False)
-    return _REPRODUCING[key]
-
-
-_REPRODUCING: dict[tuple[object, ...], tuple[float, bool]] = {}
+    monotonically as the fraction rises: bisected in log space."""
+    low, high = 1e-3, 1.0
+    if _rate(accelerator, dtype, high, curve, gemm) < target_flops_per_s:
+        return high, True
+    for _ in range(60):
+        middle = math.sqrt(low * high)
+        slow = _rate(accelerator, dtype, middle, curve, gemm) < target_flops_per_s
+        low, high = (middle, high) if slow else (low, middle)
+    return high, False
 
 
 def _anchored_fractions(
     accelerator: Accelerator, borrowed: dict[str, object], hbm_fraction: float, lender: Accelerator | None
 ) -> tuple[dict[str, float], str]:
-    """The GEMM peak fractions at which the borrowed GEMM curve (its tile, K and launch constants, this part's
-    compute units) runs this part's measured best GEMM as far below that measurement as the lending family's
-    fitted curve runs ``lender``'s own measured best GEMM, and the note saying so. The fitted curves are
-    whole training steps' (they carry what a step loses beside its GEMMs: on Hopper, the curve runs H100's
-    best GEMM at three quarters of its measured rate), so the part's measurement is taken relative to its
-    lender's, never as the rate its training GEMMs reach: at its own measured rate MI300X had been predicted
-    25-40 % too fast. Each measurement is matched at its own shape on the curve, which prices shapes: an
-    MI300X measured at a long K, easy on the curve, gets a lower fraction than its share of the peak alone
-    would give. Where the curve cannot reach a part's target even at the full peak (Blackwell's best GEMMs
-    have a short K, which Hopper's fitted curve prices dearly), the fraction is 1 and the part runs below its
-    target, on the slow side. Without a lender measurement nothing is anchored. Flash attention's fraction,
-    and FP8's where only a 16-bit GEMM was measured, move by the same factor as the 16-bit GEMMs': their
-    matrix math runs at the same clock, which the part lowers under dense matrix load (what makes the
-    achievable GEMM fall below the datasheet peak)."""
-    gemm_fraction, attention_fraction, fp8_fraction = (
-        _number(borrowed, name)
-        for name in ("gemm_peak_fraction", "attention_peak_fraction", "fp8_gemm_peak_fraction")
+    """:func:`_anchored`, solved once per part, lender and borrowed constants (some hundred curve evaluations,
+    where an estimate needs the constants many times)."""
+    fractions = (
+        _number(borrowed, "gemm_peak_fraction"),
+        _number(borrowed, "attention_peak_fraction"),
+        _number(borrowed, "fp8_gemm_peak_fraction"),
     )
     curve = _curve(borrowed, hbm_fraction)
+    # an Accelerator holds mappings (its peaks), so it is keyed by its JSON; the lender is a catalog part, fixed
+    # for the process (_first_measured), so its name says which
+    key = (accelerator.model_dump_json(), None if lender is None else lender.name, fractions, curve)
+    if key not in _ANCHORS:
+        _ANCHORS[key] = _anchored(accelerator, fractions, curve, lender)
+    updates, note = _ANCHORS[key]
+    return dict(updates), note
+
+
+_ANCHORS: dict[tuple[object, ...], tuple[tuple[tuple[str, float], ...], str]] = {}
+
+
+def _anchored(
+    accelerator: Accelerator,
+    fractions: tuple[float, float, float],
+    curve: _Curve,
+    lender: Accelerator | None,
+) -> tuple[tuple[tuple[str, float], ...], str]:
+    """The GEMM peak fractions at which the borrowed GEMM curve (its tile, K and launch constants, this part's
+    compute units) runs this part's measured best GEMM as far below that measurement as the lending family's
+    fitted curve runs ``lender``'s own measured best GEMM, and the note saying so (with that share). The
+    fitted curves are whole training steps' (they carry what a step loses beside its GEMMs), so the part's
+    measurement is taken relative to its lender's, never as the rate its training GEMMs reach: at its own
+    measured rate MI300X had been predicted 25-40 % too fast. Each measurement is matched at its own shape on
+    the curve, which prices shapes: an MI300X measured at a long K, easy on the curve, gets a lower fraction
+    than its share of the peak alone would give. Where the curve cannot reach a part's target even at the
+    full peak (a best GEMM at a shape the lender's curve prices dearly), the fraction is 1, the note says so,
+    and the part runs below its target, on the slow side. Without a lender measurement nothing is anchored.
+    Flash attention's fraction, and FP8's where only a 16-bit GEMM was measured, move by the same factor as
+    the 16-bit GEMMs': their matrix math runs at the same clock, which the part lowers under dense matrix
+    load (what makes the achievable GEMM fall below the datasheet peak)."""
+    gemm_fraction, attention_fraction, fp8_fraction = fractions
     measured = accelerator.max_achievable_gemm
     assert measured is not None
     lender_gemm = (
@@ -603,7 +595,7 @@ def _anchored_fractions(
     )
     if lender is None or lender_gemm is None:
         return (
-            {},
+            (),
             "no measured best GEMM in the lending family to compare the part's with: fractions unchanged",
         )
     # the share of the lender's measurement its family's curve reaches (1 for the lender's own measured part)
@@ -623,13 +615,13 @@ def _anchored_fractions(
             + (" (beyond the curve at the full peak: fraction 1)" if capped else "")
         )
     if not said:
-        return {}, f"{accelerator.name}'s max-achievable GEMM names no type it has a peak for: not used"
+        return (), f"{accelerator.name}'s max-achievable GEMM names no type it has a peak for: not used"
     if "gemm_peak_fraction" in updates:
         factor = updates["gemm_peak_fraction"] / gemm_fraction
         updates["attention_peak_fraction"] = min(1.0, attention_fraction * factor)
         if "fp8_gemm_peak_fraction" not in updates:
             updates["fp8_gemm_peak_fraction"] = min(1.0, fp8_fraction * factor)
-    return updates, (
+    return tuple(updates.items()), (
         f"GEMM peak fractions set from {accelerator.name}'s measured best GEMM ({', '.join(said)}; "
         f"{measured.url}) times {share:.2f}, the share of {lender.name}'s measured best GEMM "
         f"({units.format_flops_rate(lender_gemm.flops_per_s, 0)}) its family's fitted curve reaches; "
