@@ -1,7 +1,7 @@
 """How close the memory model comes to measured peak GPU memory, and whether every layout that ran fits.
 
 Reads every CSV of the calibration schema in ``benchmarks/data/calibration/`` (``$MFUKIT_CALIBRATION``) and
-any CSV named on the command line (e.g. ``tests/data/perf/megatron_published_runs.csv``).
+any CSV named on the command line (e.g. ``benchmarks/data/calibration/megatron_published_runs.csv``).
 
 1. **Error per source**, against every row that reports its memory: ``peak_mem_gib_per_gpu`` (the
    Ultra-Scale Playbook sweep: nanotron logs rank 0's ``max_memory_reserved``; torchtitan's memory monitor:
