@@ -13,7 +13,7 @@ from mfukit.core.parallelism import layout_problems
 from mfukit.errors import InputError
 from mfukit.perf.layouts import Workload
 from mfukit.perf.planner import SearchSpace, enumerate_layouts, search, stack_space
-from mfukit.perf.scaling import smallest_count, valid_counts
+from mfukit.perf.scaling import count_guess, smallest_count, valid_counts
 
 LLAMA = catalog.model("llama2-70b")
 WORKLOAD = Workload(model=LLAMA, seq_len=4096, global_batch_sequences=1024)
@@ -196,3 +196,25 @@ def test_a_stack_without_an_interleaved_schedule_is_searched_at_one_stage_per_ra
     assert refused.value.field == "parallelism.vpp" and "megatron-core" in str(refused.value.hint)
     assert stack_space(SearchSpace(vpp=(1,)), replace(WORKLOAD, framework="nanotron"), H100).vpp == (1,)
     assert stack_space(SearchSpace(vpp=(1, 2)), replace(WORKLOAD, framework="nemo"), H100).vpp == (1, 2)
+
+
+def test_a_count_that_beats_every_mfu_seen_lowers_the_bound_and_the_counts_below_are_tried() -> None:
+    """LLaMA-65B's 4M-token batch (1,953 sequences): the counts that take it exactly have poor layouts, so the
+    MFU they show sets a bound far above what a rounded batch on fewer GPUs reaches. Once a count with a better
+    layout meets the deadline, every valid count from the bound that layout's MFU gives up to the answer must
+    have been tried and missed (here the first answer was 4,032 GPUs and 3,560 meets it)."""
+    space = SearchSpace(recompute=("none",), sharding=("distributed-optimizer",))
+    deadline_s, tokens = 14 * 86400.0, 1.4e12
+    found = smallest_count(
+        TOKENS_4M, DGX_A100, A100, tokens=tokens, deadline_s=deadline_s, space=space,
+        goodput=lambda count, plan: 0.9, mfu_guess=0.45,
+    )  # fmt: skip
+    assert found.chosen is not None and not found.why_not
+    answer = found.chosen.num_gpus
+    plans = [result.best_per_count[count] for count, result in found.evaluated.items()]
+    best_mfu = max(plan.mfu for plan in plans if plan is not None)
+    lowest = count_guess(TOKENS_4M, A100, tokens, deadline_s, best_mfu * 0.9)
+    for count in valid_counts(TOKENS_4M, DGX_A100, space, lowest, answer - 1):
+        assert count in found.evaluated, count
+        plan = found.evaluated[count].best_per_count[count]
+        assert plan is None or plan.time_to_train_s / 0.9 > deadline_s, count  # type: ignore[operator]

@@ -10,7 +10,8 @@ moves up by the ratio of predicted to allowed time until a count meets the deadl
 the last miss. Time to train does not fall smoothly with the count (a count of awkward factors has only poor
 layouts), so it then tries every count below the one found, rounded batches included, in ascending order
 from the smallest that could meet the deadline at the best MFU x goodput seen, and takes the first that
-meets it (within ``MAX_EVALUATIONS`` searches in all).
+meets it; where that count's MFU beats every one seen, the bound falls and the counts below it are tried
+again (within ``MAX_EVALUATIONS`` searches in all).
 """
 
 from __future__ import annotations
@@ -136,24 +137,38 @@ def smallest_count(
             failing = middle
     # then every count below it, in ascending order from the smallest that could meet the deadline at the
     # best MFU x goodput seen (a lower bound unless an unseen count runs a better layout): the first that
-    # meets it is the answer
-    best_mfu = max(mfu for mfu, _ in rated)
-    best_goodput = max(rate for _, rate in rated)
-    lowest = count_guess(workload, accelerator, tokens, deadline_s, best_mfu * best_goodput)
-    for count in candidates[
-        bisect.bisect_left(candidates, lowest) : bisect.bisect_left(candidates, coarse[found])
-    ]:
-        if len(outcome.evaluated) >= MAX_EVALUATIONS:
-            outcome.why_not.append(f"stopped after {MAX_EVALUATIONS} searches; a smaller count may meet it")
+    # meets it is the answer. A count found so runs a layout the coarse counts did not (a rounded batch, a
+    # better factorisation); where its MFU x goodput beats every one seen before, the bound falls, and the
+    # counts below it are scanned again
+    ceiling, bound = coarse[found], 0.0
+    while (seen := max(mfu for mfu, _ in rated) * max(rate for _, rate in rated)) > bound:
+        bound = seen
+        lowest = count_guess(workload, accelerator, tokens, deadline_s, bound)
+        below = candidates[bisect.bisect_left(candidates, lowest) : bisect.bisect_left(candidates, ceiling)]
+        unseen = [count for count in below if count not in outcome.evaluated]
+        budget = MAX_EVALUATIONS - len(outcome.evaluated)
+        met = _first_meeting(unseen[:budget], days_at, deadline_s)
+        if met is None:
+            if len(unseen) > budget:
+                outcome.why_not.append(
+                    f"stopped after {MAX_EVALUATIONS} searches; a smaller count may meet it"
+                )
             break
-        if count in outcome.evaluated:
-            continue
-        wall, plan, rate = days_at(count)
-        if plan is not None and wall <= deadline_s:
-            best_plan, best_rate = plan, rate
-            break
+        best_plan, best_rate = met
+        ceiling = best_plan.num_gpus
     outcome.chosen, outcome.goodput = best_plan, best_rate
     return outcome
+
+
+def _first_meeting(
+    counts: list[int], days_at: Callable[[int], tuple[float, Plan | None, float]], deadline_s: float
+) -> tuple[Plan, float] | None:
+    """The best plan (and its goodput) of the first of ``counts`` that meets the deadline."""
+    for count in counts:
+        wall, plan, rate = days_at(count)
+        if plan is not None and wall <= deadline_s:
+            return plan, rate
+    return None
 
 
 def scaling_counts(
