@@ -76,7 +76,7 @@ class SourceSummary:
     p90_abs_error: float
     median_signed_error: float
     coverage: float
-    fitted_rows: int  # rows the shipped constants were fitted on (in-sample)
+    fitted_rows: int  # rows of the calibration data the shipped constants come from (in-sample)
 
     @property
     def in_sample(self) -> bool:

@@ -48,7 +48,7 @@ def summary_table(summaries: list[SourceSummary]) -> Table:
     table = Table(
         "error of the predicted MFU, |predicted - measured| / measured",
         ["source", "rows", "median", "p90", "bias", "inside 80 % interval", "fitted on it"],
-        csv_columns=["source", "rows", "median", "p90", "bias", "coverage", "in_sample"],
+        csv_columns=["source", "rows", "median", "p90", "bias", "coverage", "fitted"],
     )
     for summary in summaries:
         table.add(
