@@ -61,6 +61,17 @@ def test_estimate_table_fits_the_console(mfukit) -> None:  # type: ignore[no-unt
     assert max(len(line) for line in table.splitlines()) <= 100
 
 
+def test_estimate_says_which_attention_kernel_the_step_runs(mfukit) -> None:  # type: ignore[no-untyped-def]
+    layout = ["--tp", "8", "--pp", "8", "--zero", "1", "--format", "json"]
+    flash, eager = (
+        mfukit("estimate", *GPT3, *layout, "--attention", kernel) for kernel in ("flash", "eager")
+    )
+    notes = [" ".join(run.json()["assumptions"]) for run in (flash, eager)]
+    assert "runs flash attention's causal half" in notes[0] and "eager" not in notes[0]
+    assert "runs eager attention: the full s^2 scores" in notes[1] and "causal half" not in notes[1]
+    assert eager.json()["result"]["step_time_s"] > flash.json()["result"]["step_time_s"]
+
+
 def test_estimate_says_exactly_why_a_layout_cannot_be_built(mfukit) -> None:  # type: ignore[no-untyped-def]
     # an interleaved pipeline whose chunks cannot hold equal layers, by no split Megatron makes itself
     run = mfukit("estimate", *GPT3, "--tp", "8", "--pp", "7", "--vpp", "5", "--format", "json")

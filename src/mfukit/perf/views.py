@@ -187,8 +187,12 @@ def tiers_table(plan: Plan, machine: Machine) -> Table:
 
 def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficiency) -> list[str]:
     notes = [
-        f"attention FLOPs: {ATTENTION_CONVENTION_NAMES[workload.attention]} for MFU; the step time runs flash "
-        "attention's causal half",
+        f"attention FLOPs: {ATTENTION_CONVENTION_NAMES[workload.attention]} for MFU; the step time runs "
+        + (
+            "flash attention's causal half"
+            if workload.flash_attention
+            else "eager attention: the full s^2 scores as batched GEMMs, stored and moved through HBM"
+        ),
         f"efficiency profiles: {'; '.join(efficiency.notes)}",
         f"framework {efficiency.framework}: {efficiency.host_layer_s * 1e6:,.0f} us of host time per layer forward "
         "(a floor under the GPU time; backward x2, full recompute +1), "
