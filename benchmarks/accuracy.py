@@ -2,9 +2,9 @@
 
 Peers: every usable row of ``benchmarks/data/calibration/`` (LLM Foundry's MPT benchmarks, vTrain's
 Megatron-DeepSpeed runs, the Ultra-Scale Playbook's nanotron sweep, torchtitan's Llama 3.1 runs, and the
-runs gathered from papers and vendor tables in ``gathered_runs.csv``, the Megatron-stack rows of shared/reference
-in ``megatron_published_runs.csv``), each turned into a model, layout and cluster by
-``mfukit.perf.calibration_data``.
+runs gathered from papers and vendor tables in ``gathered_runs.csv``), each turned into a model, layout and
+cluster by ``mfukit.perf.calibration_data``. The Megatron-stack rows of shared/reference are reserved for
+checking the model: never fitted, they are predicted by ``mfukit validate`` as a site's file.
 
 Metric, leave-one-source-out: each source's rows are predicted by constants fitted without that source
 (``mfukit.perf.loso``: every constant refitted, a stack or network only that source ran falls back to the

@@ -1,7 +1,7 @@
 """How close the memory model comes to measured peak GPU memory, and whether every layout that ran fits.
 
 Reads every CSV of the calibration schema in ``benchmarks/data/calibration/`` (``$MFUKIT_CALIBRATION``) and
-any CSV named on the command line (a site's own runs in the same schema; a file named twice is read once).
+any CSV named on the command line (e.g. ``tests/data/perf/megatron_published_runs.csv``).
 
 1. **Error per source**, against every row that reports its memory: ``peak_mem_gib_per_gpu`` (the
    Ultra-Scale Playbook sweep: nanotron logs rank 0's ``max_memory_reserved``; torchtitan's memory monitor:
@@ -99,10 +99,8 @@ class Case:
 def csv_files(extra: list[str]) -> list[Path]:
     folder = calibration_dir()
     files = sorted(folder.glob("*.csv")) + [Path(name) for name in extra]
-    with_schema: list[Path] = []
+    with_schema = []
     for path in files:
-        if any(path.resolve() == known.resolve() for known in with_schema):
-            continue  # a file named twice is read once
         with path.open(newline="") as handle:
             header = set(next(csv.reader(handle), []))
         if header >= SCHEMA:

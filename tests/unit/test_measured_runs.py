@@ -12,8 +12,8 @@ from mfukit.core.scenario import stack_alias
 from mfukit.errors import InputError
 from mfukit.perf.measured_runs import OPTIONAL_COLUMNS, read_runs
 
-# the Megatron-stack rows of shared/reference (calibration data), read here as a site's file
-MEGATRON_CSV = Path(__file__).resolve().parents[2] / "benchmarks/data/calibration/megatron_published_runs.csv"
+# the Megatron-stack rows of shared/reference: reserved for checking the model (never fitted), read here as a site's file
+MEGATRON_CSV = Path(__file__).resolve().parents[2] / "tests/data/perf/megatron_published_runs.csv"
 HEADER = MEGATRON_CSV.open().readline().strip().split(",")
 
 

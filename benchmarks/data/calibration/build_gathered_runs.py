@@ -21,7 +21,9 @@ HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "gathered_runs.csv"
 
 # The shared schema is the header of megatron_published_runs.csv (perf-model.md section 2).
-with (HERE / "megatron_published_runs.csv").open(newline="") as _handle:
+with (HERE.parents[2] / "tests" / "data" / "perf" / "megatron_published_runs.csv").open(
+    newline=""
+) as _handle:
     SCHEMA = next(csv.reader(_handle))
 EXTRA_COLUMNS = ["framework", "attention", "offload", "system", "compile", "tp_comm_overlap"]
 HEADER = SCHEMA + EXTRA_COLUMNS

@@ -27,7 +27,7 @@ RUNS_ARGUMENT = click.argument(
 def validate(runs_path: Path, fmt: Format) -> int:
     """Predict a site's measured runs (the calibration CSV schema) and print the error per source.
 
-    Example: mfukit validate benchmarks/data/calibration/megatron_published_runs.csv
+    Example: mfukit validate tests/data/perf/megatron_published_runs.csv
     """
     cases, skipped = read_site_runs(runs_path)
     if not cases:

@@ -20,8 +20,9 @@ Sources (column notes in ``shared/reference/perf-model.md`` §2):
   torch.compile (``compile``) as each table's header or row says; fitted with the FSDP stacks' runs (the
   ``torchtitan`` profile runs on ``fsdp``'s constants).
 
-* the plain-schema files ``megatron_published_runs.csv`` (the Megatron-stack rows of shared/reference) and
-  ``gathered_runs.csv``, read by :mod:`mfukit.perf.measured_runs`, one source per ``source_group``.
+* the plain-schema file ``gathered_runs.csv``, read by :mod:`mfukit.perf.measured_runs`, one source per
+  ``source_group`` (the Megatron-stack file of shared/reference is reserved for checking the model: never
+  fitted).
 
 Every source is fitted (:mod:`mfukit.perf.calibrate`); accuracy is measured leave-one-source-out.
 """
@@ -50,11 +51,10 @@ from mfukit.perf.measured_runs import Accounting, Case, read_runs
 
 SOURCES = ("llmfoundry_mpt", "vtrain_multi", "vtrain_single", "ultrascale_playbook", "torchtitan")
 FILES = ("published_runs_calibration.csv", "ultrascale_h100_sweep.csv", "vtrain_a100_single_node.csv")
-# files in the plain schema (mfukit.perf.measured_runs), one source per source_group, used when present: the
-# Megatron-stack runs of shared/reference (Korthikanti et al. 2022, the Megatron-Core H100 scaling table, NeMo
-# 25.09's recipes: the only runs of the megatron-core stack on its own code, perf-model.md section 2) and the
-# runs gathered from papers and vendor tables
-SCHEMA_FILES = ("megatron_published_runs.csv", "gathered_runs.csv")
+# files in the plain schema (mfukit.perf.measured_runs), one source per source_group: the runs gathered from
+# papers and vendor tables; used when present. The Megatron-stack file of shared/reference holds rows of a
+# source reserved for checking the model, so it is never fitted (tests/data/perf keeps it for the reader's tests)
+SCHEMA_FILES = ("gathered_runs.csv",)
 # Sources a hidden check holds out (the performance-model issue: Narayanan et al. SC21 and the Megatron-LM
 # README's 2021 GPT-3 figure, MT-NLG 530B, MegaScale, the Llama 3 paper, MLPerf Training, the Nemotron-4
 # reports, GLM-130B, the PyTorch FSDP paper, TinyLlama, FlashAttention's training README, NVIDIA's DGX Cloud

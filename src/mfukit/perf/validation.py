@@ -76,11 +76,7 @@ class SourceSummary:
     p90_abs_error: float
     median_signed_error: float
     coverage: float
-    fitted_rows: int  # rows of the calibration data the shipped constants come from (in-sample)
-
-    @property
-    def in_sample(self) -> bool:
-        return self.fitted_rows == self.rows
+    in_sample: bool
 
 
 def check_runs(cases: Sequence[Case], file: EfficiencyFile | None = None) -> list[RowCheck]:
@@ -119,7 +115,7 @@ def summarise(checks: Sequence[RowCheck]) -> list[SourceSummary]:
                 p90_abs_error=float(np.quantile(np.abs(errors), 0.9)),
                 median_signed_error=float(np.median(errors)),
                 coverage=sum(check.inside for check in members) / len(members),
-                fitted_rows=sum(check.in_sample for check in members),
+                in_sample=all(check.in_sample for check in members),
             )
         )
     return out

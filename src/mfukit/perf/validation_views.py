@@ -48,7 +48,7 @@ def summary_table(summaries: list[SourceSummary]) -> Table:
     table = Table(
         "error of the predicted MFU, |predicted - measured| / measured",
         ["source", "rows", "median", "p90", "bias", "inside 80 % interval", "fitted on it"],
-        csv_columns=["source", "rows", "median", "p90", "bias", "coverage", "fitted"],
+        csv_columns=["source", "rows", "median", "p90", "bias", "coverage", "in_sample"],
     )
     for summary in summaries:
         table.add(
@@ -58,17 +58,9 @@ def summary_table(summaries: list[SourceSummary]) -> Table:
             units.format_percent(summary.p90_abs_error),
             f"{summary.median_signed_error:+.1%}",
             units.format_percent(summary.coverage, 0),
-            _fitted(summary),
+            "yes (in-sample)" if summary.in_sample else "no",
         )
     return table
-
-
-def _fitted(summary: SourceSummary) -> str:
-    if summary.fitted_rows == 0:
-        return "no"
-    if summary.in_sample:
-        return "yes (in-sample)"
-    return f"{summary.fitted_rows} of {summary.rows} rows (in-sample)"
 
 
 def skipped_table(skipped: list[SkippedRow]) -> Table:
@@ -88,7 +80,6 @@ def summary_json(summaries: list[SourceSummary]) -> list[dict[str, object]]:
             "median_signed_rel_error": s.median_signed_error,
             "interval_coverage": s.coverage,
             "in_sample": s.in_sample,
-            "fitted_rows": s.fitted_rows,
         }
         for s in summaries
     ]
