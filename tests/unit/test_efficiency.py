@@ -204,6 +204,12 @@ def test_a_leave_one_source_out_fold_starts_from_nothing_fitted() -> None:
     assert all(p.grad_bucket_params == shipped[p.name].grad_bucket_params for p in prior.framework)
 
 
+def _curve_rate(part: Accelerator, constants: Efficiency, dtype: Dtype, gemm: AchievedGemm) -> float:
+    """FLOP/s of the measured shape of ``gemm`` on the model's GEMM curve of ``part`` under ``constants``."""
+    seconds = model_gemm_curve(part, constants, dtype).one_gemm_s(gemm.m, gemm.n, gemm.k, dtype)
+    return float(2 * gemm.m * gemm.n * gemm.k / seconds)
+
+
 @pytest.mark.parametrize("name", ["mi300x", "mi325x", "a100-80gb-pcie"])
 def test_a_borrowed_part_sits_as_far_below_its_best_gemm_as_its_lender(name: str) -> None:
     """A part no training run calibrates runs its lender's GEMM curve at the peak fractions that put its own
@@ -222,8 +228,7 @@ def test_a_borrowed_part_sits_as_far_below_its_best_gemm_as_its_lender(name: str
     assert "measured best GEMM" in " ".join(efficiency.uncalibrated_notes)
 
     def share(part: Accelerator, constants: Efficiency, dtype: Dtype, gemm: AchievedGemm) -> float:
-        seconds = model_gemm_curve(part, constants, dtype).one_gemm_s(gemm.m, gemm.n, gemm.k, dtype)
-        return 2 * gemm.m * gemm.n * gemm.k / seconds / gemm.flops_per_s
+        return _curve_rate(part, constants, dtype, gemm) / gemm.flops_per_s
 
     expected = share(lender, lending, "bf16", lender_best)
     assert 0.3 < expected < 1
@@ -307,14 +312,13 @@ def test_a_borrowed_part_meets_its_target_or_runs_at_the_full_peak_below_it(
     assert measured is not None and measured.bf16 is not None
     assert lender_measured is not None and lender_measured.bf16 is not None
 
-    def rate(part: Accelerator, constants: Efficiency, gemm: AchievedGemm) -> float:
-        seconds = model_gemm_curve(part, constants, "bf16").one_gemm_s(gemm.m, gemm.n, gemm.k, "bf16")
-        return float(2 * gemm.m * gemm.n * gemm.k / seconds)
-
-    share = rate(h100, efficiency_for(h100), lender_measured.bf16) / lender_measured.bf16.flops_per_s
+    share = (
+        _curve_rate(h100, efficiency_for(h100), "bf16", lender_measured.bf16)
+        / lender_measured.bf16.flops_per_s
+    )
     efficiency = efficiency_for(b200)
     target = share * measured.bf16.flops_per_s
-    reached = rate(b200, efficiency, measured.bf16)
+    reached = _curve_rate(b200, efficiency, "bf16", measured.bf16)
     capped = "beyond the curve at the full peak" in " ".join(efficiency.notes)
     assert capped == (measured_share_of_peak is not None)
     if capped:
