@@ -6,8 +6,11 @@ import numpy as np
 import pytest
 
 from mfukit import catalog
+from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
+from mfukit.core.scenario import Precision
 from mfukit.perf import flops
+from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.layouts import Workload, grid_of
 from mfukit.perf.step_time import BREAKDOWN, StepEstimate, estimate_steps, evaluate, machine_for, prepare
 
@@ -317,3 +320,75 @@ def test_current_scaling_pays_an_amax_pass_on_every_fp8_input() -> None:
         for recipe in ("delayed", "current")
     }
     assert parts["current"] > parts["delayed"]
+
+
+def _memory_bound_s(
+    layout: Parallelism,
+    framework: str,
+    precision: Precision,
+    micro: tuple[int, ...],
+    *,
+    batch: int = 2048,
+    model: ModelSpec = GPT3,
+) -> list[float]:
+    """The memory-bound part of the step of ``layout`` at each micro-batch size of ``micro`` (same batch)."""
+    out = []
+    for m in micro:
+        workload = Workload(
+            model=model, seq_len=2048, global_batch_sequences=batch, framework=framework, precision=precision
+        )
+        grid = grid_of(
+            [layout], model=model, micro_batch_size=[m], num_microbatches=[batch // (layout.dp * m)]
+        )
+        estimate = estimate_steps(workload, grid, machine_for(*A100, layout.world_size))
+        out.append(float(estimate.breakdown_s["memory_bound"][0]))
+    return out
+
+
+def test_deepspeed_bf16_pipeline_pays_its_gradient_accumulation_pass_every_micro_batch() -> None:
+    # BigScience's 176B trials: the same batch in micro-batches of 1 and 4 on one TP 8 x PP 12 layout
+    layout = Parallelism(tp=8, pp=12, dp=4, zero=1, recompute="full")
+    batch, micro = 2048, (1, 4)
+    one, four = _memory_bound_s(layout, "megatron-deepspeed", "bf16", micro, batch=batch)
+    # the last stage (8 layers and the output layer) is the slowest: its weights on one GPU, each moving the
+    # stack's bytes (copied into fp32 and added into the fp32 buffers) per micro-batch; the element-wise work
+    # per token is the same for both micro-batch sizes
+    h, vocab = GPT3.hidden_size, GPT3.vocab_size
+    weights = (8 * (4 * h * h + 2 * h * GPT3.intermediate_size) + vocab * h) / 8
+    efficiency = efficiency_for(A100[1], "megatron-deepspeed")
+    moved = efficiency.grad_accumulation_bytes("bf16")
+    assert moved > 0
+    rate = A100[1].hbm_bytes_per_s * efficiency.hbm_fraction
+    micro_batches = [batch // (layout.dp * m) for m in micro]
+    expected = (micro_batches[0] - micro_batches[1]) * weights * moved / rate
+    assert one - four == pytest.approx(expected, rel=0.02)
+    # Megatron's fused accumulation (in the weight-gradient GEMM), fp16 under local DDP, and sharded
+    # gradients (ZeRO-3: only a shard accumulates) pay no pass of their own
+    cases: tuple[tuple[str, Precision, Parallelism], ...] = (
+        ("megatron-core", "bf16", layout),
+        ("megatron-deepspeed", "fp16", layout),
+        ("megatron-deepspeed", "bf16", Parallelism(tp=8, dp=64, zero=3, recompute="full")),
+    )
+    for framework, precision, sharded in cases:
+        first, second = _memory_bound_s(sharded, framework, precision, micro, batch=batch)
+        assert first == pytest.approx(second, rel=1e-9), (framework, precision)
+
+
+def test_one_stage_accumulates_an_untied_embedding_and_output_layer_apart() -> None:
+    # no pipeline: the one stage holds the embedding and the output layer, one matrix when they are tied
+    layout = Parallelism(tp=8, dp=8, zero=1, recompute="full")
+    tied, untied = (
+        GPT3.model_copy(update={"tie_word_embeddings": tie, "name": f"gpt3 tied={tie}"})
+        for tie in (True, False)
+    )
+    micro = (1, 4)
+    one_tied, four_tied = _memory_bound_s(layout, "megatron-deepspeed", "bf16", micro, batch=512, model=tied)
+    one_untied, four_untied = _memory_bound_s(
+        layout, "megatron-deepspeed", "bf16", micro, batch=512, model=untied
+    )
+    efficiency = efficiency_for(A100[1], "megatron-deepspeed")
+    rate = A100[1].hbm_bytes_per_s * efficiency.hbm_fraction
+    # the untied output layer adds one vocabulary matrix per micro-batch: 64 - 16 more passes over it
+    matrix = GPT3.vocab_size * GPT3.hidden_size / 8
+    expected = (64 - 16) * matrix * efficiency.grad_accumulation_bytes("bf16") / rate
+    assert (one_untied - four_untied) - (one_tied - four_tied) == pytest.approx(expected, rel=0.02)

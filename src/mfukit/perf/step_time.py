@@ -67,7 +67,12 @@ from mfukit.perf.efficiency import (
     network_profile_of,
 )
 from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, Ints, LayoutGrid, Workload, sharding_fields
-from mfukit.perf.memory import ADAM_STEP_BYTES_PER_PARAM, GRADIENTS_FOLLOW_CPU_STEP, gradient_reduce_bytes
+from mfukit.perf.memory import (
+    ADAM_STEP_BYTES_PER_PARAM,
+    GRADIENTS_FOLLOW_CPU_STEP,
+    PARAMETER_SHARDINGS,
+    gradient_reduce_bytes,
+)
 from mfukit.perf.memory_grid import stage_params_grid
 from mfukit.perf.offload import cpu_steps, offload_time
 from mfukit.perf.step_comm import CommInputs, CommTimes, DataParallelTimes, communication_times
@@ -100,6 +105,8 @@ BREAKDOWN = (
 _SHARDED_STATES = np.asarray([name != "none" for name in SHARDINGS])
 _DDP_STYLE = frozenset({"none", "distributed-optimizer"})  # reductions of the framework's own gradient buffer
 _GATHERS_PARAMS = np.asarray([name in {"zero-3", "fsdp-full", "fsdp-hybrid"} for name in SHARDINGS])
+# ZeRO-2 keeps full weights but reduce-scatters every micro-batch's gradients, as ZeRO-3 and FSDP do
+_SHARDED_GRADIENTS = np.asarray([name in PARAMETER_SHARDINGS | {"zero-2"} for name in SHARDINGS])
 
 
 @dataclass(frozen=True)
@@ -292,6 +299,7 @@ class _PerLayer:
     memory: Floats
     casts: Floats  # FP8 scaling and casts, forward
     casts_backward: Floats
+    grad_accumulation: Floats  # the stack's pass adding the layer's weight gradients into their buffers
 
     @property
     def forward(self) -> Floats:
@@ -299,7 +307,13 @@ class _PerLayer:
 
     @property
     def backward(self) -> Floats:
-        return 2 * self.gemm + self.attention_backward + 2 * self.memory + self.casts_backward
+        return (
+            2 * self.gemm
+            + self.attention_backward
+            + 2 * self.memory
+            + self.casts_backward
+            + self.grad_accumulation
+        )
 
 
 class _Timer:
@@ -323,6 +337,20 @@ class _Timer:
         )
         self.fused_input_casts = recipe.fp8_fused_input_casts > 0
         self.shapes = p.shapes
+        self.unsharded_gradients = ~_SHARDED_GRADIENTS[p.grid.sharding]
+        self.accumulation_bytes = eff.grad_accumulation_bytes(precision)
+
+    def accumulation(self, name: str) -> Floats:
+        """Time of one micro-batch's gradient accumulation over the weights of ``name`` (a layer kind or the
+        head) on one GPU: their elements are the K x N of its GEMMs, expert GEMMs once per local expert. Zero
+        where the gradients are sharded: ZeRO-2/3 and FSDP reduce-scatter each micro-batch's gradients, and
+        only the rank's shard accumulates."""
+        weights = sum(
+            (gemm.count * gemm.k * gemm.n for gemm in self.shapes.gemms[name]),
+            np.zeros_like(self.shapes.tokens),
+        )
+        moved = np.where(self.unsharded_gradients, self.accumulation_bytes, 0.0)
+        return np.asarray(weights * moved / self.hbm, dtype=np.float64)
 
     def gemms(self, name: str) -> tuple[Floats, Floats, Floats]:
         """Forward time of the GEMMs of ``name`` (a layer kind or the head), of its window GEMMs and of the share
@@ -368,6 +396,7 @@ class _Timer:
             s.memory_bytes[name] / self.hbm,
             casts,
             casts_backward,
+            self.accumulation(name),
         )
 
 
@@ -434,7 +463,7 @@ def _stage(
         )
         parts = {
             "compute": 3 * kind.gemm + kind.attention + kind.attention_backward,
-            "memory_bound": 3 * kind.memory + kind.casts + kind.casts_backward,
+            "memory_bound": 3 * kind.memory + kind.casts + kind.casts_backward + kind.grad_accumulation,
             "recompute": np.where(
                 recompute == "full", full, np.where(recompute == "selective", selective, 0.0)
             ),
@@ -551,6 +580,12 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
         p, dense, moe, s.last_counts, head, np.where(single, embedding_memory, 0.0), p.comm.dp_last, eff
     )
     last["memory_bound"] = last["memory_bound"] + 3 * head_memory
+    # the embedding's gradient on the first stage, the output layer's on the last (one stage: both, unless
+    # they are one tied matrix)
+    untied = 0.0 if p.workload.model.tie_word_embeddings else 1.0
+    vocabulary_accumulation = timer.accumulation("head") * (1.0 + np.where(single, untied, 0.0))
+    for stage in (first, last):
+        stage["memory_bound"] = stage["memory_bound"] + vocabulary_accumulation
     # a middle stage exists only with pp > 2 (its parts are zero elsewhere)
     middle = (
         _stage(p, dense, moe, s.middle_counts, zero, zero, p.comm.dp_first, eff)

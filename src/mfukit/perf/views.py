@@ -211,10 +211,22 @@ def model_assumptions(workload: Workload, machine: Machine, efficiency: Efficien
         f"reduction may hide under the last backward, {efficiency.param_gather_overlap:.0%} of a sharded "
         "optimizer's weight gather under the next forward; ZeRO-3/FSDP gathers one layer ahead, TP "
         "input-gradient reductions under the weight-gradient GEMMs",
+        _accumulation_note(workload, efficiency),
         memory_note(workload.memory_shape()),
         *machine.assumptions,
     ]
     return notes
+
+
+def _accumulation_note(workload: Workload, efficiency: Efficiency) -> str:
+    moved = efficiency.grad_accumulation_bytes(workload.precision)
+    where = (
+        f"a pass of its own moves {moved:.0f} B per parameter of an unsharded gradient every micro-batch"
+        if moved
+        else "no pass of its own (the stack accumulates inside its weight-gradient GEMMs, or only gradient "
+        "shards accumulate, or its gradients are the fp32 ones the optimizer reads)"
+    )
+    return f"gradient accumulation ({efficiency.framework} facts, {workload.precision}): {where}"
 
 
 def search_rule(inputs: PerfInputs) -> str:
