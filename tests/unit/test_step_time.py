@@ -392,3 +392,25 @@ def test_one_stage_accumulates_an_untied_embedding_and_output_layer_apart() -> N
     matrix = GPT3.vocab_size * GPT3.hidden_size / 8
     expected = (64 - 16) * matrix * efficiency.grad_accumulation_bytes("bf16") / rate
     assert (one_untied - four_untied) - (one_tied - four_tied) == pytest.approx(expected, rel=0.02)
+
+
+def test_zero2_reduces_every_micro_batch_and_zero1_only_the_last() -> None:
+    # Megatron-DeepSpeed overlaps no gradient reduction (its facts), so each reduction is exposed whole:
+    # four times the micro-batches of one sequence each, three more reduce-scatters under ZeRO-2
+    model = catalog.model("llama2-7b")
+    totals = {}
+    for zero in (1, 2):
+        layout = Parallelism(dp=64, zero=zero, recompute="full")
+        for batch in (64, 256):
+            workload = Workload(
+                model=model, seq_len=4096, global_batch_sequences=batch, framework="megatron-deepspeed"
+            )
+            grid = grid_of([layout], model=model, micro_batch_size=[1], num_microbatches=[batch // 64])
+            prepared = prepare(workload, grid, machine_for(*A100, 64))
+            totals[zero, batch] = (
+                float(evaluate(prepared).breakdown_s["dp_comm"][0]),
+                float(prepared.comm.dp_first.grad_sync_s[0]),
+            )
+    (zero2_one, reduce_scatter), (zero2_four, _) = totals[2, 64], totals[2, 256]
+    assert zero2_four - zero2_one == pytest.approx(3 * reduce_scatter, rel=1e-6)
+    assert totals[1, 256][0] == pytest.approx(totals[1, 64][0], rel=1e-9)

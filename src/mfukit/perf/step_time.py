@@ -67,12 +67,7 @@ from mfukit.perf.efficiency import (
     network_profile_of,
 )
 from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, Ints, LayoutGrid, Workload, sharding_fields
-from mfukit.perf.memory import (
-    ADAM_STEP_BYTES_PER_PARAM,
-    GRADIENTS_FOLLOW_CPU_STEP,
-    PARAMETER_SHARDINGS,
-    gradient_reduce_bytes,
-)
+from mfukit.perf.memory import ADAM_STEP_BYTES_PER_PARAM, GRADIENTS_FOLLOW_CPU_STEP, gradient_reduce_bytes
 from mfukit.perf.memory_grid import stage_params_grid
 from mfukit.perf.offload import cpu_steps, offload_time
 from mfukit.perf.step_comm import CommInputs, CommTimes, DataParallelTimes, communication_times
@@ -105,8 +100,11 @@ BREAKDOWN = (
 _SHARDED_STATES = np.asarray([name != "none" for name in SHARDINGS])
 _DDP_STYLE = frozenset({"none", "distributed-optimizer"})  # reductions of the framework's own gradient buffer
 _GATHERS_PARAMS = np.asarray([name in {"zero-3", "fsdp-full", "fsdp-hybrid"} for name in SHARDINGS])
-# ZeRO-2 keeps full weights but reduce-scatters every micro-batch's gradients, as ZeRO-3 and FSDP do
-_SHARDED_GRADIENTS = np.asarray([name in PARAMETER_SHARDINGS | {"zero-2"} for name in SHARDINGS])
+# ZeRO-2 (DeepSpeed stage 2, FSDP SHARD_GRAD_OP) keeps full weights but reduce-scatters every micro-batch's
+# gradients, as ZeRO-3 and FSDP do (DeepSpeed engine.allreduce_gradients: "ZeRO stage >= 2 communicates during
+# non gradient accumulation boundaries as well"; FSDP outside no_sync)
+_REDUCED_EVERY_MICROBATCH = np.asarray([name == "zero-2" for name in SHARDINGS])
+_SHARDED_GRADIENTS = _GATHERS_PARAMS | _REDUCED_EVERY_MICROBATCH
 
 
 @dataclass(frozen=True)
@@ -614,6 +612,10 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
     p2p = 2 * (p.comm.pp_p2p_s + np.where(g.pp > 1, eff.p2p_overhead_s, 0.0))
     breakdown["pp_comm"] = np.where(interleaved, p2p * (g.pp - 1), p2p * (m + g.pp - 1))
     windows = []
+    # ZeRO-2 reduces each micro-batch's gradients under that micro-batch's backward, so every one exposes what
+    # the last one does (a stack that keeps a pipeline stage's gradients to the last micro-batch reduces once)
+    once = (g.pp > 1) & (eff.fsdp_gathers_once_with_pipeline > 0)
+    reductions = np.where(_REDUCED_EVERY_MICROBATCH[g.sharding] & ~once, m, 1.0)
     passes: list[tuple[Floats, Floats]] = []  # one micro-batch's forward and backward, first and last stage
     for stage_dp, counts, extra in (
         (p.comm.dp_first, s.first_counts, 0.0),
@@ -630,11 +632,10 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
         gather_hidden = np.minimum(eff.param_gather_overlap * stage_dp.param_gather_s, forward)
         share = nccl_sm_share(p.machine.accelerator)
         windows.append(
-            stage_dp.grad_sync_s
-            - grad_hidden
+            reductions * (stage_dp.grad_sync_s - grad_hidden + share * grad_hidden)
             + stage_dp.param_gather_s
             - gather_hidden
-            + share * (grad_hidden + gather_hidden)
+            + share * gather_hidden
         )
     breakdown["dp_comm"] = np.maximum(windows[0], windows[1])
     hbm = timer.hbm
