@@ -16,6 +16,7 @@ from mfukit.diagnose.findings import Finding, Impact
 from mfukit.diagnose.mfu import Expected, MfuEstimate
 from mfukit.diagnose.network import GradientLoad, NcclCheck, gradient_load, judge_runs
 from mfukit.diagnose.records import NcclTestsResult, RankTrace, Record
+from mfukit.perf.step_time import COMPUTE_STREAM_PARTS
 from mfukit.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 
 T = TypeVar("T")
@@ -98,7 +99,7 @@ class Context:
         parts = self.expected.breakdown_s
         if parts is None or self.expected.basis != "performance_model":
             return None
-        return sum(parts.get(name, 0.0) for name in ("compute", "memory_bound", "recompute"))
+        return sum(parts.get(name, 0.0) for name in COMPUTE_STREAM_PARTS)
 
     def find(self, finding_id: str) -> Finding | None:
         return next((f for f in self.findings if f.id == finding_id), None)

@@ -9,7 +9,7 @@ from typing import Any
 from mfukit.core.model import ModelSpec
 from mfukit.perf.memory import StepShape
 from mfukit.perf.planner import Plan
-from mfukit.perf.step_time import Machine
+from mfukit.perf.step_time import COMPUTE_STREAM_PARTS, Machine
 from mfukit.perf.traffic import model_gradient_traffic, nics_to_hide
 
 COMM_PARTS = ("tp_comm", "cp_comm", "ep_comm", "fsdp_comm", "pp_comm", "dp_comm")
@@ -41,7 +41,7 @@ class NetworkCheck:
 
 def network_check(model: ModelSpec, plan: Plan, shape: StepShape, machine: Machine) -> NetworkCheck:
     m = plan.num_microbatches
-    compute = sum(plan.breakdown_s[name] for name in ("compute", "memory_bound", "recompute")) / m
+    compute = sum(plan.breakdown_s[name] for name in COMPUTE_STREAM_PARTS) / m
     traffic = model_gradient_traffic(
         model, plan.layout, shape, machine.topology, microbatch_compute_s=compute
     )

@@ -84,6 +84,7 @@ LAYER_KERNELS = {"fused": 14.0, "composite": 38.0}
 BREAKDOWN = (
     "compute",
     "memory_bound",
+    "grad_accumulation",
     "recompute",
     "tp_comm",
     "cp_comm",
@@ -97,6 +98,8 @@ BREAKDOWN = (
     "other",
     "stragglers",
 )
+# the parts that run on the compute stream: what collectives beside them can hide under
+COMPUTE_STREAM_PARTS = ("compute", "memory_bound", "grad_accumulation", "recompute")
 _SHARDED_STATES = np.asarray([name != "none" for name in SHARDINGS])
 _DDP_STYLE = frozenset({"none", "distributed-optimizer"})  # reductions of the framework's own gradient buffer
 _GATHERS_PARAMS = np.asarray([name in {"zero-3", "fsdp-full", "fsdp-hybrid"} for name in SHARDINGS])
@@ -461,7 +464,8 @@ def _stage(
         )
         parts = {
             "compute": 3 * kind.gemm + kind.attention + kind.attention_backward,
-            "memory_bound": 3 * kind.memory + kind.casts + kind.casts_backward + kind.grad_accumulation,
+            "memory_bound": 3 * kind.memory + kind.casts + kind.casts_backward,
+            "grad_accumulation": kind.grad_accumulation,
             "recompute": np.where(
                 recompute == "full", full, np.where(recompute == "selective", selective, 0.0)
             ),
@@ -583,7 +587,7 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
     untied = 0.0 if p.workload.model.tie_word_embeddings else 1.0
     vocabulary_accumulation = timer.accumulation("head") * (1.0 + np.where(single, untied, 0.0))
     for stage in (first, last):
-        stage["memory_bound"] = stage["memory_bound"] + vocabulary_accumulation
+        stage["grad_accumulation"] = stage["grad_accumulation"] + vocabulary_accumulation
     # a middle stage exists only with pp > 2 (its parts are zero elsewhere)
     middle = (
         _stage(p, dense, moe, s.middle_counts, zero, zero, p.comm.dp_first, eff)

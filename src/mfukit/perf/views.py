@@ -19,6 +19,7 @@ from mfukit.perf.step_time import Machine
 BREAKDOWN_NAMES = {
     "compute": "compute (GEMMs, attention)",
     "memory_bound": "element-wise (memory-bound)",
+    "grad_accumulation": "gradient accumulation (memory-bound)",
     "recompute": "recompute",
     "tp_comm": "TP communication (exposed)",
     "cp_comm": "CP communication (exposed)",
