@@ -203,7 +203,7 @@ def test_a_count_that_beats_every_mfu_seen_lowers_the_bound_and_the_counts_below
     MFU they show sets a bound far above what a rounded batch on fewer GPUs reaches. Once a count with a better
     layout is seen, every valid count from a tenth below the bound that layout's MFU gives up to the answer
     must have been tried and missed (the search without the fall of the bound answered 3,600 GPUs here, the
-    one without the tenth below it 3,744; 3,560 meets it)."""
+    one without the last pass below it 3,744; 3,560 meets it)."""
     space = SearchSpace(recompute=("none",), sharding=("distributed-optimizer",))
     deadline_s, tokens = 14 * 86400.0, 1.4e12
     found = smallest_count(
@@ -219,3 +219,31 @@ def test_a_count_that_beats_every_mfu_seen_lowers_the_bound_and_the_counts_below
         assert count in found.evaluated, count
         plan = found.evaluated[count].best_per_count[count]
         assert plan is None or plan.time_to_train_s / 0.9 > deadline_s, count  # type: ignore[operator]
+
+
+def test_a_count_search_cut_short_answers_the_smallest_count_it_found_and_says_what_it_did_not_try(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from mfukit.perf import scaling
+
+    space = SearchSpace(recompute=("none",), sharding=("distributed-optimizer",))
+    deadline_s, tokens = 14 * 86400.0, 1.4e12
+    full = smallest_count(
+        TOKENS_4M, DGX_A100, A100, tokens=tokens, deadline_s=deadline_s, space=space,
+        goodput=lambda count, plan: 0.9, mfu_guess=0.45,
+    )  # fmt: skip
+    monkeypatch.setattr(scaling, "MAX_EVALUATIONS", len(full.evaluated) - 5)
+    cut = smallest_count(
+        TOKENS_4M, DGX_A100, A100, tokens=tokens, deadline_s=deadline_s, space=space,
+        goodput=lambda count, plan: 0.9, mfu_guess=0.45,
+    )  # fmt: skip
+    assert cut.chosen is not None and full.chosen is not None
+    assert any("were not tried" in why for why in cut.why_not)
+    met = [
+        count
+        for count, result in cut.evaluated.items()
+        if (plan := result.best_per_count[count]) is not None
+        and plan.time_to_train_s is not None
+        and plan.time_to_train_s / 0.9 <= deadline_s
+    ]
+    assert cut.chosen.num_gpus == min(met) >= full.chosen.num_gpus

@@ -54,6 +54,7 @@ def count_for_deadline(inputs: PerfInputs, space: SearchSpace) -> tuple[int, str
     note = (
         f"{found.chosen.num_gpus:,} GPUs: the smallest of {len(found.evaluated)} counts searched whose best layout "
         f"trains {units.format_count(inputs.tokens)} tokens in the deadline (failure-free; `mfukit size` adds goodput)"
+        + "".join(f"; {why}" for why in found.why_not)
     )
     return found.chosen.num_gpus, note
 

@@ -8,11 +8,13 @@ global batch a whole number of micro-batches (exactly for a batch in sequences; 
 deadline search starts from the count an MFU guess gives and, on the counts that take the batch exactly,
 moves up by the ratio of predicted to allowed time until a count meets the deadline, then bisects down to
 the last miss. Time to train does not fall smoothly with the count (a count of awkward factors has only poor
-layouts), so it then tries every count below the one found, rounded batches included, in ascending order
-from a tenth below the smallest that could meet the deadline at the best MFU x goodput seen
-(:data:`SCAN_BELOW_BOUND`), and takes the first that meets it; where a count tried shows an MFU that beats
-every one seen, the bound falls and the counts below it are tried again (within ``MAX_EVALUATIONS``
-searches in all).
+layouts), so it then tries every count below the one found, rounded batches included, in ascending order from the
+smallest that could meet the deadline at the best MFU x goodput seen, and takes the first that meets it;
+where that count's MFU beats every one seen, the bound falls and the counts below it are tried again. Last,
+it tries the counts under that bound in descending order, down to a tenth below it
+(:data:`SCAN_BELOW_BOUND`): a smaller count can run a better layout than any seen. It answers the smallest
+count that met the deadline (within ``MAX_EVALUATIONS`` searches in all; cut short, it says which counts
+were not tried).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from mfukit.perf import flops
 from mfukit.perf.layouts import Workload, rounded_batch
 from mfukit.perf.planner import Plan, SearchResult, SearchSpace, search
 
-MAX_EVALUATIONS = 64  # counts searched at most (each one a full layout search)
+MAX_EVALUATIONS = 128  # counts searched at most (each one a full layout search, ~0.1 s)
 # The scan below the count found also tries the counts up to this share below the bound that the best MFU
 # seen gives: a smaller count runs more micro-batches per DP rank (a smaller bubble) and other
 # factorisations, so its best layout can beat every one the larger counts showed (LLaMA-65B's 4M-token batch
@@ -142,27 +144,49 @@ def smallest_count(
             found, best_plan, best_rate = middle, plan, rate
         else:
             failing = middle
-    # then every count below it, in ascending order from a tenth below the smallest that could meet the
-    # deadline at the best MFU x goodput seen (a lower bound unless an unseen count runs a better layout):
-    # the first that meets it is the answer. A count tried so can run a layout the coarse counts did not (a
-    # rounded batch, a better factorisation); where its MFU x goodput beats every one seen before, the
-    # bound falls, and the counts below it are scanned again
+    # then every count below it, in ascending order from the smallest that could meet the deadline at the
+    # best MFU x goodput seen (a lower bound unless an unseen count runs a better layout): the first that
+    # meets it is the answer so far. A count found so runs a layout the coarse counts did not (a rounded
+    # batch, a better factorisation); where its MFU x goodput beats every one seen before, the bound falls,
+    # and the counts below it are scanned again
     ceiling, bound = coarse[found], 0.0
-    while (seen := max(mfu for mfu, _ in rated) * max(rate for _, rate in rated)) > bound:
+    while (seen := _best_rate(rated)) > bound:
         bound = seen
-        lowest = count_guess(workload, accelerator, tokens, deadline_s, bound) * (1 - SCAN_BELOW_BOUND)
+        lowest = count_guess(workload, accelerator, tokens, deadline_s, bound)
         below = candidates[bisect.bisect_left(candidates, lowest) : bisect.bisect_left(candidates, ceiling)]
         unseen = [count for count in below if count not in outcome.evaluated]
-        budget = MAX_EVALUATIONS - len(outcome.evaluated)
-        met = _first_meeting(unseen[:budget], days_at, deadline_s)
-        if met is not None:
-            best_plan, best_rate = met
-            ceiling = best_plan.num_gpus
-        elif len(unseen) > budget:
-            outcome.why_not.append(f"stopped after {MAX_EVALUATIONS} searches; a smaller count may meet it")
+        met = _first_meeting(unseen[: MAX_EVALUATIONS - len(outcome.evaluated)], days_at, deadline_s)
+        if met is None:
             break
+        best_plan, best_rate = met
+        ceiling = best_plan.num_gpus
+    # last, the counts just under that bound, in descending order down to a tenth below it: a smaller count
+    # runs more micro-batches per DP rank (a smaller bubble) and other factorisations, so its best layout can
+    # beat every one seen; each that meets the deadline is the answer so far, and one with a better MFU
+    # lowers the bound. Descending, a search cut short by its budget still ends on the smallest count found
+    for count in reversed(candidates[: bisect.bisect_left(candidates, ceiling)]):
+        if count < count_guess(workload, accelerator, tokens, deadline_s, _best_rate(rated)) * (
+            1 - SCAN_BELOW_BOUND
+        ):
+            break
+        if count in outcome.evaluated:
+            continue
+        if len(outcome.evaluated) >= MAX_EVALUATIONS:
+            outcome.why_not.append(
+                f"stopped after {MAX_EVALUATIONS} searches: the counts from {count:,} GPUs down were not "
+                "tried, and a smaller one may meet the deadline"
+            )
+            break
+        wall, plan, rate = days_at(count)
+        if plan is not None and wall <= deadline_s:
+            best_plan, best_rate = plan, rate
     outcome.chosen, outcome.goodput = best_plan, best_rate
     return outcome
+
+
+def _best_rate(rated: list[tuple[float, float]]) -> float:
+    """The best MFU x goodput seen (each the best of the counts searched)."""
+    return max(mfu for mfu, _ in rated) * max(rate for _, rate in rated)
 
 
 def _first_meeting(
