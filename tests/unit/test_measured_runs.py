@@ -110,6 +110,19 @@ def test_an_unpublished_vpp_is_tuned_only_on_a_stack_that_interleaves(tmp_path: 
     assert deepspeed.layout.vpp == 1  # DeepSpeed's PipelineEngine runs one stage per rank
 
 
+def test_a_vpp_given_as_interleaved_is_tuned_over_more_than_one_virtual_stage(tmp_path: Path) -> None:
+    # torchtitan's 405B table says "Interleaved 1F1B" without the virtual stages: a number of them that
+    # splits the layers, more than one
+    path = _write(tmp_path / "runs.csv", [_row(vpp="Interleaved")])
+    (case,), _ = read_runs(path)
+    assert case.layout.vpp > 1 and 32 % (2 * case.layout.vpp) == 0
+    # a stack with one stage per rank cannot have run it
+    row = _row(vpp="interleaved", framework="megatron-deepspeed", zero_stage_or_fsdp="ZeRO-1")
+    with pytest.raises(InputError) as raised:
+        read_runs(_write(tmp_path / "deepspeed.csv", [row], ("framework",)))
+    assert raised.value.field == "vpp" and "no interleaved schedule" in str(raised.value)
+
+
 def test_deepspeed_zero3_and_eager_attention_are_read(tmp_path: Path) -> None:
     row = _row(zero_stage_or_fsdp="ZeRO-3", tp="1", pp="1", dp="64", framework="DeepSpeed", attention="eager")
     (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework", "attention")))

@@ -6,7 +6,8 @@ precision, and what the run measured (tokens/s per GPU or in total, step time, T
 accounting, or MFU). Optional trailing columns name what the schema leaves to the notes: ``framework`` (the
 software stack), ``attention`` (``flash`` or ``eager``), ``offload`` (:data:`OFFLOADS`), ``system`` (a catalog
 node), ``compile`` (torch.compile: yes or no, blank no) and ``tp_comm_overlap`` (TP collectives under the
-GEMMs: async TP, ``--tp-comm-overlap``; yes or no, blank the stack's default).
+GEMMs: async TP, ``--tp-comm-overlap``; yes or no, blank the stack's default). A ``vpp`` of ``interleaved``
+(the source names the schedule, not its virtual stages) is read as a tuned run would interleave it.
 
 The same reader serves the Megatron-stack and gathered files of ``benchmarks/data/calibration/`` and a site's
 own runs (``mfukit validate`` / ``mfukit calibrate``). A row whose layout the source did not publish is
@@ -373,7 +374,10 @@ def _case(row: _Row) -> Case | SkippedRow:
             f"use one of {error.expected}, or fix gpu_type / system",
         ) from None
     tp, pp, dp = row.integer("tp"), row.integer("pp"), row.integer("dp")
-    cp, ep, vpp = row.integer("cp", default=1), row.integer("ep", default=1), row.integer("vpp", default=1)
+    # "interleaved": the source says the pipeline interleaves, not into how many virtual stages
+    interleaved = row.text("vpp").lower() == "interleaved"
+    cp, ep = row.integer("cp", default=1), row.integer("ep", default=1)
+    vpp = 1 if interleaved else row.integer("vpp", default=1)
     n_gpus = row.integer("n_gpus")
     if tp * pp * dp * cp != n_gpus:
         raise row.error(
@@ -430,13 +434,26 @@ def _case(row: _Row) -> Case | SkippedRow:
     from mfukit.perf.efficiency import efficiency_for
     from mfukit.perf.unpublished import interleavings
 
-    # a pipeline without a published vpp, on a stack that interleaves: any of the splits it allows
+    # a pipeline without a published vpp, on a stack that interleaves: any of the splits it allows (more than
+    # one virtual stage where the row says it interleaves)
     vpps = (
-        interleavings(model.num_hidden_layers, pp)
-        if not row.has("vpp") and efficiency_for(accelerator, stack).interleaved_pipeline
+        [v for v in interleavings(model.num_hidden_layers, pp) if v > 1 or not interleaved]
+        if (interleaved or not row.has("vpp")) and efficiency_for(accelerator, stack).interleaved_pipeline
         else None
     )
-    if micro is None or recomputes is None or len(recomputes) > 1 or (vpps is not None and len(vpps) > 1):
+    if interleaved and not vpps:
+        raise row.error(
+            "vpp",
+            f"'interleaved', but {stack} has no interleaved schedule, or pp {pp} splits the "
+            f"{model.num_hidden_layers} layers into no more than one virtual stage per rank",
+            "give the virtual stages per rank as a number, or fix the framework or pp",
+        )
+    if (
+        micro is None
+        or recomputes is None
+        or len(recomputes) > 1
+        or (vpps is not None and vpps != [layout.vpp])
+    ):
         # an unpublished knob: what a tuned run of the layout uses (the step-time and memory models' choice)
         from mfukit.perf.step_time import machine_for
         from mfukit.perf.unpublished import tuned_choice
