@@ -10,11 +10,11 @@ moves up by the ratio of predicted to allowed time until a count meets the deadl
 the last miss. Time to train does not fall smoothly with the count (a count of awkward factors has only poor
 layouts), so it then tries every count below the one found, rounded batches included, in ascending order from the
 smallest that could meet the deadline at the best MFU x goodput seen, and takes the first that meets it;
-where that count's MFU beats every one seen, the bound falls and the counts below it are tried again. Last,
-it tries the counts under that bound in descending order, down to a tenth below it
-(:data:`SCAN_BELOW_BOUND`): a smaller count can run a better layout than any seen. It answers the smallest
-count that met the deadline (within ``MAX_EVALUATIONS`` searches in all; cut short, it says which counts
-were not tried).
+where that count's MFU beats every one seen, the bound falls and the counts below it are tried again (with at
+most half the searches left). Last, it tries every count below the answer so far that it has not searched, in
+descending order down to a tenth below the bound (:data:`SCAN_BELOW_BOUND`; a better MFU found lowers it): a
+smaller count can run a better layout than any seen. It answers the smallest count that met the deadline
+(within ``MAX_EVALUATIONS`` searches in all; cut short, it says how many counts it did not try, and where).
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ MAX_EVALUATIONS = 128  # counts searched at most (each one a full layout search,
 # The scan below the count found also tries the counts up to this share below the bound that the best MFU
 # seen gives: a smaller count runs more micro-batches per DP rank (a smaller bubble) and other
 # factorisations, so its best layout can beat every one the larger counts showed (LLaMA-65B's 4M-token batch
-# on A100: 3,560 GPUs run 48 % MFU where the counts from 3,744 up had shown at most 45 %, a bound of 3,740
-# GPUs). A count tried so that shows a better MFU lowers the bound, and the window with it.
+# on A100: 3,560 GPUs run 48 % MFU where the counts from 3,744 up had shown at most 45 %, a bound of about
+# 3,720 GPUs). A count tried so that shows a better MFU lowers the bound, and the window with it.
 SCAN_BELOW_BOUND = 0.10
 
 
@@ -155,31 +155,39 @@ def smallest_count(
         lowest = count_guess(workload, accelerator, tokens, deadline_s, bound)
         below = candidates[bisect.bisect_left(candidates, lowest) : bisect.bisect_left(candidates, ceiling)]
         unseen = [count for count in below if count not in outcome.evaluated]
-        met = _first_meeting(unseen[: MAX_EVALUATIONS - len(outcome.evaluated)], days_at, deadline_s)
+        # at most half the searches left: the descending pass below keeps a share of the budget
+        met = _first_meeting(unseen[: (MAX_EVALUATIONS - len(outcome.evaluated)) // 2], days_at, deadline_s)
         if met is None:
             break
         best_plan, best_rate = met
         ceiling = best_plan.num_gpus
-    # last, the counts just under that bound, in descending order down to a tenth below it: a smaller count
-    # runs more micro-batches per DP rank (a smaller bubble) and other factorisations, so its best layout can
-    # beat every one seen; each that meets the deadline is the answer so far, and one with a better MFU
-    # lowers the bound. Descending, a search cut short by its budget still ends on the smallest count found
-    for count in reversed(candidates[: bisect.bisect_left(candidates, ceiling)]):
-        if count < count_guess(workload, accelerator, tokens, deadline_s, _best_rate(rated)) * (
+
+    # last, every count below the answer so far not yet searched, in descending order down to a tenth below
+    # the bound: a smaller count runs more micro-batches per DP rank (a smaller bubble) and other
+    # factorisations, so its best layout can beat every one seen; each that meets the deadline is the answer
+    # so far, and one with a better MFU lowers the bound. Descending, a search cut short by its budget still
+    # ends on the smallest count found
+    def floor() -> float:
+        return count_guess(workload, accelerator, tokens, deadline_s, _best_rate(rated)) * (
             1 - SCAN_BELOW_BOUND
-        ):
+        )
+
+    for count in reversed(candidates[: bisect.bisect_left(candidates, ceiling)]):
+        if count < floor() or len(outcome.evaluated) >= MAX_EVALUATIONS:
             break
-        if count in outcome.evaluated:
-            continue
-        if len(outcome.evaluated) >= MAX_EVALUATIONS:
-            outcome.why_not.append(
-                f"stopped after {MAX_EVALUATIONS} searches: the counts from {count:,} GPUs down were not "
-                "tried, and a smaller one may meet the deadline"
-            )
-            break
-        wall, plan, rate = days_at(count)
-        if plan is not None and wall <= deadline_s:
-            best_plan, best_rate = plan, rate
+        if count not in outcome.evaluated:
+            wall, plan, rate = days_at(count)
+            if plan is not None and wall <= deadline_s:
+                best_plan, best_rate = plan, rate
+    window = candidates[
+        bisect.bisect_left(candidates, floor()) : bisect.bisect_left(candidates, best_plan.num_gpus)
+    ]
+    untried = [count for count in window if count not in outcome.evaluated]
+    if untried:
+        outcome.why_not.append(
+            f"stopped after {MAX_EVALUATIONS} searches: {len(untried)} counts between {untried[0]:,} and "
+            f"{untried[-1]:,} GPUs were not tried, and one may meet the deadline"
+        )
     outcome.chosen, outcome.goodput = best_plan, best_rate
     return outcome
 
