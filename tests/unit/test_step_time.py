@@ -346,6 +346,12 @@ def _accumulation_s(
     return out
 
 
+def _pass_s_per_weight(framework: str, precision: Precision) -> float:
+    """Seconds the stack's accumulation pass takes per weight on an A100: its bytes at the element-wise rate."""
+    efficiency = efficiency_for(A100[1], framework)
+    return efficiency.grad_accumulation_bytes(precision) / (A100[1].hbm_bytes_per_s * efficiency.hbm_fraction)
+
+
 def test_deepspeed_bf16_pipeline_pays_its_gradient_accumulation_pass_every_micro_batch() -> None:
     # BigScience's 176B trials: the same batch in micro-batches of 1 and 4 on one TP 8 x PP 12 layout
     layout = Parallelism(tp=8, pp=12, dp=4, zero=1, recompute="full")
@@ -355,14 +361,12 @@ def test_deepspeed_bf16_pipeline_pays_its_gradient_accumulation_pass_every_micro
     # stack's bytes (copied into fp32 and added into the fp32 buffers) per micro-batch
     h, vocab = GPT3.hidden_size, GPT3.vocab_size
     weights = (8 * (4 * h * h + 2 * h * GPT3.intermediate_size) + vocab * h) / 8
-    efficiency = efficiency_for(A100[1], "megatron-deepspeed")
-    moved = efficiency.grad_accumulation_bytes("bf16")
-    assert moved > 0
-    rate = A100[1].hbm_bytes_per_s * efficiency.hbm_fraction
+    per_weight = _pass_s_per_weight("megatron-deepspeed", "bf16")
+    assert per_weight > 0
     micro_batches = [batch // (layout.dp * m) for m in micro]
-    expected = (micro_batches[0] - micro_batches[1]) * weights * moved / rate
+    expected = (micro_batches[0] - micro_batches[1]) * weights * per_weight
     assert one - four == pytest.approx(expected, rel=0.02)
-    assert one == pytest.approx(micro_batches[0] * weights * moved / rate, rel=0.02)
+    assert one == pytest.approx(micro_batches[0] * weights * per_weight, rel=0.02)
     # Megatron's fused accumulation (in the weight-gradient GEMM), fp16 under local DDP, and sharded
     # gradients (ZeRO-3: only a shard accumulates) pay no pass of their own
     cases: tuple[tuple[str, Precision, Parallelism], ...] = (
@@ -386,11 +390,9 @@ def test_one_stage_accumulates_an_untied_embedding_and_output_layer_apart() -> N
     one_untied, four_untied = _accumulation_s(
         layout, "megatron-deepspeed", "bf16", micro, batch=512, model=untied
     )
-    efficiency = efficiency_for(A100[1], "megatron-deepspeed")
-    rate = A100[1].hbm_bytes_per_s * efficiency.hbm_fraction
     # the untied output layer adds one vocabulary matrix per micro-batch: 64 - 16 more passes over it
     matrix = GPT3.vocab_size * GPT3.hidden_size / 8
-    expected = (64 - 16) * matrix * efficiency.grad_accumulation_bytes("bf16") / rate
+    expected = (64 - 16) * matrix * _pass_s_per_weight("megatron-deepspeed", "bf16")
     assert (one_untied - four_untied) - (one_tied - four_tied) == pytest.approx(expected, rel=0.02)
 
 

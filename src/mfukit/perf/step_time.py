@@ -66,7 +66,16 @@ from mfukit.perf.efficiency import (
     network_name,
     network_profile_of,
 )
-from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, Ints, LayoutGrid, Workload, sharding_fields
+from mfukit.perf.layouts import (
+    RECOMPUTES,
+    SHARDINGS,
+    Bools,
+    Floats,
+    Ints,
+    LayoutGrid,
+    Workload,
+    sharding_fields,
+)
 from mfukit.perf.memory import ADAM_STEP_BYTES_PER_PARAM, GRADIENTS_FOLLOW_CPU_STEP, gradient_reduce_bytes
 from mfukit.perf.memory_grid import stage_params_grid
 from mfukit.perf.offload import cpu_steps, offload_time
@@ -401,6 +410,12 @@ class _Timer:
         )
 
 
+def _kept_to_last_microbatch(g: LayoutGrid, eff: Efficiency) -> Bools:
+    """Layouts whose stack keeps each pipeline stage's weights gathered and its gradients unreduced across
+    the micro-batches of a step (torchtitan's FSDP2 under a pipeline): one gather and one reduction a step."""
+    return np.asarray((g.pp > 1) & (eff.fsdp_gathers_once_with_pipeline > 0))
+
+
 def _stage(
     p: Prepared,
     dense: _PerLayer,
@@ -426,8 +441,7 @@ def _stage(
     unit_calls = 2 * dp.unit_collectives + np.where(_GATHERS_PARAMS[g.sharding], 1.0, 0.0)
     # a framework that keeps the stage's weights gathered across micro-batches under a pipeline pays the
     # gathers and the reduction once per step: spread over the step's micro-batches here
-    once = (g.pp > 1) & (eff.fsdp_gathers_once_with_pipeline > 0)
-    per_microbatch = np.where(once, 1.0 / g.num_microbatches, 1.0)
+    per_microbatch = np.where(_kept_to_last_microbatch(g, eff), 1.0 / g.num_microbatches, 1.0)
     dp = replace(
         dp,
         unit_gather_s=dp.unit_gather_s * per_microbatch,
@@ -618,8 +632,7 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
     windows = []
     # ZeRO-2 reduces each micro-batch's gradients under that micro-batch's backward, so every one exposes what
     # the last one does (a stack that keeps a pipeline stage's gradients to the last micro-batch reduces once)
-    once = (g.pp > 1) & (eff.fsdp_gathers_once_with_pipeline > 0)
-    reductions = np.where(_REDUCED_EVERY_MICROBATCH[g.sharding] & ~once, m, 1.0)
+    reductions = np.where(_REDUCED_EVERY_MICROBATCH[g.sharding] & ~_kept_to_last_microbatch(g, eff), m, 1.0)
     passes: list[tuple[Floats, Floats]] = []  # one micro-batch's forward and backward, first and last stage
     for stage_dp, counts, extra in (
         (p.comm.dp_first, s.first_counts, 0.0),
