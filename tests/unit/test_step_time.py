@@ -416,3 +416,18 @@ def test_zero2_reduces_every_micro_batch_and_zero1_only_the_last() -> None:
     (zero2_one, reduce_scatter), (zero2_four, _) = totals[2, 64], totals[2, 256]
     assert zero2_four - zero2_one == pytest.approx(3 * reduce_scatter, rel=1e-6)
     assert totals[1, 256][0] == pytest.approx(totals[1, 64][0], rel=1e-9)
+
+
+def test_hybrid_fsdp_all_reduces_each_unit_across_replicas_under_the_backward() -> None:
+    # HSDP on 16 nodes: each layer's gradient shard all-reduces across the 16 replicas as its backward ends,
+    # so all but the last unit's all-reduce hide under the layers still to run (FSDP's post-backward hook)
+    model = catalog.model("llama2-7b")
+    layout = Parallelism(dp=128, fsdp="hybrid")
+    workload = Workload(model=model, seq_len=4096, global_batch_sequences=256, framework="fsdp")
+    grid = grid_of([layout], model=model, micro_batch_size=[2], num_microbatches=[1])
+    prepared = prepare(workload, grid, machine_for(*A100, 128))
+    dp = prepared.comm.dp_first
+    layers = model.num_hidden_layers
+    assert dp.grad_sync_s[0] >= layers * dp.bucket_s[0] > 0
+    exposed = float(evaluate(prepared).breakdown_s["dp_comm"][0])
+    assert exposed < 0.25 * float(dp.grad_sync_s[0])

@@ -140,14 +140,17 @@ def _data_parallel(
 
     dense_sync, dense_gather = sync(dense, group, ranks_per_domain(group, g.tp, domain))
     expert_sync, expert_gather = sync(expert, expert_group, expert_per)
-    # Hybrid FSDP: the shards of one node's replica all-reduce across the replicas once per step.
+    # Hybrid FSDP: each unit's gradient shard, once reduce-scattered inside its replica, all-reduces across
+    # the replicas in that unit's post-backward hook (FSDP's _post_backward_hook, FSDP2's foreach_reduce), under
+    # the backward of the units still to run: one all-reduce per unit, the last of which nothing hides.
     replicas = np.maximum(1, group // shard)
-    hybrid_sync = collective_s(
-        "all_reduce", (dense / shard) * grad, replicas, np.ones_like(replicas), topology
+    units = np.maximum(1.0, np.ceil(dense / np.maximum(unit, 1.0)))
+    unit_replica_sync = collective_s(
+        "all_reduce", (dense / units / shard) * grad, replicas, np.ones_like(replicas), topology
     )
-    grad_sync = np.where(gathers, np.where(hybrid, hybrid_sync, 0.0), dense_sync + expert_sync)
+    grad_sync = np.where(gathers, np.where(hybrid, units * unit_replica_sync, 0.0), dense_sync + expert_sync)
     total = np.maximum(dense + expert, 1.0)
-    bucket_share = np.minimum(1.0, x.bucket_params / total)
+    bucket_s = np.where(hybrid, unit_replica_sync, grad_sync * np.minimum(1.0, x.bucket_params / total))
     # ZeRO-3/FSDP: a unit's weights in ``unit_collectives`` all-gathers (each paying the ring's latency), its
     # gradients in one reduce-scatter; only ``prefetch_params`` of it are gathered ahead of its compute
     # (DeepSpeed's stage3_prefetch_bucket_size; FSDP's backward prefetch takes the whole next unit)
@@ -155,7 +158,7 @@ def _data_parallel(
     return DataParallelTimes(
         grad_sync_s=grad_sync,
         param_gather_s=np.where(gathers, 0.0, dense_gather + expert_gather),
-        bucket_s=grad_sync * bucket_share,
+        bucket_s=bucket_s,
         unit_gather_s=np.where(
             gathers, calls * collective_s("all_gather", unit * w / calls, shard, per, topology), 0.0
         ),
