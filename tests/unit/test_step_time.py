@@ -12,7 +12,16 @@ from mfukit.core.scenario import Precision
 from mfukit.perf import flops
 from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.layouts import Workload, grid_of
-from mfukit.perf.step_time import BREAKDOWN, StepEstimate, estimate_steps, evaluate, machine_for, prepare
+from mfukit.perf.step_time import (
+    BREAKDOWN,
+    Prepared,
+    StepEstimate,
+    estimate_steps,
+    evaluate,
+    machine_for,
+    nccl_sm_share,
+    prepare,
+)
 
 GPT3 = catalog.model("gpt3-175b")
 A100 = catalog.system("dgx-a100-80gb"), catalog.accelerator("a100-80gb-sxm")
@@ -418,16 +427,34 @@ def test_zero2_reduces_every_micro_batch_and_zero1_only_the_last() -> None:
     assert totals[1, 256][0] == pytest.approx(totals[1, 64][0], rel=1e-9)
 
 
+def _hybrid(model_name: str, micro_batches: int) -> tuple[Prepared, StepEstimate]:
+    model = catalog.model(model_name)
+    layout = Parallelism(dp=128, fsdp="hybrid")
+    workload = Workload(
+        model=model, seq_len=4096, global_batch_sequences=256 * micro_batches, framework="fsdp"
+    )
+    grid = grid_of([layout], model=model, micro_batch_size=[2], num_microbatches=[micro_batches])
+    prepared = prepare(workload, grid, machine_for(*A100, 128))
+    return prepared, evaluate(prepared)
+
+
 def test_hybrid_fsdp_all_reduces_each_unit_across_replicas_under_the_backward() -> None:
     # HSDP on 16 nodes: each layer's gradient shard all-reduces across the 16 replicas as its backward ends,
-    # so all but the last unit's all-reduce hide under the layers still to run (FSDP's post-backward hook)
-    model = catalog.model("llama2-7b")
-    layout = Parallelism(dp=128, fsdp="hybrid")
-    workload = Workload(model=model, seq_len=4096, global_batch_sequences=256, framework="fsdp")
-    grid = grid_of([layout], model=model, micro_batch_size=[2], num_microbatches=[1])
-    prepared = prepare(workload, grid, machine_for(*A100, 128))
-    dp = prepared.comm.dp_first
-    layers = model.num_hidden_layers
-    assert dp.grad_sync_s[0] >= layers * dp.bucket_s[0] > 0
-    exposed = float(evaluate(prepared).breakdown_s["dp_comm"][0])
-    assert exposed < 0.25 * float(dp.grad_sync_s[0])
+    # under the backward of the layers still to run; the root unit (embedding, output layer, final norm)
+    # finishes the backward, so its all-reduce is the one nothing hides (FSDP's post-backward hook)
+    for name in ("llama2-7b", "llama3.1-8b"):  # a root smaller than a layer, and 2.4 layers (128K vocabulary)
+        prepared, estimate = _hybrid(name, 1)
+        dp = prepared.comm.dp_first
+        sync, last = float(dp.grad_sync_s[0]), float(dp.bucket_s[0])
+        layers = catalog.model(name).num_hidden_layers
+        assert 0 < last < 0.2 * sync  # one unit of 33
+        share = nccl_sm_share(prepared.machine.accelerator)
+        assert float(estimate.breakdown_s["dp_comm"][0]) == pytest.approx(last + share * (sync - last))
+    # the root all-reduce of the 128K-vocabulary model is larger than an average unit's
+    assert last > sync / (layers + 1)
+
+
+def test_hybrid_fsdp_all_reduces_every_micro_batch() -> None:
+    # outside no_sync FSDP reduce-scatters and then all-reduces each micro-batch's gradients
+    one, four = (float(_hybrid("llama2-7b", m)[1].breakdown_s["dp_comm"][0]) for m in (1, 4))
+    assert four == pytest.approx(4 * one)

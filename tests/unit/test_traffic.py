@@ -59,6 +59,17 @@ def test_fsdp_moves_every_micro_batch() -> None:
     assert result.inter_node_bytes_per_step == pytest.approx(4 * 63 / 64 * P * (2 * 2 + 4) / 8)
 
 
+def test_zero2_and_hybrid_fsdp_reduce_every_micro_batch() -> None:
+    # ZeRO-2 reduce-scatters each of the 4 micro-batches' gradients and gathers the weights once; hybrid FSDP
+    # all-reduces each micro-batch's shards across the replicas (one GPU of 8 per node: 1/8 of the shard each)
+    zero2 = traffic(Parallelism(tp=8, dp=64, zero=2))
+    assert zero2.bytes_per_step == pytest.approx(63 / 64 * P * (4 * 4 + 2))
+    assert zero2.windows_per_step == 4
+    hybrid = traffic(Parallelism(dp=64, fsdp="hybrid"), topology(nodes=8))
+    assert hybrid.inter_node_bytes_per_step == pytest.approx(4 * 2 * 7 / 8 * P / 8 * 4)
+    assert hybrid.windows_per_step == 4
+
+
 def test_dp_inside_one_node_never_crosses_it() -> None:
     result = traffic(Parallelism(tp=2, dp=4))
     assert result.inter_node_bytes_per_step == 0 and result.inter_node_algorithm == "none"

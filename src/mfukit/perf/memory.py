@@ -522,6 +522,8 @@ class StageParams:
     expert: float  # routed-expert parameters, per GPU
     largest_unit: float  # the largest FSDP/ZeRO-3 unit (a layer or the embedding), per GPU
     gemm: float = 0.0  # weights of the layers' GEMMs (attention and MLP; not norms, embedding, head), per GPU
+    # dense parameters outside the layers (embedding, output layer, final norm), per GPU: FSDP's root unit
+    outside_layers: float = 0.0
 
 
 def stage_params(
@@ -544,6 +546,7 @@ def stage_params(
         expert += layer_expert
         gemm += layer_dense + layer_expert - norms
         largest = max(largest, layer_dense + layer_expert)
+    in_layers = dense
     vocab = model.vocab_size * model.hidden_size / t  # vocab-parallel embedding and output layer
     if first:
         embedding = model.embedding_params() / t
@@ -557,7 +560,7 @@ def stage_params(
         dense += model.output_params() - (
             0 if model.tie_word_embeddings else model.vocab_size * model.hidden_size
         )
-    return StageParams(dense, expert, largest, gemm)
+    return StageParams(dense, expert, largest, gemm, dense - in_layers)
 
 
 def parameters_per_gpu(model: ModelSpec, layout: Parallelism, shape: StepShape) -> tuple[float, float]:

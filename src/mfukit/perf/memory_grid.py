@@ -68,6 +68,7 @@ class StageParamsGrid:
     expert: Floats
     largest_unit: Floats
     gemm: Floats
+    outside_layers: Floats
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,7 @@ class _Terms:
             first=kind == _FIRST or pp == 1,
             last=kind == _LAST or pp == 1,
         )
-        return held.dense, held.expert, held.largest_unit, held.gemm
+        return held.dense, held.expert, held.largest_unit, held.gemm, held.outside_layers
 
     def layer_kinds(self, pp: int, first: int, last: int, kind: int) -> tuple[float, ...]:
         """Dense layers, MoE layers, and whether the first layer is MoE, on the stage."""
@@ -199,7 +200,7 @@ def stage_params_grid(
 ) -> StageParamsGrid:
     terms = _Terms(workload, gpus_per_node, default_overheads())
     values = per_unique(terms.params, grid.tp, grid.ep, grid.pp, grid.first_layers, grid.last_layers, kind)
-    return StageParamsGrid(values[:, 0], values[:, 1], values[:, 2], values[:, 3])
+    return StageParamsGrid(values[:, 0], values[:, 1], values[:, 2], values[:, 3], values[:, 4])
 
 
 def stage_layer_kinds(workload: Workload, grid: LayoutGrid, kind: int) -> tuple[Floats, Floats]:

@@ -107,6 +107,10 @@ class CommInputs:
     last_params: tuple[Floats, Floats]
     first_unit_params: Floats  # the largest ZeRO-3/FSDP unit (one layer) of the first stage
     last_unit_params: Floats
+    # FSDP's units of the first stage: its layers, and the dense parameters outside them (embedding, output
+    # layer, final norm: the root unit), per GPU
+    first_units: tuple[Floats, Floats]
+    last_units: tuple[Floats, Floats]
     hybrid_shard_ranks: Ints  # ranks sharing one copy under hybrid FSDP (dp x cp otherwise)
     bucket_params: float  # parameters in one gradient bucket (inf: the whole buffer at once)
     unit_collectives: float = 1.0  # ZeRO-3/FSDP all-gathers per layer (DeepSpeed: one per weight matrix)
@@ -114,7 +118,12 @@ class CommInputs:
 
 
 def _data_parallel(
-    g: LayoutGrid, x: CommInputs, params: tuple[Floats, Floats], unit: Floats, topology: CommTopology
+    g: LayoutGrid,
+    x: CommInputs,
+    params: tuple[Floats, Floats],
+    unit: Floats,
+    units: tuple[Floats, Floats],
+    topology: CommTopology,
 ) -> DataParallelTimes:
     domain = topology.domain_gpus
     dense, expert = params
@@ -142,15 +151,22 @@ def _data_parallel(
     expert_sync, expert_gather = sync(expert, expert_group, expert_per)
     # Hybrid FSDP: each unit's gradient shard, once reduce-scattered inside its replica, all-reduces across
     # the replicas in that unit's post-backward hook (FSDP's _post_backward_hook, FSDP2's foreach_reduce), under
-    # the backward of the units still to run: one all-reduce per unit, the last of which nothing hides.
+    # the backward of the units still to run: one all-reduce per layer, and the root unit's (embedding, output
+    # layer, final norm) last, when the backward has finished, so nothing hides it.
+    layers, outside = units
     replicas = np.maximum(1, group // shard)
-    units = np.maximum(1.0, np.ceil(dense / np.maximum(unit, 1.0)))
-    unit_replica_sync = collective_s(
-        "all_reduce", (dense / units / shard) * grad, replicas, np.ones_like(replicas), topology
+    ones = np.ones_like(replicas)
+    per_layer = (dense - outside) / shard + expert / np.maximum(1, shard // g.ep)
+    layer_sync = collective_s(
+        "all_reduce", per_layer / np.maximum(layers, 1.0) * grad, replicas, ones, topology
     )
-    grad_sync = np.where(gathers, np.where(hybrid, units * unit_replica_sync, 0.0), dense_sync + expert_sync)
+    root_sync = collective_s("all_reduce", outside / shard * grad, replicas, ones, topology)
+    grad_sync = np.where(
+        gathers, np.where(hybrid, layers * layer_sync + root_sync, 0.0), dense_sync + expert_sync
+    )
     total = np.maximum(dense + expert, 1.0)
-    bucket_s = np.where(hybrid, unit_replica_sync, grad_sync * np.minimum(1.0, x.bucket_params / total))
+    last_unit = np.where(outside > 0, root_sync, layer_sync)
+    bucket_s = np.where(hybrid, last_unit, grad_sync * np.minimum(1.0, x.bucket_params / total))
     # ZeRO-3/FSDP: a unit's weights in ``unit_collectives`` all-gathers (each paying the ring's latency), its
     # gradients in one reduce-scatter; only ``prefetch_params`` of it are gathered ahead of its compute
     # (DeepSpeed's stage3_prefetch_bucket_size; FSDP's backward prefetch takes the whole next unit)
@@ -202,8 +218,8 @@ def communication_times(g: LayoutGrid, x: CommInputs, topology: CommTopology) ->
         cp_bwd_step_s=np.where(g.cp > 1, p2p_s(2 * x.kv_chunk_bytes, cp_crosses, topology), 0.0),
         ep_all_to_all_s=collective_s("all_to_all", x.dispatch_bytes, g.ep, ep_per, topology),
         pp_p2p_s=np.where(g.pp > 1, p2p_s(x.p2p_bytes, pp_crosses, topology), 0.0),
-        dp_first=_data_parallel(g, x, x.first_params, x.first_unit_params, topology),
-        dp_last=_data_parallel(g, x, x.last_params, x.last_unit_params, topology),
+        dp_first=_data_parallel(g, x, x.first_params, x.first_unit_params, x.first_units, topology),
+        dp_last=_data_parallel(g, x, x.last_params, x.last_unit_params, x.last_units, topology),
         crosses_network={
             "tp": tp_per < g.tp,
             "cp": cp_crosses,

@@ -112,10 +112,12 @@ COMPUTE_STREAM_PARTS = ("compute", "memory_bound", "grad_accumulation", "recompu
 _SHARDED_STATES = np.asarray([name != "none" for name in SHARDINGS])
 _DDP_STYLE = frozenset({"none", "distributed-optimizer"})  # reductions of the framework's own gradient buffer
 _GATHERS_PARAMS = np.asarray([name in {"zero-3", "fsdp-full", "fsdp-hybrid"} for name in SHARDINGS])
-# ZeRO-2 (DeepSpeed stage 2, FSDP SHARD_GRAD_OP) keeps full weights but reduce-scatters every micro-batch's
-# gradients, as ZeRO-3 and FSDP do (DeepSpeed engine.allreduce_gradients: "ZeRO stage >= 2 communicates during
-# non gradient accumulation boundaries as well"; FSDP outside no_sync)
-_REDUCED_EVERY_MICROBATCH = np.asarray([name == "zero-2" for name in SHARDINGS])
+# The data-parallel gradient reduction of every micro-batch, not of the last one only: ZeRO-2 (DeepSpeed stage
+# 2, FSDP SHARD_GRAD_OP) keeps full weights but reduce-scatters every micro-batch's gradients, as ZeRO-3 and
+# FSDP do (DeepSpeed engine.allreduce_gradients: "ZeRO stage >= 2 communicates during non gradient accumulation
+# boundaries as well"; FSDP outside no_sync); hybrid FSDP all-reduces each micro-batch's shards across the
+# replicas after that reduce-scatter (FSDP1 HYBRID_SHARD; FSDP2 unless set_requires_all_reduce(False))
+_REDUCED_EVERY_MICROBATCH = np.asarray([name in {"zero-2", "fsdp-hybrid"} for name in SHARDINGS])
 _SHARDED_GRADIENTS = _GATHERS_PARAMS | _REDUCED_EVERY_MICROBATCH
 
 
@@ -241,6 +243,8 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         last_params=(last.dense, last.expert),
         first_unit_params=first.largest_unit,
         last_unit_params=last.largest_unit,
+        first_units=(shapes.first_counts[0] + shapes.first_counts[1], first.outside_layers),
+        last_units=(shapes.last_counts[0] + shapes.last_counts[1], last.outside_layers),
         hybrid_shard_ranks=hybrid_ranks,
         bucket_params=facts.grad_bucket_params or math.inf,
         unit_collectives=float(weight_matrices_per_layer(workload.model))

@@ -122,31 +122,37 @@ def gradient_traffic(
         return sent
 
     def moved(params: float, ranks: int, local: int) -> tuple[float, float]:
-        if layout.fsdp == "hybrid":
+        if (
+            layout.fsdp == "hybrid"
+        ):  # the replicas all-reduce each micro-batch's shards (FSDP outside no_sync)
             shard = local
             intra = m * 3 * ring_factor(shard) * params * max(w, g)
             replicas = max(1, ranks // shard)
-            inter = across("all_reduce", params / shard * g, replicas, 1)
-            return intra + 2 * ring_factor(replicas) * params / shard * g, inter
+            inter = m * across("all_reduce", params / shard * g, replicas, 1)
+            return intra + m * 2 * ring_factor(replicas) * params / shard * g, inter
         if layout.shards_parameters:
             total = m * ring_factor(ranks) * params * (2 * w + g)
             inter = 2 * across("all_gather", params * w, ranks, local)
             return total, m * (inter + across("reduce_scatter", params * g, ranks, local))
-        if layout.zero >= 1:
-            inter = across("reduce_scatter", params * g, ranks, local) + across(
+        if layout.zero >= 1:  # ZeRO-2 reduce-scatters every micro-batch's gradients, ZeRO-1 the last one's
+            reductions = m if layout.zero == 2 else 1
+            inter = reductions * across("reduce_scatter", params * g, ranks, local) + across(
                 "all_gather", params * w, ranks, local
             )
-            return ring_factor(ranks) * params * (w + g), inter
+            return ring_factor(ranks) * params * (w + reductions * g), inter
         return 2 * ring_factor(ranks) * params * g, across("all_reduce", params * g, ranks, local)
 
     dense_total, dense_inter = moved(dense_params_per_gpu, group, per_domain)
     expert_total, expert_inter = moved(expert_params_per_gpu, expert_group, expert_per_domain)
     if layout.fsdp == "hybrid":
-        pattern = "intra-node reduce-scatter + all-gather per micro-batch, inter-node all-reduce per step"
-        window, windows = BACKWARD_SHARE * microbatch_compute_s, 1
+        pattern = "intra-node reduce-scatter + all-gather, inter-node all-reduce, every micro-batch"
+        window, windows = BACKWARD_SHARE * microbatch_compute_s, m
     elif layout.shards_parameters:
         pattern = "all-gather (forward) + all-gather (backward) + reduce-scatter, every micro-batch"
         window, windows = microbatch_compute_s, m
+    elif layout.zero == 2:
+        pattern = "reduce-scatter gradients every micro-batch + all-gather weights once per step"
+        window, windows = BACKWARD_SHARE * microbatch_compute_s, m
     elif layout.zero >= 1:
         pattern = "reduce-scatter gradients + all-gather weights, once per step"
         window, windows = microbatch_compute_s, 1
