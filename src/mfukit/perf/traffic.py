@@ -6,11 +6,12 @@ gradients of the parameters it holds (its TP x PP slice of the model) with its d
 
 * replicated optimizer (DDP, ``zero=0``): one all-reduce per step, 2(n - 1)/n x P x g bytes (ring);
 * sharded optimizer (Megatron distributed optimizer, ZeRO-1/2): reduce-scatter of gradients and
-  all-gather of updated weights, (n - 1)/n x P x (g + w);
+  all-gather of updated weights, (n - 1)/n x P x (g + w); ZeRO-2 (and FSDP's SHARD_GRAD_OP) reduce-scatters
+  every micro-batch's gradients, (n - 1)/n x P x (m g + w);
 * sharded parameters (ZeRO-3, FSDP): per micro-batch an all-gather before forward, another before
   backward (parameters are resharded after forward) and a reduce-scatter, (n - 1)/n x P x (2w + g) each;
-* hybrid FSDP: the per-micro-batch collectives stay inside the node; across nodes only an all-reduce of
-  the shard, 2(k - 1)/k x P/s x g per step.
+* hybrid FSDP: the gathers and reduce-scatters stay inside the node; across nodes an all-reduce of the
+  shard after each micro-batch's reduce-scatter (FSDP outside ``no_sync``), 2(k - 1)/k x P/s x g each.
 
 What crosses the network is what NCCL runs: each collective is handed to comm's collective model, which
 picks the algorithm NCCL would for its size on the cluster's topology (``comm.model.predict``), and the
