@@ -97,6 +97,13 @@ PARAMETER_SHARDINGS: frozenset[Sharding] = frozenset({"zero-3", "fsdp-full", "fs
 # DeepSpeed ZeRO-2/3 with a CPU optimizer stream each reduced gradient partition to the host, where the CPU
 # takes the norm and steps; ZeRO-1 and Megatron keep their gradients on the GPU
 GRADIENTS_FOLLOW_CPU_STEP: frozenset[Sharding] = frozenset({"zero-2", "zero-3"})
+# The data-parallel gradient reduction of every micro-batch, not of the last one only (the step time's DP window
+# and the traffic check both read this): ZeRO-2 (DeepSpeed stage 2, FSDP SHARD_GRAD_OP) keeps full weights but
+# reduce-scatters every micro-batch's gradients, as ZeRO-3 and FSDP do (DeepSpeed engine.allreduce_gradients:
+# "ZeRO stage >= 2 communicates during non gradient accumulation boundaries as well"; FSDP outside no_sync);
+# hybrid FSDP all-reduces each micro-batch's shards across the replicas after that reduce-scatter (FSDP1
+# HYBRID_SHARD; FSDP2 unless set_requires_all_reduce(False))
+REDUCED_EVERY_MICROBATCH: frozenset[Sharding] = frozenset({"zero-2", "fsdp-hybrid"})
 SHARDING_NAMES: dict[Sharding, str] = {
     "none": "no sharding (Megatron DDP: bf16 weights, fp32 main grads, fp32 master + Adam)",
     "distributed-optimizer": "Megatron distributed optimizer (6 + 12/DP bytes/param)",

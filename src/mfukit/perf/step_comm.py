@@ -156,9 +156,9 @@ def _data_parallel(
     layers, outside = units
     replicas = np.maximum(1, group // shard)
     ones = np.ones_like(replicas)
-    per_layer = (dense - outside) / shard + expert / np.maximum(1, shard // g.ep)
+    in_layers = (dense - outside) / shard + expert / np.maximum(1, shard // g.ep)
     layer_sync = collective_s(
-        "all_reduce", per_layer / np.maximum(layers, 1.0) * grad, replicas, ones, topology
+        "all_reduce", in_layers / np.maximum(layers, 1.0) * grad, replicas, ones, topology
     )
     root_sync = collective_s("all_reduce", outside / shard * grad, replicas, ones, topology)
     grad_sync = np.where(

@@ -76,7 +76,12 @@ from mfukit.perf.layouts import (
     Workload,
     sharding_fields,
 )
-from mfukit.perf.memory import ADAM_STEP_BYTES_PER_PARAM, GRADIENTS_FOLLOW_CPU_STEP, gradient_reduce_bytes
+from mfukit.perf.memory import (
+    ADAM_STEP_BYTES_PER_PARAM,
+    GRADIENTS_FOLLOW_CPU_STEP,
+    REDUCED_EVERY_MICROBATCH,
+    gradient_reduce_bytes,
+)
 from mfukit.perf.memory_grid import stage_params_grid
 from mfukit.perf.offload import cpu_steps, offload_time
 from mfukit.perf.step_comm import CommInputs, CommTimes, DataParallelTimes, communication_times
@@ -112,12 +117,7 @@ COMPUTE_STREAM_PARTS = ("compute", "memory_bound", "grad_accumulation", "recompu
 _SHARDED_STATES = np.asarray([name != "none" for name in SHARDINGS])
 _DDP_STYLE = frozenset({"none", "distributed-optimizer"})  # reductions of the framework's own gradient buffer
 _GATHERS_PARAMS = np.asarray([name in {"zero-3", "fsdp-full", "fsdp-hybrid"} for name in SHARDINGS])
-# The data-parallel gradient reduction of every micro-batch, not of the last one only: ZeRO-2 (DeepSpeed stage
-# 2, FSDP SHARD_GRAD_OP) keeps full weights but reduce-scatters every micro-batch's gradients, as ZeRO-3 and
-# FSDP do (DeepSpeed engine.allreduce_gradients: "ZeRO stage >= 2 communicates during non gradient accumulation
-# boundaries as well"; FSDP outside no_sync); hybrid FSDP all-reduces each micro-batch's shards across the
-# replicas after that reduce-scatter (FSDP1 HYBRID_SHARD; FSDP2 unless set_requires_all_reduce(False))
-_REDUCED_EVERY_MICROBATCH = np.asarray([name in {"zero-2", "fsdp-hybrid"} for name in SHARDINGS])
+_REDUCED_EVERY_MICROBATCH = np.asarray([name in REDUCED_EVERY_MICROBATCH for name in SHARDINGS])
 _SHARDED_GRADIENTS = _GATHERS_PARAMS | _REDUCED_EVERY_MICROBATCH
 
 
@@ -634,8 +634,9 @@ def evaluate(p: Prepared, efficiency: Efficiency | None = None) -> StepEstimate:
     p2p = 2 * (p.comm.pp_p2p_s + np.where(g.pp > 1, eff.p2p_overhead_s, 0.0))
     breakdown["pp_comm"] = np.where(interleaved, p2p * (g.pp - 1), p2p * (m + g.pp - 1))
     windows = []
-    # ZeRO-2 reduces each micro-batch's gradients under that micro-batch's backward, so every one exposes what
-    # the last one does (a stack that keeps a pipeline stage's gradients to the last micro-batch reduces once)
+    # ZeRO-2 and hybrid FSDP reduce each micro-batch's gradients under that micro-batch's backward, so every one
+    # exposes what the last one does (a stack that keeps a pipeline stage's gradients to the last micro-batch
+    # reduces once)
     reductions = np.where(_REDUCED_EVERY_MICROBATCH[g.sharding] & ~_kept_to_last_microbatch(g, eff), m, 1.0)
     passes: list[tuple[Floats, Floats]] = []  # one micro-batch's forward and backward, first and last stage
     for stage_dp, counts, extra in (

@@ -41,7 +41,14 @@ from mfukit.comm.model import nic_bytes
 from mfukit.comm.topology import CommTopology
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
-from mfukit.perf.memory import StepShape, gathered_weight_bytes, gradient_reduce_bytes, parameters_per_gpu
+from mfukit.perf.memory import (
+    REDUCED_EVERY_MICROBATCH,
+    StepShape,
+    gathered_weight_bytes,
+    gradient_reduce_bytes,
+    parameters_per_gpu,
+    sharding_of,
+)
 
 BACKWARD_SHARE = 2.0 / 3.0  # backward = 2 x forward (Narayanan et al. 2021, eq. 3)
 
@@ -107,6 +114,7 @@ def gradient_traffic(
     per_domain = ranks_per_domain(group, layout.tp, domain)
     expert_per_domain = ranks_per_domain(expert_group, layout.tp * layout.ep, domain)
     m = max(1, num_microbatches)
+    reductions = m if sharding_of(layout) in REDUCED_EVERY_MICROBATCH else 1
     w, g = weight_bytes, grad_bytes
     algorithms: list[str] = []
 
@@ -123,20 +131,17 @@ def gradient_traffic(
         return sent
 
     def moved(params: float, ranks: int, local: int) -> tuple[float, float]:
-        if (
-            layout.fsdp == "hybrid"
-        ):  # the replicas all-reduce each micro-batch's shards (FSDP outside no_sync)
+        if layout.fsdp == "hybrid":
             shard = local
             intra = m * 3 * ring_factor(shard) * params * max(w, g)
             replicas = max(1, ranks // shard)
-            inter = m * across("all_reduce", params / shard * g, replicas, 1)
-            return intra + m * 2 * ring_factor(replicas) * params / shard * g, inter
+            inter = reductions * across("all_reduce", params / shard * g, replicas, 1)
+            return intra + reductions * 2 * ring_factor(replicas) * params / shard * g, inter
         if layout.shards_parameters:
             total = m * ring_factor(ranks) * params * (2 * w + g)
             inter = 2 * across("all_gather", params * w, ranks, local)
             return total, m * (inter + across("reduce_scatter", params * g, ranks, local))
-        if layout.zero >= 1:  # ZeRO-2 reduce-scatters every micro-batch's gradients, ZeRO-1 the last one's
-            reductions = m if layout.zero == 2 else 1
+        if layout.zero >= 1:
             inter = reductions * across("reduce_scatter", params * g, ranks, local) + across(
                 "all_gather", params * w, ranks, local
             )
@@ -147,13 +152,13 @@ def gradient_traffic(
     expert_total, expert_inter = moved(expert_params_per_gpu, expert_group, expert_per_domain)
     if layout.fsdp == "hybrid":
         pattern = "intra-node reduce-scatter + all-gather, inter-node all-reduce, every micro-batch"
-        window, windows = BACKWARD_SHARE * microbatch_compute_s, m
+        window, windows = BACKWARD_SHARE * microbatch_compute_s, reductions
     elif layout.shards_parameters:
         pattern = "all-gather (forward) + all-gather (backward) + reduce-scatter, every micro-batch"
         window, windows = microbatch_compute_s, m
-    elif layout.zero == 2:
+    elif reductions > 1:
         pattern = "reduce-scatter gradients every micro-batch + all-gather weights once per step"
-        window, windows = BACKWARD_SHARE * microbatch_compute_s, m
+        window, windows = BACKWARD_SHARE * microbatch_compute_s, reductions
     elif layout.zero >= 1:
         pattern = "reduce-scatter gradients + all-gather weights, once per step"
         window, windows = microbatch_compute_s, 1
