@@ -213,6 +213,19 @@ def test_size_with_an_exact_batch_nothing_divides_says_why(mfukit) -> None:  # t
     assert "no layout of 0" not in text
 
 
+def test_estimate_recomputes_the_layers_it_is_told_and_refuses_a_count_without_full_recompute(mfukit) -> None:  # type: ignore[no-untyped-def]
+    layout = ("--tp", "8", "--pp", "8", "--sequence-parallel", "--zero", "1", "--format", "json")
+    full, partial = (
+        mfukit("estimate", *GPT3, *layout, "--recompute", "full", *extra).json()["result"]
+        for extra in ((), ("--recompute-layers", "3"))
+    )
+    assert partial["layout"]["recompute_layers"] == 3 and full["layout"]["recompute_layers"] is None
+    assert partial["step_time_s"] < full["step_time_s"]
+    assert partial["hfu"] / partial["mfu"] < full["hfu"] / full["mfu"]  # fewer FLOPs run again
+    run = mfukit("estimate", *GPT3, *layout, "--recompute-layers", "3")
+    assert run.exit_code == 2 and "set recompute = full" in run.stderr
+
+
 def test_estimate_rejects_an_interleaved_pipeline_with_too_few_micro_batches(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit(
         "estimate", "--model", "llama3.1-405b", "--gpu", "h100-sxm", "--gpus", "16384", "--seq-len", "8192",

@@ -68,6 +68,23 @@ def test_step_time_is_at_least_the_compute_bound_and_mfu_below_the_roofline(
 
 
 @SETTINGS
+@given(spaces())
+def test_recomputing_more_layers_never_makes_a_step_faster(
+    case: tuple[Workload, str, int, LayoutGrid],
+) -> None:
+    workload, system, gpus, grid = case
+    if not len(grid):
+        return
+    steps = [
+        _estimate(workload, system, gpus, with_changes(grid, recompute=mode, recompute_layers=layers))
+        for mode, layers in ((0, 0), (2, 1), (2, 2), (2, 0))
+    ]
+    for fewer, more in zip(steps, steps[1:], strict=False):
+        assert np.all(more.step_time_s >= fewer.step_time_s * (1 - 1e-12))
+        assert np.all(more.hfu / more.mfu >= fewer.hfu / fewer.mfu * (1 - 1e-12))
+
+
+@SETTINGS
 @given(spaces(), st.sampled_from((0.5, 0.25)))
 def test_a_slower_network_never_makes_a_step_faster(
     case: tuple[Workload, str, int, LayoutGrid], factor: float
@@ -94,9 +111,13 @@ def test_memory_never_rises_with_more_sharding_or_more_recompute(
     def peak(**changes: object) -> np.ndarray:
         return grid_memory(workload, with_changes(grid, **changes), gpus_per_node=gpn).peak_bytes
 
-    # recompute: none (0) >= selective (1) >= full (2)
+    # recompute: none (0) >= selective (1) >= full (2); full recompute of the first layers of each chunk
+    # sits between none and full, lower the more layers it covers
     none, selective, full = peak(recompute=0), peak(recompute=1), peak(recompute=2)
     assert np.all(selective <= none * (1 + 1e-12)) and np.all(full <= selective * (1 + 1e-12))
+    one, two = (peak(recompute=2, recompute_layers=n) for n in (1, 2))
+    assert np.all(full <= two * (1 + 1e-12)) and np.all(two <= one * (1 + 1e-12))
+    assert np.all(one <= none * (1 + 1e-12))
     # sharding: the distributed optimizer never holds more than DDP, and with any convention twice the
     # data-parallel ranks (the same micro-batches in flight) never raises the peak once the data-parallel
     # communicator exists (from one rank to two, its NCCL buffers appear)
@@ -107,11 +128,13 @@ def test_memory_never_rises_with_more_sharding_or_more_recompute(
 
 
 @SETTINGS
-@given(spaces())
+@given(spaces(), st.sampled_from((0, 1, 3)))
 def test_the_memory_grid_is_estimate_memory_layout_by_layout(
-    case: tuple[Workload, str, int, LayoutGrid],
+    case: tuple[Workload, str, int, LayoutGrid], recompute_layers: int
 ) -> None:
     workload, system, _gpus, grid = case
+    if recompute_layers:  # full recompute of the first layers of each chunk only
+        grid = with_changes(grid, recompute=2, recompute_layers=recompute_layers)
     gpn = catalog.system(system).gpus_per_node
     peaks = grid_memory(workload, grid, gpus_per_node=gpn).peak_bytes
     for index in range(0, len(grid), 7):

@@ -123,6 +123,37 @@ def test_a_vpp_given_as_interleaved_is_tuned_over_more_than_one_virtual_stage(tm
     assert raised.value.field == "vpp" and "no interleaved schedule" in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("recompute", "hfu", "mfu", "expected"),
+    [
+        ("full", "", "", ("full", None)),
+        ("full, 5 layers (--recompute-method block --recompute-num-layers 5)", "", "", ("full", 5)),
+        ("full, every 2nd layer (torchtitan selective layer AC)", "", "", ("full", 8)),  # 16 per stage
+        ("full, 40 layers", "", "", ("full", None)),  # more than a stage holds: every layer
+        # fms-fsdp's "selective" checkpointing of a share of the blocks: HFU / MFU = 1 + share x 0.33
+        ("selective", "66.5", "60", ("full", 5)),
+        ("selective", "60.2", "60", ("none", None)),
+        ("selective", "80", "60", ("full", None)),
+    ],
+)
+def test_partial_full_recompute_is_read_from_the_text_or_the_published_hfu(
+    tmp_path: Path, recompute: str, hfu: str, mfu: str, expected: tuple[str, int | None]
+) -> None:
+    row = _row(
+        activation_recompute=recompute,
+        framework="fsdp",
+        zero_stage_or_fsdp="FSDP FULL_SHARD",
+        tp="1",
+        pp="2",
+        dp="32",
+        vpp="1",
+        hfu_pct=hfu,
+        measured_mfu_pct=mfu,
+    )
+    (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework",)))
+    assert (case.layout.recompute, case.layout.recompute_layers) == expected
+
+
 def test_deepspeed_zero3_and_eager_attention_are_read(tmp_path: Path) -> None:
     row = _row(zero_stage_or_fsdp="ZeRO-3", tp="1", pp="1", dp="64", framework="DeepSpeed", attention="eager")
     (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework", "attention")))

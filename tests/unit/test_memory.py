@@ -101,6 +101,20 @@ def test_first_stage_holds_embedding_last_holds_logits() -> None:
     assert estimate.peak is estimate.first
 
 
+def test_partial_full_recompute_keeps_the_inputs_of_the_layers_it_recomputes_only() -> None:
+    # PP 4 of GPT-3 175B: 24 layers a stage; recomputing the first 6 of each stage keeps only their
+    # inputs, the other 18 store what a layer without recompute stores
+    def stored(**recompute: object) -> float:
+        layout = Parallelism(tp=8, pp=4, dp=16, sequence_parallel=True, zero=1, **recompute)  # type: ignore[arg-type]
+        return estimate_memory(
+            GPT3, layout, StepShape(seq_len=S, num_microbatches=32)
+        ).first.activations_bytes
+
+    none, full = stored(), stored(recompute="full")
+    assert stored(recompute="full", recompute_layers=6) == pytest.approx(full / 4 + 3 * none / 4, rel=1e-12)
+    assert stored(recompute="full", recompute_layers=24) == pytest.approx(full, rel=1e-12)
+
+
 def test_fits_against_hbm() -> None:
     layout = Parallelism(tp=8, pp=8, dp=16, sequence_parallel=True, recompute="selective", zero=1)
     estimate = estimate_memory(GPT3, layout, StepShape(seq_len=S, num_microbatches=64))

@@ -135,6 +135,34 @@ def test_recompute_costs_time() -> None:
     assert estimate.breakdown_s["recompute"][0] == 0
 
 
+def test_recomputing_the_first_layers_of_each_chunk_costs_their_share_of_full_recompute() -> None:
+    # GPT-3 175B on PP 8: 12 layers a stage; 3 layers of each chunk recomputed is a quarter of them, and
+    # with two chunks per rank (vpp 2, 6 layers each) half
+    base = Parallelism(tp=8, pp=8, dp=16, sequence_parallel=True, zero=1)
+    layouts = [
+        base,
+        base.model_copy(update={"recompute": "full"}),
+        base.model_copy(update={"recompute": "full", "recompute_layers": 3}),
+        base.model_copy(update={"recompute": "full", "recompute_layers": 12}),
+        base.model_copy(update={"recompute": "full", "recompute_layers": 3, "vpp": 2}),
+        base.model_copy(update={"recompute": "full", "vpp": 2}),
+    ]
+    estimate = run(layouts)
+    recompute = estimate.breakdown_s["recompute"]
+    assert recompute[2] == pytest.approx(recompute[1] / 4, rel=1e-9)
+    assert recompute[3] == pytest.approx(recompute[1], rel=1e-12)  # the whole stage: full recompute
+    assert recompute[4] == pytest.approx(recompute[5] / 2, rel=1e-9)
+    # HFU counts the recomputed layers' forward again: a quarter of what full recompute adds
+    extra = estimate.hfu / estimate.mfu - 1
+    assert extra[0] == 0 and extra[2] == pytest.approx(extra[1] / 4, rel=1e-9)
+    assert estimate.step_time_s[0] < estimate.step_time_s[2] < estimate.step_time_s[1]
+
+
+def test_recompute_layers_without_full_recompute_is_refused() -> None:
+    with pytest.raises(ValueError, match="set recompute = full"):
+        Parallelism(tp=8, recompute="selective", recompute_layers=4)
+
+
 def test_fsdp_gathers_are_charged_every_microbatch() -> None:
     one = Parallelism(dp=64, fsdp="full", recompute="full")
     estimate_1 = run([one], model="llama2-7b", seq_len=4096, batch=64, micro=1)

@@ -128,6 +128,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--last-stage-layers": "parallelism.last_stage_layers",
     "--sequence-parallel": "parallelism.sequence_parallel",
     "--recompute": "parallelism.recompute",
+    "--recompute-layers": "parallelism.recompute_layers",
     "--zero": "parallelism.zero",
     "--fsdp": "parallelism.fsdp",
     "--failure-model": "ft.failure_model",

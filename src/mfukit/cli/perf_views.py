@@ -38,6 +38,7 @@ PERF_FLAGS = (
     "last_stage_layers",
     "sequence_parallel",
     "recompute",
+    "recompute_layers",
     "zero",
     "fsdp",
 )

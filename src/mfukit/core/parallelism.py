@@ -39,6 +39,13 @@ class Parallelism(Strict):
         default="none",
         description="activation recomputation: none, selective (attention) or full (every layer)",
     )
+    recompute_layers: PositiveInt | None = Field(
+        default=None,
+        description="with recompute = full: the layers of each pipeline stage's model chunk recomputed, the "
+        "first ones (Megatron --recompute-method block --recompute-num-layers, NeMo "
+        "activations_checkpoint_num_layers; torchtitan's every-2nd-layer AC and fms-fsdp's "
+        "selective_checkpointing as a count); the rest store their activations. None: every layer",
+    )
     zero: int = Field(
         default=0,
         ge=0,
@@ -66,9 +73,11 @@ class Parallelism(Strict):
     )
 
     @model_validator(mode="after")
-    def _one_sharding_scheme(self) -> Parallelism:
+    def _consistent(self) -> Parallelism:
         if self.fsdp != "none" and self.zero not in (0, 3):
             raise ValueError("fsdp already shards parameters, gradients and optimizer; leave zero at 0")
+        if self.recompute_layers is not None and self.recompute != "full":
+            raise ValueError("recompute_layers counts fully recomputed layers: set recompute = full")
         return self
 
     @property

@@ -29,6 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Recompute
 
@@ -48,6 +51,20 @@ KERNELS_NAMES: dict[Kernels, str] = {
     "16-bit GEMM inputs)",
     "eager": "eager PyTorch modules (HF-style: nanotron, torchtitan without compile)",
 }
+
+
+def recomputed_share(
+    full: npt.ArrayLike, layers_per_chunk: npt.ArrayLike, vpp: npt.ArrayLike, stage_layers: npt.ArrayLike
+) -> npt.NDArray[np.float64]:
+    """Share of a pipeline stage's layers whose forward full recompute runs again in the backward: every
+    layer, unless ``layers_per_chunk`` (> 0) caps each of the stage's ``vpp`` model chunks (Megatron's
+    ``--recompute-method block --recompute-num-layers N`` checkpoints the first N layers of each chunk and
+    lets the rest store their activations); none where ``full`` is false (selective recompute is timed and
+    sized apart)."""
+    chunks = np.asarray(layers_per_chunk, dtype=np.float64) * np.asarray(vpp, dtype=np.float64)
+    capped = np.minimum(1.0, chunks / np.maximum(np.asarray(stage_layers, dtype=np.float64), 1.0))
+    share = np.where(np.asarray(layers_per_chunk) > 0, capped, 1.0)
+    return np.asarray(np.where(full, share, 0.0), dtype=np.float64)
 
 
 def fused_unless_eager(stated: bool | None, kernels: Kernels) -> bool:

@@ -22,6 +22,7 @@ from mfukit.perf.views import (
     model_assumptions,
     options_text,
     plan_json,
+    recompute_text,
     tiers_table,
 )
 
@@ -55,7 +56,7 @@ def estimate_output(inputs: PerfInputs, result: LayoutEstimate, plan: Plan, memo
     rows: list[tuple[str, float | None, Any]] = [
         ("step time", plan.step_time_s, lambda v: units.format_duration(v, digits=3)),
         (f"MFU ({workload.attention} attention FLOPs)", plan.mfu, lambda _: mfu_with_interval(plan)),
-        (f"HFU (recompute {plan.layout.recompute})", plan.hfu, units.format_percent),
+        (f"HFU (recompute {recompute_text(plan.layout)})", plan.hfu, units.format_percent),
         ("model FLOP/s per GPU", plan.model_flops_per_s_per_gpu, units.format_flops_rate),
         ("tokens/s", plan.tokens_per_s, lambda v: f"{v:,.0f}"),
         ("tokens/s per GPU", plan.tokens_per_s_per_gpu, lambda v: f"{v:,.0f}"),

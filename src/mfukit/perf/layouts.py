@@ -20,7 +20,7 @@ from mfukit import units
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute, stage_layer_counts
 from mfukit.core.scenario import Fp8Recipe, OptimizerStepDevice, Precision
-from mfukit.perf.activations import Kernels, SelectiveRecompute
+from mfukit.perf.activations import Kernels, SelectiveRecompute, recomputed_share
 from mfukit.perf.flops import AttentionConvention
 from mfukit.perf.memory import Fp8Weights, MainGrads, Sharding, StepShape, sharding_of
 
@@ -173,6 +173,8 @@ class LayoutGrid:
     sp: Bools
     recompute: Ints  # index into RECOMPUTES
     sharding: Ints  # index into SHARDINGS
+    # full recompute of the first N layers of each model chunk (Parallelism.recompute_layers); 0: every layer
+    recompute_layers: Ints
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])
@@ -180,6 +182,11 @@ class LayoutGrid:
     @property
     def world_size(self) -> Ints:
         return self.tp * self.pp * self.dp * self.cp
+
+    def recomputed_share(self, stage_layers: npt.ArrayLike) -> Floats:
+        """Share of the layers of a stage with ``stage_layers`` layers that full recompute runs again."""
+        full = self.recompute == RECOMPUTES.index("full")
+        return recomputed_share(full, self.recompute_layers, self.vpp, stage_layers)
 
     def take(self, index: npt.ArrayLike) -> LayoutGrid:
         """The layouts at ``index`` (an integer or boolean array)."""
@@ -200,6 +207,7 @@ class LayoutGrid:
             "ep": int(self.ep[i]),
             "sequence_parallel": bool(self.sp[i]),
             "recompute": RECOMPUTES[int(self.recompute[i])],
+            "recompute_layers": int(self.recompute_layers[i]) or None,
             **_SHARDING_FIELDS[SHARDINGS[int(self.sharding[i])]],
         }
         if not even:
@@ -240,6 +248,7 @@ def grid_of(
         sp=np.asarray([layout.sequence_parallel for layout in layouts], dtype=np.bool_),
         recompute=ints([RECOMPUTES.index(layout.recompute) for layout in layouts]),
         sharding=ints([SHARDINGS.index(sharding_of(layout)) for layout in layouts]),
+        recompute_layers=ints([layout.recompute_layers or 0 for layout in layouts]),
     )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -277,21 +278,59 @@ def _sharding(row: _Row, stack: str) -> dict[str, object]:
     return {}
 
 
-def _recompute(row: _Row, stack: str) -> tuple[tuple[Recompute, ...] | None, bool]:
-    """The recompute modes the row allows (None: not published, any) and whether it says sequence parallel."""
+def _recompute(
+    row: _Row, stack: str, model: ModelSpec, layers_per_chunk: int
+) -> tuple[tuple[Recompute, ...] | None, int | None, bool]:
+    """The recompute modes the row allows (None: not published, any), the layers of each model chunk a full
+    recompute covers (None: all), and whether it says sequence parallel."""
     text = row.text("activation_recompute").lower()
     sp = "sequence-parallel" in text or "sequence parallel" in text
     if text.startswith("full"):
-        return ("full",), sp
+        return ("full",), _recomputed_layers(text, layers_per_chunk), sp
     if text.startswith("per-op selective") or (text.startswith("selective") and stack != "fsdp"):
-        return ("selective",), sp  # Megatron's core-attention recompute, torchtitan's per-op SAC
+        return ("selective",), None, sp  # Megatron's core-attention recompute, torchtitan's per-op SAC
     if text.startswith("selective"):
         # FSDP stacks (IBM's fms-fsdp, LLM Foundry) call checkpointing a fraction of the blocks "selective":
-        # between Megatron's selective and full, as far as it needed to fit
-        return ("selective", "full"), sp
+        # as many as the published HFU over MFU says, else between Megatron's selective and full, as far as
+        # it needed to fit
+        layers = _layers_from_utilization(row, model, layers_per_chunk)
+        if layers is None:
+            return ("selective", "full"), None, sp
+        if layers == 0:
+            return ("none",), None, sp
+        return ("full",), layers if layers < layers_per_chunk else None, sp
     if text == "no" or text.startswith(("none", "no ", "no-", "no+")):
-        return ("none",), sp
-    return None, sp
+        return ("none",), None, sp
+    return None, None, sp
+
+
+def _recomputed_layers(text: str, layers_per_chunk: int) -> int | None:
+    """``full, every 2nd layer`` (torchtitan's layer AC, fms-fsdp's selective_checkpointing) or ``full, 20
+    layers`` (Megatron's block method): the layers of each chunk recomputed; None for every layer."""
+    every = re.search(r"every (\d+)", text)
+    counted = re.search(r"(\d+) layers?\b", text)
+    if every is not None:
+        layers = math.ceil(layers_per_chunk / max(1, int(every.group(1))))
+    elif counted is not None:
+        layers = int(counted.group(1))
+    else:
+        return None
+    return layers if 0 < layers < layers_per_chunk else None
+
+
+def _layers_from_utilization(row: _Row, model: ModelSpec, layers_per_chunk: int) -> int | None:
+    """The recomputed layers a run's published HFU and MFU imply (None where either is missing): full
+    recompute of a share r of the layers executes r x the layers' forward again, so HFU / MFU = 1 + r x
+    (the full-recompute ratio - 1) (SC21 eq. 3 against Korthikanti et al. 2022's model FLOPs, both with the
+    full s^2 attention the nanoGPT/PaLM MFU and the PyTorch FLOP counter count). Two-digit percentages give r
+    to about 0.05."""
+    if not (row.has("hfu_pct") and row.has("measured_mfu_pct")):
+        return None
+    seq = row.integer("seq_len")
+    model_flops = flops.model_flops_per_token(model, seq, "full")
+    full_ratio = flops.hardware_flops_per_token(model, seq, "full", "full") / model_flops
+    share = (row.number("hfu_pct") / row.number("measured_mfu_pct") - 1) / (full_ratio - 1)
+    return max(0, min(layers_per_chunk, round(share * layers_per_chunk)))
 
 
 def _measured(
@@ -392,7 +431,9 @@ def _case(row: _Row) -> Case | SkippedRow:
         batch = max(1, int(row.number("global_batch_tokens") // seq))
     else:
         return SkippedRow(row_id, "not published: global_batch_sequences, global_batch_tokens")
-    recomputes, sp_given = _recompute(row, stack)
+    recomputes, recompute_layers, sp_given = _recompute(
+        row, stack, model, model.num_hidden_layers // (pp * vpp)
+    )
     split = default_stage_split(model.num_hidden_layers, pp, vpp)
     layout = Parallelism(
         tp=tp,
@@ -403,6 +444,7 @@ def _case(row: _Row) -> Case | SkippedRow:
         vpp=vpp,
         sequence_parallel=tp > 1 and (sp_given or stack in SEQUENCE_PARALLEL_STACKS),
         recompute=recomputes[0] if recomputes else "none",
+        recompute_layers=recompute_layers,
         **_sharding(row, stack),
         **({"first_stage_layers": split[0], "last_stage_layers": split[1]} if split else {}),
     )

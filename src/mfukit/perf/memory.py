@@ -34,7 +34,7 @@ Three totals: ``allocated_bytes`` (what ``torch.cuda.max_memory_allocated`` sees
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from functools import cache
 from pathlib import Path
@@ -56,6 +56,7 @@ from mfukit.perf.activations import (
     layer_activation_bytes,
     layer_input_bytes,
     logits_and_loss_bytes,
+    recomputed_share,
 )
 
 OVERHEADS_FILE = Path(__file__).parent / "data" / "memory_overheads.toml"
@@ -669,8 +670,15 @@ def _stage_memory(
     in_flight = in_flight_microbatches(layout.pp, layout.vpp, rank, num_microbatches)
     # activation offload (Megatron/NeMo --cpu-offloading-num-layers, TE get_cpu_offload_context) keeps that
     # share of the layers' stored activations in host memory until their backward
+    # full recompute of part of the layers (recompute_layers): those keep their inputs, the rest store all
+    share = float(
+        recomputed_share(layout.recompute == "full", layout.recompute_layers or 0, layout.vpp, len(layers))
+    )
+    rest = replace(act, recompute="none") if layout.recompute == "full" else act
     stored_per_microbatch = (1.0 - shape.offload_activations) * sum(
-        layer_activation_bytes(model, act, moe_layer=model.is_moe_layer(i), stored=True) for i in layers
+        share * layer_activation_bytes(model, act, moe_layer=model.is_moe_layer(i), stored=True)
+        + (1.0 - share) * layer_activation_bytes(model, rest, moe_layer=model.is_moe_layer(i), stored=True)
+        for i in layers
     )
     working_set = 0.0
     if layout.recompute == "full" and len(layers):

@@ -216,11 +216,25 @@ def stored_activation_bytes(
     """Bytes the layers of the first (``kind`` 0) or last (1) stage store for one micro-batch on one GPU,
     before any activation offload (what an offload moves to the host and back per micro-batch)."""
     terms = _Terms(workload, gpus_per_node, default_overheads())
-    acts = per_unique(terms.activations, grid.tp, grid.cp, grid.sp, grid.recompute)
     dense_layers, moe_layers, _ = per_unique(
         terms.layer_kinds, grid.pp, grid.first_layers, grid.last_layers, kind
     ).T
-    return np.asarray(grid.mbs * (dense_layers * acts[:, 0] + moe_layers * acts[:, 1]), dtype=np.float64)
+    return np.asarray(
+        grid.mbs * _stored_per_sequence(terms, grid, dense_layers, moe_layers), dtype=np.float64
+    )
+
+
+def _stored_per_sequence(terms: _Terms, g: LayoutGrid, dense_layers: Floats, moe_layers: Floats) -> Floats:
+    """Bytes a stage's layers store for one sequence: the layers full recompute runs again keep only their
+    inputs, the others (``recompute_layers`` below the stage's) everything a layer without recompute keeps."""
+    own = per_unique(terms.activations, g.tp, g.cp, g.sp, g.recompute)
+    full = g.recompute == RECOMPUTES.index("full")
+    rest = per_unique(
+        terms.activations, g.tp, g.cp, g.sp, np.where(full, RECOMPUTES.index("none"), g.recompute)
+    )
+    share = g.recomputed_share(dense_layers + moe_layers)
+    per_kind = [share * own[:, k] + (1.0 - share) * rest[:, k] for k in (0, 1)]
+    return np.asarray(dense_layers * per_kind[0] + moe_layers * per_kind[1], dtype=np.float64)
 
 
 def grid_memory(
@@ -262,7 +276,9 @@ def grid_memory(
             terms.layer_kinds, g.pp, g.first_layers, g.last_layers, kind
         ).T
         stored = (
-            (1.0 - workload.offload_activations) * mbs * (dense_layers * acts[:, 0] + moe_layers * acts[:, 1])
+            (1.0 - workload.offload_activations)
+            * mbs
+            * _stored_per_sequence(terms, g, dense_layers, moe_layers)
         )
         has_layers = (dense_layers + moe_layers) > 0
         working = np.where(

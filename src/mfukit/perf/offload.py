@@ -43,7 +43,7 @@ import numpy as np
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.parallelism import Parallelism
 from mfukit.errors import InputError
-from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Floats, LayoutGrid, Workload, sharding_fields
+from mfukit.perf.layouts import SHARDINGS, Floats, LayoutGrid, Workload, sharding_fields
 from mfukit.perf.memory import (
     ADAM_STEP_BYTES_PER_PARAM,
     PARAMETER_SHARDINGS,
@@ -51,7 +51,7 @@ from mfukit.perf.memory import (
     state_bytes_per_param,
     weight_bytes_per_param,
 )
-from mfukit.perf.memory_grid import stored_activation_bytes
+from mfukit.perf.memory_grid import stage_layer_kinds, stored_activation_bytes
 
 _PARAM_SHARDED = np.asarray([name in PARAMETER_SHARDINGS for name in SHARDINGS])
 
@@ -149,12 +149,13 @@ def offload_time(
         ]
     )[grid.sharding]
     m = grid.num_microbatches.astype(np.float64)
-    # passes over the parameters inside the backward window: the backward, and the recompute's forward
-    backward_passes = np.where(grid.recompute == RECOMPUTES.index("full"), 2.0, 1.0)
     states_bytes = gpu_stepped_state_bytes(workload)[grid.sharding]
     results: list[tuple[Floats, Floats, Floats]] = []
     for kind, (params, (forward, backward)) in enumerate(zip(local_params, passes_s, strict=True)):
         o = workload.offload_optimizer * params
+        # passes over the parameters inside the backward window: the backward, and the recompute's forward
+        dense_layers, moe_layers = stage_layer_kinds(workload, grid, kind)
+        backward_passes = 1.0 + grid.recomputed_share(dense_layers + moe_layers)
         # a CPU step: gradients out under the last backward, weights back before the next forward;
         # a GPU step: the states out under the forwards, back under the backwards
         grads_out = o * grad_bytes / link if on_cpu else zero

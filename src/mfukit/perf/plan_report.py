@@ -55,7 +55,8 @@ def _parts(plan: Plan) -> dict[str, str]:
         "cp": f" CP{layout.cp}" if layout.cp > 1 else "",
         "ep": f" EP{layout.ep}" if layout.ep > 1 else "",
         "mbs": f" mb{plan.micro_batch_size}",
-        "recompute": f" rc-{layout.recompute}",
+        "recompute": f" rc-{layout.recompute}"
+        + (f"{layout.recompute_layers}" if layout.recompute_layers else ""),
         "sharding": f" {SHORT_SHARDING[sharding_of(layout)]}",
     }
 

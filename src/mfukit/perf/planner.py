@@ -298,6 +298,7 @@ def enumerate_layouts(
         sp=sp[chosen] & (tp[chosen] > 1),
         recompute=recompute[chosen],
         sharding=sharding[chosen],
+        recompute_layers=np.zeros(int(chosen.sum()), dtype=np.int64),
     )
     return grid, rejected, considered
 

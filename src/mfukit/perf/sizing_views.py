@@ -19,7 +19,7 @@ from mfukit.perf.sizing import (
     SizingInputs,
     layout_that_hides,
 )
-from mfukit.perf.views import layout_json, memory_table
+from mfukit.perf.views import layout_json, memory_table, recompute_text
 
 
 def sizing_output(sizing: Sizing, goodput_source: str, rule: str) -> Output:
@@ -247,7 +247,7 @@ def _assumptions(
         ),
         f"goodput {inputs.goodput:.3f} of wall-clock: {goodput_source}",
         f"attention FLOPs: {inputs.attention} convention (--attention-flops)",
-        f"memory: {SHARDING_NAMES[chosen.memory.sharding]}, recompute {layout.recompute}, sequence parallel "
+        f"memory: {SHARDING_NAMES[chosen.memory.sharding]}, recompute {recompute_text(layout)}, sequence parallel "
         f"{layout.sequence_parallel}, {KERNELS_NAMES['fused']}, flash attention, no dropout; CUDA context "
         f"{units.format_bytes(float(overheads.cuda_context.value))}, NCCL "
         f"{units.format_bytes(float(overheads.nccl_buffer_per_communicator.value))} per communicator, "

@@ -268,6 +268,14 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         for mode in RECOMPUTES
     ]
     executed = [executed_flops_per_token(workload, mode) for mode in RECOMPUTES]
+    # full recompute of part of the layers (recompute_layers) executes that share of the layers' forward again
+    share = recomputed_layers(grid, shapes) / workload.model.num_hidden_layers
+    none, full = RECOMPUTES.index("none"), RECOMPUTES.index("full")
+
+    def with_recompute(per_mode: list[float]) -> Floats:
+        partial = per_mode[none] + share * (per_mode[full] - per_mode[none])
+        return np.where(grid.recompute == full, partial, np.asarray(per_mode)[grid.recompute])
+
     return Prepared(
         workload=workload,
         grid=grid,
@@ -279,9 +287,22 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         model_flops_per_token=flops.model_flops_per_token(
             workload.model, workload.seq_len, workload.attention
         ),
-        hardware_flops_per_token=np.asarray(hardware)[grid.recompute],
-        executed_flops_per_token=np.asarray(executed)[grid.recompute],
+        hardware_flops_per_token=with_recompute(hardware),
+        executed_flops_per_token=with_recompute(executed),
     )
+
+
+def recomputed_layers(grid: LayoutGrid, shapes: LayerShapes) -> Floats:
+    """Layers of the whole model whose forward full recompute runs again (0 without full recompute)."""
+
+    def on_stage(counts: tuple[Floats, Floats]) -> Floats:
+        layers = counts[0] + counts[1]
+        return grid.recomputed_share(layers) * layers
+
+    middle_stages = np.maximum(grid.pp - 2, 0)
+    pipelined = on_stage(shapes.first_counts) + on_stage(shapes.last_counts)
+    pipelined = pipelined + middle_stages * on_stage(shapes.middle_counts)
+    return np.asarray(np.where(grid.pp == 1, on_stage(shapes.first_counts), pipelined), dtype=np.float64)
 
 
 def weight_matrices_per_layer(model: ModelSpec) -> int:
@@ -435,6 +456,7 @@ def _stage(
     n_dense, n_moe = counts
     layers = n_dense + n_moe
     recompute = np.asarray(RECOMPUTES)[g.recompute]
+    recomputed = g.recomputed_share(layers)  # of the stage's layers, under full recompute
     cp_ring = np.maximum(g.cp - 1, 0)
     # collectives a layer launches per micro-batch: 2 (+ 2 with SP) forward, 2 (+ 4 with SP) backward
     tp_forward_calls = np.where(g.tp > 1, np.where(g.sp, 4.0, 2.0), 0.0)
@@ -485,7 +507,7 @@ def _stage(
             "memory_bound": 3 * kind.memory + kind.casts + kind.casts_backward,
             "grad_accumulation": kind.grad_accumulation,
             "recompute": np.where(
-                recompute == "full", full, np.where(recompute == "selective", selective, 0.0)
+                recompute == "full", recomputed * full, np.where(recompute == "selective", selective, 0.0)
             ),
             "tp_comm": tp,
             "cp_comm": cp_fwd + cp_bwd,
@@ -499,7 +521,7 @@ def _stage(
         # The host launches the layer's kernels while the GPU runs earlier ones: it only costs time when it
         # is the slower of the two (small layers: the step is launch-bound). Backward launches about twice
         # the forward's kernels (input and weight gradients); full recompute launches the forward again.
-        host = eff.host_layer_s * (1 + HOST_BACKWARD_TO_FORWARD + (recompute == "full")) * launches
+        host = eff.host_layer_s * (1 + HOST_BACKWARD_TO_FORWARD + recomputed) * launches
         gpu = np.sum(np.stack(list(parts.values())), axis=0)
         parts["other"] = np.maximum(0.0, host - gpu)
         return parts

@@ -45,12 +45,19 @@ def layout_text(layout: Parallelism) -> str:
     return f"TP {layout.tp} x {pipeline} x DP {layout.dp} (CP {layout.cp}, EP {layout.ep})"
 
 
+def recompute_text(layout: Parallelism) -> str:
+    """``full``, or ``full (first 20 layers of each chunk)`` where ``recompute_layers`` caps it."""
+    if layout.recompute_layers is None:
+        return layout.recompute
+    return f"{layout.recompute} (first {layout.recompute_layers} layers of each chunk)"
+
+
 def options_text(layout: Parallelism, *, sequence_parallel: bool = True, compact: bool = False) -> str:
     """``SP, recompute selective, dist-opt``: sequence parallelism (unless the layout column says it), the
     recompute mode and the sharding; ``compact`` leaves out "recompute none" (a table of many layouts)."""
     parts = ["SP"] if sequence_parallel and layout.sequence_parallel and layout.tp > 1 else []
     if not (compact and layout.recompute == "none"):
-        parts.append(f"recompute {layout.recompute}")
+        parts.append(f"recompute {recompute_text(layout)}")
     parts.append(SHORT_SHARDING[sharding_of(layout)])
     return ", ".join(parts)
 
@@ -65,6 +72,7 @@ def layout_json(layout: Parallelism) -> dict[str, Any]:
         "vpp": layout.vpp,
         "sequence_parallel": layout.sequence_parallel,
         "recompute": layout.recompute,
+        "recompute_layers": layout.recompute_layers,
         "sharding": sharding_of(layout),
         "zero": layout.zero,
         "fsdp": layout.fsdp,
@@ -249,7 +257,7 @@ def search_rule(inputs: PerfInputs) -> str:
             else searched.append(name)
         )
     if layout is not None and "recompute" in given:
-        fixed.append(f"recompute {layout.recompute}")
+        fixed.append(f"recompute {recompute_text(layout)}")
     else:
         searched.append("recompute")
     if layout is not None and "sequence_parallel" in given:
