@@ -3,6 +3,8 @@ cluster, each example checks a sample of that space's layouts at once)."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -79,7 +81,7 @@ def test_recomputing_more_layers_never_makes_a_step_faster(
         _estimate(workload, system, gpus, with_changes(grid, recompute=mode, recompute_layers=layers))
         for mode, layers in ((0, 0), (2, 1), (2, 2), (2, 0))
     ]
-    for fewer, more in zip(steps, steps[1:], strict=False):
+    for fewer, more in pairwise(steps):
         assert np.all(more.step_time_s >= fewer.step_time_s * (1 - 1e-12))
         assert np.all(more.hfu / more.mfu >= fewer.hfu / fewer.mfu * (1 - 1e-12))
 
