@@ -154,6 +154,27 @@ def test_partial_full_recompute_is_read_from_the_text_or_the_published_hfu(
     assert (case.layout.recompute, case.layout.recompute_layers) == expected
 
 
+def test_a_recompute_share_read_from_hfu_is_raised_to_every_layer_where_it_could_not_have_fit(
+    tmp_path: Path,
+) -> None:
+    # 5 of 16 layers a stage recomputed would leave 11 storing 16 sequences each: over 80 GB
+    row = _row(
+        activation_recompute="selective",
+        framework="fsdp",
+        zero_stage_or_fsdp="FSDP FULL_SHARD",
+        tp="1",
+        pp="2",
+        dp="32",
+        vpp="1",
+        micro_batch="16",
+        global_batch_sequences="1024",
+        hfu_pct="66.5",
+        measured_mfu_pct="60",
+    )
+    (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework",)))
+    assert (case.layout.recompute, case.layout.recompute_layers) == ("full", None)
+
+
 def test_deepspeed_zero3_and_eager_attention_are_read(tmp_path: Path) -> None:
     row = _row(zero_stage_or_fsdp="ZeRO-3", tp="1", pp="1", dp="64", framework="DeepSpeed", attention="eager")
     (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework", "attention")))

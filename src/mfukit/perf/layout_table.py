@@ -50,7 +50,6 @@ def every_layout(
             "global_batch_sequences": int(grid.dp[i] * grid.mbs[i] * grid.num_microbatches[i]),
             "sequence_parallel": bool(grid.sp[i]),
             "recompute": RECOMPUTES[int(grid.recompute[i])],
-            "recompute_layers": int(grid.recompute_layers[i]) or None,
             "sharding": SHARDINGS[int(grid.sharding[i])],
             "step_time_s": float(estimate.step_time_s[i]),
             "mfu": float(estimate.mfu[i]),

@@ -298,7 +298,7 @@ def _recompute(
             return ("selective", "full"), None, sp
         if layers == 0:
             return ("none",), None, sp
-        return ("full",), layers if layers < layers_per_chunk else None, sp
+        return ("full",), layers if layers < layers_per_chunk else None, sp  # at least this many: below
     if text == "no" or text.startswith(("none", "no ", "no-", "no+")):
         return ("none",), None, sp
     return None, None, sp
@@ -490,11 +490,17 @@ def _case(row: _Row) -> Case | SkippedRow:
             f"{model.num_hidden_layers} layers into no more than one virtual stage per rank",
             "give the virtual stages per rank as a number, or fix the framework or pp",
         )
+    # a recompute share read from HFU / MFU (two-digit percentages) is a floor: where the memory model says
+    # it cannot have fit, the run recomputed every layer
+    inferred_layers = recompute_layers is not None and not row.text(
+        "activation_recompute"
+    ).lower().startswith("full")
     if (
         micro is None
         or recomputes is None
         or len(recomputes) > 1
         or (vpps is not None and vpps != [layout.vpp])
+        or inferred_layers
     ):
         # an unpublished knob: what a tuned run of the layout uses (the step-time and memory models' choice)
         from mfukit.perf.step_time import machine_for
@@ -507,6 +513,7 @@ def _case(row: _Row) -> Case | SkippedRow:
             micro_batch_size=micro,
             recomputes=recomputes,
             vpps=vpps,
+            recompute_layers=[recompute_layers, None] if inferred_layers else None,
         )
         layout, micro = choice.layout, choice.micro_batch_size
     # a batch published in tokens (OPT's 2M) need not split into whole micro-batches per rank: the nearest

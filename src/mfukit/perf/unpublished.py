@@ -51,21 +51,25 @@ def tuned_choice(
     micro_batch_size: int | None,
     recomputes: tuple[Recompute, ...] | None,
     vpps: Sequence[int] | None = None,
+    recompute_layers: Sequence[int | None] | None = None,
     headroom_bytes: float = 0.0,
 ) -> TunedChoice:
     """The micro-batch (``micro_batch_size`` when given), recompute (one of ``recomputes``; every mode when
     None) and virtual pipeline stages (one of ``vpps``; the layout's when None) a tuned run of ``layout`` uses
-    (module docstring); fitting means leaving ``headroom_bytes`` of HBM free, as ``plan`` does."""
+    (module docstring), full recompute covering one of ``recompute_layers`` (the layout's when None);
+    fitting means leaving ``headroom_bytes`` of HBM free, as ``plan`` does."""
     modes = RECOMPUTES if recomputes is None else recomputes
     if micro_batch_size is not None:
         sizes = [micro_batch_size]
     else:  # the planner's micro-batch sizes (those that split the batch); 1 with a pipeline
         sizes = [1] if layout.pp > 1 else micro_batch_options(workload)
     chunks = [_with_vpp(layout, workload.model.num_hidden_layers, v) for v in (vpps or [layout.vpp])]
+    full_layers = recompute_layers or [layout.recompute_layers]
+    recomputed = [(mode, layers) for mode in modes for layers in (full_layers if mode == "full" else [None])]
     options = [
-        (chunked.model_copy(update={"recompute": mode}), size, int(batch))
+        (chunked.model_copy(update={"recompute": mode, "recompute_layers": layers}), size, int(batch))
         for chunked in chunks
-        for mode in modes
+        for mode, layers in recomputed
         for size in sizes
         for batch in rounded_batch(workload, [layout.dp * size]).tolist()
         if batch > 0 and not interleaving_breaks(layout.pp, chunked.vpp, batch // (layout.dp * size))
@@ -102,6 +106,13 @@ def tuned_choice(
             )
             + " (training.micro_batch_size fixes it)"
         )
+    if len(full_layers) > 1 and chosen.recompute == "full":
+        covered = (
+            "every layer"
+            if chosen.recompute_layers is None
+            else f"{chosen.recompute_layers} layers per chunk"
+        )
+        notes.append(f"full recompute of {covered}: the least of those given that fits")
     if len(modes) > 1:
         notes.append(
             f"recompute not given: {chosen.recompute}, the fastest of {', '.join(modes)} that fits "
