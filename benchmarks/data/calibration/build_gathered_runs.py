@@ -247,6 +247,17 @@ TITAN_H200 = Source(
     "flash",
     compile=True,
 )
+# torchtitan's first performance page: FSDP2 (1D) on 64 A100 80GB, Llama 2 and Llama 3 at several activation
+# checkpointing modes. The A100 numbers are the same in every version of docs/performance.md that prints them:
+# Llama 2 from 395a526 (2024-04-18) until 4d88a8a (2024-12-03) removed it, Llama 3 from 1ea476e (2024-04-24)
+# until d4c86e3 (2025-01-30) replaced the page with the H100 benchmarks.
+TITAN_A100 = Source(
+    "PyTorch torchtitan repository docs/performance.md (FSDP2 1D on 64 A100 80GB)",
+    "",  # per row: which table
+    "torchtitan_a100_2024",
+    "torchtitan",
+    "flash",
+)
 BLOOM_PREQUEL = Source(
     "BigScience bigscience-workshop/bigscience train/tr11-176B-ml/chronicles-prequel.md (Megatron-DeepSpeed, "
     "Jean Zay A100 80GB)",
@@ -1418,6 +1429,106 @@ def rows() -> list[dict[str, str]]:
         )
     )
     out += flagperf_rows(next_id)
+    out += titan_a100_rows(next_id)
+    return out
+
+
+def titan_a100_rows(next_id: Iterator[int]) -> list[dict[str, str]]:
+    """torchtitan docs/performance.md (file at commit 157a12c562, 2024-04-24): WPS (tokens/s per GPU) and MFU
+    of Llama 2 13B/70B and Llama 3 8B/70B, FSDP2 over all 64 A100 80GB, one row per printed table line. The
+    setup not printed there is that commit's: train_configs/llama2_13b.toml, llama2_70b.toml (seq_len 4096),
+    llama3_8b.toml, llama3_70b.toml (seq_len 8192), all with compile = false and data_parallel_degree = -1;
+    parallelize_llama.py wraps each transformer block in FSDP2 with MixedPrecisionPolicy(param_dtype=bfloat16,
+    reduce_dtype=float32) and, for selective_ac_option = "op", a per-op policy that saves mm (every second one),
+    SDPA and reduce-scatter outputs; an integer option N checkpoints every Nth block whole (config_manager.py's
+    default is "2"). MFU is train.py's: 6 x all parameters + 12·L·h·s per token over 312 TFLOP/s, the count
+    of derived_mfu_pct."""
+    out: list[dict[str, str]] = []
+    ac_modes = {
+        "no": ("none", ""),
+        "selective layer": (
+            "full, every 2nd layer (torchtitan selective layer AC, selective_ac_option 2)",
+            ";activation_recompute(selective layer = every 2nd block: selective_ac_option default '2' in "
+            "torchtitan/config_manager.py; the number is not printed)",
+        ),
+        "selective op": ("per-op selective", ""),
+        "full": ("full", ""),
+    }
+    table = [
+        # table, key, seq_len (the model's train config), local batch, AC as printed, WPS, MFU %, note
+        ("Llama 3", "llama3_8b", 8192, 1, "selective layer", 2904, 56.8, ""),
+        ("Llama 3", "llama3_8b", 8192, 1, "selective op", 2973, 58.2, ""),
+        ("Llama 3", "llama3_70b", 8192, 1, "full", 331, 51.7, ""),
+        ("Llama 2", "llama2_13b", 4096, 2, "no", 2162, 61.1, ""),
+        ("Llama 2", "llama2_13b", 4096, 2, "selective layer", 1914, 54.1, ""),
+        ("Llama 2", "llama2_13b", 4096, 2, "selective op", 1904, 53.8, ""),
+        (
+            "Llama 2",
+            "llama2_70b",
+            4096,
+            1,
+            "selective op",
+            355,
+            50.8,
+            " Local batch 1 because batch 2 runs out of memory with selective AC (the table's footnote); the "
+            "first version of the file (395a526, 2024-04-18) printed OOM for 70B batch 2 with selective layer "
+            "and selective op AC, not gathered (no measurement).",
+        ),
+        (
+            "Llama 2",
+            "llama2_70b",
+            4096,
+            2,
+            "full",
+            353,
+            50.5,
+            " The text adds that with full AC the MFU 'can go up to 54%' at a larger local batch (batch not "
+            "printed; not gathered).",
+        ),
+    ]
+    for name, key, seq, local, printed_ac, wps, mfu, extra in table:
+        recompute, ac_inferred = ac_modes[printed_ac]
+        config = f"train_configs/{key}.toml"
+        tp_preset = key.endswith("70b")
+        row = make_row(
+            next(next_id),
+            TITAN_A100,
+            SHAPES[key],
+            detail=f"'{name} performance numbers' table, {SHAPES[key].name} local batch {local}, "
+            f"'{printed_ac}' AC row (file at commit 157a12c562, 2024-04-24)",
+            seq=seq,
+            gbs=local * 64,
+            mbs=local,
+            gpu=A100_80,
+            n=64,
+            tp=1,
+            pp=1,
+            zero="FSDP2 64-way",
+            recompute=recompute,
+            precision="bf16",
+            reported="model size;n_gpus(64 A100 80GB);FSDP2 1D;local batch size;global batch (local x 64 FSDP "
+            "ranks, the text's rule);activation checkpointing mode;tokens_per_sec_per_gpu(WPS);measured_mfu_pct",
+            inferred=f"arch (torchtitan {key.split('_')[0]} flavor, public Llama config);seq_len({seq}, "
+            f"{config} at 157a12c562);compile(no: compile = false in that config, not printed);precision(bf16 "
+            "params, fp32 gradient reduce: FSDP2 MixedPrecisionPolicy in parallelize_llama.py);step_time_s"
+            + ac_inferred,
+            notes=f"AC printed as '{printed_ac}'. WPS is per GPU (train.py: the rank's tokens over the log "
+            "interval's time); printed MFU = WPS x (6N + 12·L·h·s) / 312 TFLOP/s, which the derived columns "
+            "reproduce with this seq_len. Eager model (torch.compile off in the presets), SDPA is_causal "
+            "attention (flash kernel on A100), FSDP2 per transformer block, last block not resharded after "
+            "forward. Iteration the numbers were read at and the interconnect are not printed."
+            + (
+                f" {config} presets TP 8 and rmsnorm for 2D runs; these 1D rows override TP to 1 and the norm "
+                "they used is not printed."
+                if tp_preset
+                else f" {config} presets fused_rmsnorm."
+            )
+            + extra,
+            tokens_per_gpu=wps,
+            compiled=False,
+        )
+        row.update(measured_mfu_pct=f"{mfu:.1f}")
+        out.append(row)
     return out
 
 
