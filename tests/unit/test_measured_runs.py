@@ -139,40 +139,33 @@ def test_a_vpp_given_as_interleaved_is_tuned_over_more_than_one_virtual_stage(tm
 def test_partial_full_recompute_is_read_from_the_text_or_the_published_hfu(
     tmp_path: Path, recompute: str, hfu: str, mfu: str, expected: tuple[str, int | None]
 ) -> None:
-    row = _row(
-        activation_recompute=recompute,
-        framework="fsdp",
-        zero_stage_or_fsdp="FSDP FULL_SHARD",
-        tp="1",
-        pp="2",
-        dp="32",
-        vpp="1",
-        hfu_pct=hfu,
-        measured_mfu_pct=mfu,
-    )
-    (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework",)))
-    assert (case.layout.recompute, case.layout.recompute_layers) == expected
+    row = _fsdp_row(activation_recompute=recompute, hfu_pct=hfu, measured_mfu_pct=mfu)
+    assert _recomputed(tmp_path, row) == expected
 
 
 def test_a_recompute_share_read_from_hfu_is_raised_to_every_layer_where_it_could_not_have_fit(
     tmp_path: Path,
 ) -> None:
     # 5 of 16 layers a stage recomputed would leave 11 storing 16 sequences each: over 80 GB
-    row = _row(
+    row = _fsdp_row(
         activation_recompute="selective",
-        framework="fsdp",
-        zero_stage_or_fsdp="FSDP FULL_SHARD",
-        tp="1",
-        pp="2",
-        dp="32",
-        vpp="1",
         micro_batch="16",
         global_batch_sequences="1024",
         hfu_pct="66.5",
         measured_mfu_pct="60",
     )
+    assert _recomputed(tmp_path, row) == ("full", None)
+
+
+def _fsdp_row(**values: str) -> dict[str, str]:
+    """A row of FSDP over 32 ranks on a pipeline of 2 (16 layers a stage)."""
+    fsdp = {"framework": "fsdp", "zero_stage_or_fsdp": "FSDP FULL_SHARD", "tp": "1", "pp": "2", "dp": "32"}
+    return _row(vpp="1", **fsdp) | values
+
+
+def _recomputed(tmp_path: Path, row: dict[str, str]) -> tuple[str, int | None]:
     (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework",)))
-    assert (case.layout.recompute, case.layout.recompute_layers) == ("full", None)
+    return case.layout.recompute, case.layout.recompute_layers
 
 
 def test_deepspeed_zero3_and_eager_attention_are_read(tmp_path: Path) -> None:
