@@ -226,6 +226,27 @@ def test_estimate_recomputes_the_layers_it_is_told_and_refuses_a_count_without_f
     assert run.exit_code == 2 and "set recompute = full" in run.stderr
 
 
+def test_a_fused_norm_keeps_less_and_moves_less_than_torchtitans_composite_one(mfukit) -> None:  # type: ignore[no-untyped-def]
+    llama = ("--model", "llama2-13b", "--gpu", "a100-80gb-sxm", "--gpus", "64", "--seq-len", "4096")
+    layout = (
+        "--global-batch-size",
+        "128",
+        "--micro-batch-size",
+        "2",
+        "--fsdp",
+        "full",
+        "--framework",
+        "torchtitan",
+    )
+    layout = (*layout, "--recompute", "none", "--format", "json")
+    composite, fused = (
+        mfukit("estimate", *llama, *layout, *norm).json()["result"] for norm in ((), ("--norm", "fused"))
+    )
+    # the norm's input kept, not also its output: 2 of 4 bytes per element of its two norms a layer
+    assert fused["memory_per_gpu_bytes"] < composite["memory_per_gpu_bytes"]
+    assert fused["breakdown_s"]["memory_bound"] < composite["breakdown_s"]["memory_bound"]
+
+
 def test_estimate_rejects_an_interleaved_pipeline_with_too_few_micro_batches(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit(
         "estimate", "--model", "llama3.1-405b", "--gpu", "h100-sxm", "--gpus", "16384", "--seq-len", "8192",

@@ -189,6 +189,19 @@ def test_compile_and_tp_overlap_are_read_and_blank_means_the_default(tmp_path: P
     assert not blank.workload.compile and blank.workload.tp_comm_overlap is None  # the stack's default
 
 
+def test_the_norm_column_says_which_norm_kernel_ran_and_blank_keeps_the_stacks(tmp_path: Path) -> None:
+    rows = [
+        _row(row_id=str(i), framework="torchtitan", norm=norm)
+        for i, norm in enumerate(("fused", "eager", ""))
+    ]
+    fused, eager, blank = read_runs(_write(tmp_path / "runs.csv", rows, ("framework", "norm")))[0]
+    assert fused.workload.fused_norm is True and eager.workload.fused_norm is False
+    assert blank.workload.fused_norm is None  # torchtitan's composite RMSNorm: as its eager kernels
+    with pytest.raises(InputError) as raised:
+        read_runs(_write(tmp_path / "bad.csv", [_row(norm="triton")], ("norm",)))
+    assert raised.value.field == "norm"
+
+
 @pytest.mark.parametrize("column", ["compile", "tp_comm_overlap"])
 def test_a_switch_that_is_not_yes_or_no_names_its_column(tmp_path: Path, column: str) -> None:
     path = _write(tmp_path / "runs.csv", [_row(row_id="4", **{column: "sometimes"})], (column,))

@@ -99,6 +99,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--deadline": "training.deadline",
     "--attention-flops": "training.attention_flops",
     "--attention": "training.attention",
+    "--norm": "training.norm",
     "--offload-optimizer": "training.offload_optimizer",
     "--offload-optimizer-step": "training.offload_optimizer_step",
     "--offload-params": "training.offload_params",

@@ -13,6 +13,7 @@ PERF_FLAGS = (
     "precision",
     "attention_flops",
     "attention",
+    "norm",
     "offload_optimizer",
     "offload_optimizer_step",
     "offload_params",

@@ -37,6 +37,7 @@ Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 AttentionConvention = Literal["full", "causal"]
 Fp8Recipe = Literal["delayed", "current"]
 OptimizerStepDevice = Literal["cpu", "gpu"]
+NormKernel = Literal["fused", "eager"]
 # The software stacks the performance model tells apart (mfukit.perf.efficiency has a profile for each).
 Stack = Literal["megatron-core", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan", "fsdp", "nanotron"]
 STACKS: tuple[Stack, ...] = get_args(Stack)
@@ -172,6 +173,12 @@ class TrainingSection(Strict):
         default=0.0,
         description="share of the layers whose stored activations go to host memory until their backward: "
         "Megatron/NeMo --cpu-offloading-num-layers / num_layers",
+    )
+    norm: NormKernel | None = Field(
+        default=None,
+        description="the norm kernel: fused (apex / Triton RMSNorm, one kernel that keeps its input and per-row "
+        "statistics: torchtitan's 2024 fused_rmsnorm) or eager (composite ops that also keep the normalised "
+        "output); default: the stack's (data/memory_stacks.toml)",
     )
     attention: Literal["flash", "eager"] = Field(
         default="flash",

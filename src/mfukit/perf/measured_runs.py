@@ -28,7 +28,7 @@ from mfukit import catalog
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split, layout_problems
-from mfukit.core.scenario import Fp8Recipe, Precision
+from mfukit.core.scenario import Fp8Recipe, NormKernel, Precision
 from mfukit.errors import InputError
 from mfukit.perf import flops
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload, rounded_batch, stage_counts
@@ -58,7 +58,8 @@ MEASURED_COLUMNS = (
     "measured_tflops_per_gpu",
     "measured_mfu_pct",
 )
-OPTIONAL_COLUMNS = ("framework", "attention", "offload", "system", "compile", "tp_comm_overlap")
+OPTIONAL_COLUMNS = ("framework", "attention", "offload", "system", "compile", "tp_comm_overlap", "norm")
+NORM_KERNELS: dict[str, NormKernel] = {"fused": "fused", "eager": "eager"}  # the norm column (training.norm)
 # the node each GPU type of the schema ran in when a row names no catalog system (DGX/HGX 8-GPU nodes)
 GPU_SYSTEMS = (
     ("A100-SXM4-40GB", "dgx-a100-40gb"),
@@ -451,7 +452,12 @@ def _case(row: _Row) -> Case | SkippedRow:
     attention = row.text("attention").lower() or SOURCE_ATTENTION.get(row.text("source_group"), "")
     if attention not in ("", "flash", "eager"):
         raise row.error("attention", f"attention is {attention!r}", "use flash or eager")
-    stack_fields: dict[str, Any] = stack_memory_fields(stack)
+    norm_text = row.text("norm").lower()
+    if norm_text and norm_text not in NORM_KERNELS:
+        raise row.error(
+            "norm", f"norm is {norm_text!r}", "use fused or eager, or leave it empty (the stack's)"
+        )
+    stack_fields: dict[str, Any] = stack_memory_fields(stack, NORM_KERNELS.get(norm_text))
     workload = Workload(
         model=model,
         seq_len=seq,

@@ -44,7 +44,14 @@ from pydantic import Field
 
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
-from mfukit.core.scenario import OptimizerStepDevice, Precision, parse_headroom, read_document, stack_alias
+from mfukit.core.scenario import (
+    NormKernel,
+    OptimizerStepDevice,
+    Precision,
+    parse_headroom,
+    read_document,
+    stack_alias,
+)
 from mfukit.core.schema import Bytes, Strict, validate_as
 from mfukit.perf.activations import (
     KERNELS_NAMES,
@@ -179,13 +186,14 @@ def stack_memory(framework: str) -> StackMemory | None:
     return table.get(framework) or table.get(stack_alias(framework))
 
 
-def stack_memory_fields(framework: str) -> dict[str, object]:
+def stack_memory_fields(framework: str, norm: NormKernel | None = None) -> dict[str, object]:
     """The Workload fields of ``framework``'s memory behaviour (kernels, FP8 weights and main gradients,
     allocator, loss kernel, what selective recompute keeps); empty for a stack not listed (the Workload
-    defaults)."""
+    defaults). ``norm`` (``training.norm``), when given, says which norm kernel the run used instead."""
     stack = stack_memory(framework)
+    given: dict[str, object] = {} if norm is None else {"fused_norm": norm == "fused"}
     if stack is None:
-        return {}
+        return given
     return {
         "kernels": stack.kernels,
         "fp8_weights": stack.fp8_weights,
@@ -194,7 +202,7 @@ def stack_memory_fields(framework: str) -> dict[str, object]:
         "fused_cross_entropy": stack.fused_cross_entropy,
         "fused_norm": stack.fused_norm,
         "selective_recompute": stack.selective_recompute,
-    }
+    } | given
 
 
 def sharding_of(layout: Parallelism) -> Sharding:

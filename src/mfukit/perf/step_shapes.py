@@ -192,7 +192,9 @@ def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "f
         gemm(t, h, mlp_gate * ffn / tp, window=True, alternate=0.5 if swiglu else 0.0, fused_input=True),
         gemm(t, ffn / tp, h, alternate=0.0 if swiglu else 1.0, fused_input=True),
     ]
-    common = (2 * NORM_ACCESSES[kernels] + 2 * RESIDUAL_ADD_ACCESSES) * h * share + rope
+    # a fused norm kernel (apex, Triton: training.norm or the stack's) runs as one even among eager ops
+    norm = NORM_ACCESSES["fused" if w.fused_norm else kernels]
+    common = (2 * norm + 2 * RESIDUAL_ADD_ACCESSES) * h * share + rope
     memory = {"dense": act * t * (common + act_elements * ffn / tp)}
     moe_mlp: list[Gemm] = []
     dispatch = np.zeros_like(t)
