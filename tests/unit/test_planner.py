@@ -13,8 +13,9 @@ import pytest
 from mfukit import catalog
 from mfukit.core.parallelism import layout_problems
 from mfukit.errors import InputError
-from mfukit.perf.layouts import Workload
-from mfukit.perf.planner import SearchSpace, enumerate_layouts, search, stack_space
+from mfukit.perf.layouts import Workload, with_changes
+from mfukit.perf.memory_grid import grid_memory
+from mfukit.perf.planner import SearchSpace, enumerate_layouts, least_recompute, search, stack_space
 from mfukit.perf.scaling import SCAN_BELOW_BOUND, CountSearch, count_guess, smallest_count, valid_counts
 
 LLAMA = catalog.model("llama2-70b")
@@ -256,3 +257,39 @@ def test_a_count_search_cut_short_answers_the_smallest_count_it_found_and_says_w
     (why,) = cut.why_not
     untried = sorted(set(full.evaluated) - set(cut.evaluated))
     assert f"{len(untried)} counts between {untried[0]:,} and {untried[-1]:,} GPUs were not tried" in why
+
+
+def test_full_recompute_layouts_are_tried_again_with_the_fewest_layers_recomputed_that_fit() -> None:
+    # Llama 2 70B under FSDP on 64 A100 80GB: storing every layer's activations does not fit, recomputing
+    # all of them wastes a forward; the planner finds the count in between, and one layer fewer would not fit
+    workload = Workload(model=LLAMA, seq_len=4096, global_batch_sequences=128, framework="fsdp")
+    system, a100 = catalog.system("dgx-a100-80gb"), catalog.accelerator("a100-80gb-sxm")
+    hbm, headroom = a100.hbm_bytes, 2 * 2**30
+    grid, _, _ = enumerate_layouts(workload, system, 64, SearchSpace(tp=(1,), pp=(1,), cp=(1,)))
+    partial = least_recompute(workload, grid, system.gpus_per_node, hbm, headroom)
+    assert len(partial) and np.all((partial.recompute_layers >= 1) & (partial.recompute_layers < 80))
+    fitted = grid_memory(workload, partial, gpus_per_node=8).peak_bytes
+    fewer = grid_memory(
+        workload, with_changes(partial, recompute_layers=partial.recompute_layers - 1), gpus_per_node=8
+    )
+    assert np.all(fitted <= hbm - headroom) and np.all(fewer.peak_bytes > hbm - headroom)
+    result = search(
+        workload, system, a100, [64], space=SearchSpace(tp=(1,), pp=(1,), cp=(1,)), headroom_bytes=headroom
+    )
+    best = result.plans[0]
+    assert best.layout.recompute == "full" and best.layout.recompute_layers is not None
+    full = [
+        plan
+        for plan in result.plans
+        if plan.layout.recompute_layers is None and plan.layout.recompute == "full"
+    ]
+    assert all(best.mfu > plan.mfu for plan in full)
+    # a count the scenario gives is kept: no other is tried
+    given = search(
+        workload,
+        system,
+        a100,
+        [64],
+        space=SearchSpace(tp=(1,), pp=(1,), cp=(1,), recompute=("full",), recompute_layers=60),
+    )
+    assert {plan.layout.recompute_layers for plan in given.plans} == {60}

@@ -148,6 +148,8 @@ def search_space(inputs: PerfInputs) -> SearchSpace:
         if "recompute" in given:
             recompute: Recompute = layout.recompute
             fixed["recompute"] = (recompute,)
+        if layout.recompute_layers is not None:
+            fixed["recompute_layers"] = layout.recompute_layers
         if "sequence_parallel" in given:
             fixed["sequence_parallel"] = (layout.sequence_parallel,)
         if given & {"zero", "fsdp", "zero_impl"}:

@@ -307,6 +307,13 @@ def per_unique(function: Callable[..., float | Sequence[float]], *keys: npt.Arra
     return np.asarray(np.asarray(rows, dtype=np.float64)[inverse], dtype=np.float64)
 
 
+def concatenated(first: LayoutGrid, second: LayoutGrid) -> LayoutGrid:
+    """The layouts of ``first`` followed by those of ``second``."""
+    return LayoutGrid(
+        **{f.name: np.concatenate([getattr(first, f.name), getattr(second, f.name)]) for f in fields(first)}
+    )
+
+
 def with_changes(grid: LayoutGrid, **changes: npt.ArrayLike) -> LayoutGrid:
     """A copy of ``grid`` with some fields replaced (broadcast to its length)."""
     size = len(grid)

@@ -32,7 +32,9 @@ from mfukit.perf.layouts import (
     LayoutGrid,
     Workload,
     batch_change_note,
+    concatenated,
     rounded_batch,
+    with_changes,
 )
 from mfukit.perf.memory import Sharding
 from mfukit.perf.memory_grid import GridMemory, grid_memory
@@ -62,6 +64,9 @@ class SearchSpace:
     dp: tuple[int, ...] | None = None
     micro_batch_size: tuple[int, ...] | None = None
     recompute: tuple[Recompute, ...] = RECOMPUTES
+    # full recompute of the first N layers of each chunk (parallelism.recompute_layers) when given; None: every
+    # layer, and each full-recompute layout tried again with the fewest layers recomputed that fit
+    recompute_layers: int | None = None
     sharding: tuple[Sharding, ...] = DEFAULT_SHARDINGS
     sequence_parallel: tuple[bool, ...] = (True, False)
     uneven_pipeline: bool = True
@@ -298,9 +303,61 @@ def enumerate_layouts(
         sp=sp[chosen] & (tp[chosen] > 1),
         recompute=recompute[chosen],
         sharding=sharding[chosen],
-        recompute_layers=np.zeros(int(chosen.sum()), dtype=np.int64),
+        recompute_layers=np.where(
+            recompute[chosen] == RECOMPUTES.index("full"), space.recompute_layers or 0, 0
+        ).astype(np.int64),
     )
     return grid, rejected, considered
+
+
+def least_recompute(
+    workload: Workload, grid: LayoutGrid, gpus_per_node: int, hbm_bytes: float, headroom_bytes: float
+) -> LayoutGrid:
+    """The full-recompute layouts of ``grid`` that fit again, each recomputing only the fewest layers per
+    model chunk with which it still fits (what Megatron users tune ``--recompute-num-layers`` for: every layer
+    stored instead of recomputed saves its forward). A stage's memory is affine in the share r of its layers
+    recomputed (their inputs kept, the others' activations whole), so two evaluations, every layer and one
+    layer per chunk, give the least r that keeps both the allocation and the peak with its headroom in HBM."""
+    every_layer = (grid.recompute == RECOMPUTES.index("full")) & (grid.recompute_layers == 0)
+    base = grid.take(every_layer)
+    if not len(base):
+        return base
+    full = grid_memory(workload, base, gpus_per_node=gpus_per_node)
+    one = grid_memory(workload, with_changes(base, recompute_layers=1), gpus_per_node=gpus_per_node)
+    needed = np.zeros(len(base))
+    stages = (
+        (
+            base.first_layers,
+            full.first_bytes,
+            one.first_bytes,
+            full.first_required_bytes,
+            one.first_required_bytes,
+        ),
+        (
+            base.last_layers,
+            full.last_bytes,
+            one.last_bytes,
+            full.last_required_bytes,
+            one.last_required_bytes,
+        ),
+    )
+    for layers, peak_full, peak_one, required_full, required_one in stages:
+        share_one = with_changes(base, recompute_layers=1).recomputed_share(layers)
+        for at_full, at_one, capacity in (
+            (peak_full, peak_one, hbm_bytes - headroom_bytes),
+            (required_full, required_one, hbm_bytes),
+        ):
+            per_share = (at_one - at_full) / np.maximum(
+                1.0 - share_one, 1e-12
+            )  # bytes a stored layer share adds
+            share = 1.0 - (capacity - at_full) / np.maximum(per_share, 1e-12)
+            layers_needed = np.ceil(np.clip(share, 0.0, 1.0) * layers / base.vpp - 1e-9)
+            needed = np.maximum(needed, layers_needed)
+    per_chunk = np.maximum(base.first_layers, base.last_layers) // base.vpp
+    fits = (full.peak_bytes <= hbm_bytes - headroom_bytes) & (full.required_bytes <= hbm_bytes)
+    # none recomputed fits too: the layout without recompute is already in the grid
+    keep = fits & (needed >= 1) & (needed < per_chunk)
+    return with_changes(base.take(keep), recompute_layers=needed[keep].astype(np.int64))
 
 
 def layout_intervals(workload: Workload, grid: LayoutGrid, machine: Machine) -> list[Interval]:
@@ -399,6 +456,10 @@ def search(
     machines: dict[int, Machine] = {}
     for done, count in enumerate(gpu_counts):
         grid, why, total = enumerate_layouts(workload, system, count, space)
+        if space.recompute_layers is None:
+            partial = least_recompute(workload, grid, system.gpus_per_node, hbm, headroom_bytes)
+            grid = concatenated(grid, partial)
+            total += len(partial)
         considered += total
         for reason, number in why.items():
             rejected[reason] += number

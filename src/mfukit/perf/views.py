@@ -46,10 +46,11 @@ def layout_text(layout: Parallelism) -> str:
 
 
 def recompute_text(layout: Parallelism) -> str:
-    """``full``, or ``full (first 20 layers of each chunk)`` where ``recompute_layers`` caps it."""
+    """``full``, or ``full (20 layers/chunk)`` where ``recompute_layers`` caps it to the first layers of each
+    pipeline stage's model chunk."""
     if layout.recompute_layers is None:
         return layout.recompute
-    return f"{layout.recompute} (first {layout.recompute_layers} layers of each chunk)"
+    return f"{layout.recompute} ({layout.recompute_layers} layers/chunk)"
 
 
 def options_text(layout: Parallelism, *, sequence_parallel: bool = True, compact: bool = False) -> str:
