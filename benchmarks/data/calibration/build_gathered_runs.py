@@ -25,7 +25,7 @@ with (HERE.parents[2] / "tests" / "data" / "perf" / "megatron_published_runs.csv
     newline=""
 ) as _handle:
     SCHEMA = next(csv.reader(_handle))
-EXTRA_COLUMNS = ["framework", "attention", "offload", "system", "compile", "tp_comm_overlap"]
+EXTRA_COLUMNS = ["framework", "attention", "offload", "system", "compile", "tp_comm_overlap", "norm"]
 HEADER = SCHEMA + EXTRA_COLUMNS
 
 # Dense peaks per GPU in TFLOP/s (perf-model.md section 2 conventions).
@@ -445,6 +445,7 @@ def make_row(
     offload: str = "",
     compiled: bool | None = None,
     tp_overlap: bool | None = None,
+    norm: str = "",
 ) -> dict[str, str]:
     dp = n // (tp * pp * cp)
     if dp * tp * pp * cp != n:
@@ -513,6 +514,7 @@ def make_row(
         system=src.system or SYSTEMS.get(gpu, ""),
         compile=_switch(src.compile if compiled is None else compiled),
         tp_comm_overlap=_switch(tp_overlap),
+        norm=norm,
     )
     return row
 
@@ -1511,6 +1513,7 @@ def titan_a100_rows(next_id: Iterator[int]) -> list[dict[str, str]]:
             inferred=f"arch (torchtitan {key.split('_')[0]} flavor, public Llama config);seq_len({seq}, "
             f"{config} at 157a12c562);compile(no: compile = false in that config, not printed);precision(bf16 "
             "params, fp32 gradient reduce: FSDP2 MixedPrecisionPolicy in parallelize_llama.py);step_time_s"
+            + ("" if tp_preset else f";norm(fused: norm_type = fused_rmsnorm in {config})")
             + ac_inferred,
             notes=f"AC printed as '{printed_ac}'. WPS is per GPU (train.py: the rank's tokens over the log "
             "interval's time); printed MFU = WPS x (6N + 12·L·h·s) / 312 TFLOP/s, which the derived columns "
@@ -1521,11 +1524,12 @@ def titan_a100_rows(next_id: Iterator[int]) -> list[dict[str, str]]:
                 f" {config} presets TP 8 and rmsnorm for 2D runs; these 1D rows override TP to 1 and the norm "
                 "they used is not printed."
                 if tp_preset
-                else f" {config} presets fused_rmsnorm."
+                else f" {config} presets fused_rmsnorm (torchtitan's Triton RMSNorm: the norm column says fused)."
             )
             + extra,
             tokens_per_gpu=wps,
             compiled=False,
+            norm="" if tp_preset else "fused",
         )
         row.update(measured_mfu_pct=f"{mfu:.1f}")
         out.append(row)
