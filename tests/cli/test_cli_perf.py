@@ -247,6 +247,25 @@ def test_a_fused_norm_keeps_less_and_moves_less_than_torchtitans_composite_one(m
     assert fused["breakdown_s"]["memory_bound"] < composite["breakdown_s"]["memory_bound"]
 
 
+def test_an_eager_norm_on_a_fused_stack_keeps_and_moves_more(mfukit) -> None:  # type: ignore[no-untyped-def]
+    layout = ("--tp", "8", "--pp", "8", "--sequence-parallel", "--zero", "1", "--format", "json")
+    fused, eager = (
+        mfukit("estimate", *GPT3, *layout, *norm).json()["result"] for norm in ((), ("--norm", "eager"))
+    )
+    assert eager["memory_per_gpu_bytes"] > fused["memory_per_gpu_bytes"]
+    assert eager["breakdown_s"]["memory_bound"] > fused["breakdown_s"]["memory_bound"]
+
+
+def test_mfu_counts_the_recomputed_layers_it_is_told_in_hfu(mfukit) -> None:  # type: ignore[no-untyped-def]
+    run = ("mfu", "--model", "llama2-70b", "--gpu", "a100-80gb-sxm", "--seq-len", "4096")
+    given = ("--tokens-per-s-per-gpu", "353", "--recompute", "full", "--format", "json")
+    full, half = (
+        mfukit(*run, *given, *extra).json()["result"] for extra in ((), ("--recompute-layers", "40"))
+    )
+    assert half["mfu"] == full["mfu"]
+    assert half["hfu"] - half["mfu"] == pytest.approx((full["hfu"] - full["mfu"]) / 2, rel=1e-9)
+
+
 def test_estimate_rejects_an_interleaved_pipeline_with_too_few_micro_batches(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit(
         "estimate", "--model", "llama3.1-405b", "--gpu", "h100-sxm", "--gpus", "16384", "--seq-len", "8192",

@@ -15,7 +15,7 @@ from mfukit.core.schema import si
 from mfukit.perf.layouts import LayoutGrid, Workload, step_shape, with_changes
 from mfukit.perf.memory import estimate_memory
 from mfukit.perf.memory_grid import grid_memory
-from mfukit.perf.planner import SearchSpace, enumerate_layouts
+from mfukit.perf.planner import SearchSpace, enumerate_layouts, least_recompute
 from mfukit.perf.step_time import StepEstimate, estimate_steps, machine_for
 
 MODELS = ("gpt3-13b", "llama2-70b", "mixtral-8x7b", "llama3.1-8b", "deepseek-v3")
@@ -151,3 +151,25 @@ def test_the_memory_grid_is_estimate_memory_layout_by_layout(
         assert peaks[index] == pytest.approx(
             estimate_memory(workload.model, layout, shape).peak_bytes, rel=1e-9
         )
+
+
+@SETTINGS
+@given(spaces(), st.sampled_from((0.0, 4.0)))
+def test_the_least_recompute_found_fits_on_every_stage_and_one_layer_fewer_would_not(
+    case: tuple[Workload, str, int, LayoutGrid], headroom_gib: float
+) -> None:
+    workload, system, _gpus, grid = case
+    node = catalog.system(system)
+    hbm, headroom = catalog.accelerator(node.accelerator).hbm_bytes, headroom_gib * 2**30
+    every = with_changes(grid, recompute=2, recompute_layers=0)  # the sample as full-recompute layouts
+    partial = least_recompute(workload, every, node.gpus_per_node, hbm, headroom, none_searched=False)
+    if not len(partial):
+        return
+    memory = grid_memory(workload, partial, gpus_per_node=node.gpus_per_node)
+    assert np.all(memory.peak_bytes <= hbm - headroom + 1.0) and np.all(memory.required_bytes <= hbm + 1.0)
+    fewer = with_changes(partial, recompute_layers=partial.recompute_layers - 1)
+    tighter = partial.recompute_layers > 1
+    if not tighter.any():
+        return
+    over = grid_memory(workload, fewer.take(tighter), gpus_per_node=node.gpus_per_node)
+    assert np.all((over.peak_bytes > hbm - headroom) | (over.required_bytes > hbm))

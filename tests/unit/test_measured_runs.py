@@ -130,6 +130,8 @@ def test_a_vpp_given_as_interleaved_is_tuned_over_more_than_one_virtual_stage(tm
         ("full, 5 layers (--recompute-method block --recompute-num-layers 5)", "", "", ("full", 5)),
         ("full, every 2nd layer (torchtitan selective layer AC)", "", "", ("full", 8)),  # 16 per stage
         ("full, 40 layers", "", "", ("full", None)),  # more than a stage holds: every layer
+        ("full, every other layer", "", "", ("full", 8)),
+        ("full, uniform method, 1 layer", "", "", ("full", None)),  # every layer, checkpointed in groups
         # fms-fsdp's "selective" checkpointing of a share of the blocks: HFU / MFU = 1 + share x 0.33
         ("selective", "66.5", "60", ("full", 5)),
         ("selective", "60.2", "60", ("none", None)),
@@ -166,6 +168,12 @@ def _fsdp_row(**values: str) -> dict[str, str]:
 def _recomputed(tmp_path: Path, row: dict[str, str]) -> tuple[str, int | None]:
     (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework",)))
     return case.layout.recompute, case.layout.recompute_layers
+
+
+def test_full_recompute_of_no_layer_is_a_row_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError) as raised:
+        _recomputed(tmp_path, _fsdp_row(activation_recompute="full, 0 layers"))
+    assert raised.value.field == "activation_recompute" and "write none" in raised.value.render()
 
 
 def test_deepspeed_zero3_and_eager_attention_are_read(tmp_path: Path) -> None:

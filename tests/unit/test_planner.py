@@ -268,6 +268,17 @@ def test_full_recompute_layouts_are_tried_again_with_the_fewest_layers_recompute
     grid, _, _ = enumerate_layouts(workload, system, 64, SearchSpace(tp=(1,), pp=(1,), cp=(1,)))
     partial = least_recompute(workload, grid, system.gpus_per_node, hbm, headroom)
     assert len(partial) and np.all((partial.recompute_layers >= 1) & (partial.recompute_layers < 80))
+    # with recompute fixed to full there is no layout without it to fall back on: roomy layouts (Llama 2 7B,
+    # where storing every layer fits) get one layer a chunk
+    small = Workload(
+        model=catalog.model("llama2-7b"), seq_len=4096, global_batch_sequences=128, framework="fsdp"
+    )
+    roomy, _, _ = enumerate_layouts(
+        small, system, 64, SearchSpace(tp=(1,), pp=(1,), cp=(1,), recompute=("full",))
+    )
+    beside_none = least_recompute(small, roomy, system.gpus_per_node, hbm, headroom)
+    only_full = least_recompute(small, roomy, system.gpus_per_node, hbm, headroom, none_searched=False)
+    assert len(only_full) > len(beside_none) and np.any(only_full.recompute_layers == 1)
     fitted = grid_memory(workload, partial, gpus_per_node=8).peak_bytes
     fewer = grid_memory(
         workload, with_changes(partial, recompute_layers=partial.recompute_layers - 1), gpus_per_node=8
@@ -293,3 +304,17 @@ def test_full_recompute_layouts_are_tried_again_with_the_fewest_layers_recompute
         space=SearchSpace(tp=(1,), pp=(1,), cp=(1,), recompute=("full",), recompute_layers=60),
     )
     assert {plan.layout.recompute_layers for plan in given.plans} == {60}
+
+
+def test_the_least_recompute_holds_on_the_second_stage_of_an_uneven_pipeline() -> None:
+    # Llama 3.1 405B on PP 16-32 with lighter first and last stages: the second rank holds more layers than the
+    # first and nearly as many micro-batches in flight, so it is the stage that must fit
+    model = catalog.model("llama3.1-405b")
+    workload = Workload(model=model, seq_len=8192, global_batch_sequences=2048)
+    hbm, headroom = H100.hbm_bytes, 2 * 2**30
+    space = SearchSpace(tp=(8,), pp=(16, 32), cp=(1,), recompute=("full",), micro_batch_size=(1,))
+    grid, _, _ = enumerate_layouts(workload, DGX_H100, 4096, space)
+    partial = least_recompute(workload, grid, 8, hbm, headroom, none_searched=False)
+    memory = grid_memory(workload, partial, gpus_per_node=8)
+    assert len(partial) and np.all(memory.peak_bytes <= hbm - headroom)
+    assert np.any(memory.middle_bytes > np.maximum(memory.first_bytes, memory.last_bytes))

@@ -11,7 +11,7 @@ from mfukit.perf.estimate import evaluate_layout
 from mfukit.perf.layouts import Workload, grid_of
 from mfukit.perf.planner import evaluate_grid_memory
 from mfukit.perf.step_time import machine_for
-from mfukit.perf.unpublished import interleavings, tuned_choice
+from mfukit.perf.unpublished import _with_vpp, interleavings, tuned_choice
 
 A100 = catalog.accelerator("a100-80gb-sxm")
 DGX_A100 = catalog.system("dgx-a100-80gb")
@@ -97,3 +97,10 @@ def test_an_unpublished_vpp_is_the_fastest_interleaving_that_fits() -> None:
     # without candidates the layout's own vpp stays
     kept = tuned_choice(workload, layout, MACHINE, micro_batch_size=1, recomputes=("selective",))
     assert kept.layout.vpp == 1 and kept.notes == []
+
+
+def test_a_recomputed_layer_count_keeps_its_share_when_the_virtual_stages_change() -> None:
+    # 8 of the 16 layers of each rank (vpp 1) are 2 of the 4 layers of each of 4 chunks
+    layout = Parallelism(tp=8, pp=4, dp=4, recompute="full", recompute_layers=8)
+    chunked = _with_vpp(layout, 64, 4)
+    assert chunked.vpp == 4 and chunked.recompute_layers == 2

@@ -30,8 +30,8 @@ Exit 1 when a finding has error severity."""
               help="Scenario file with [model], [training], [parallelism], [cluster] and [ft] (the failure model).")  # fmt: skip
 @scenario_options(
     "model", "gpu", "gpus", "system", "nodes", "seq_len", "global_batch_size", "global_batch_tokens",
-    "micro_batch_size", "precision", "tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "recompute", "zero",
-    "fsdp", "framework", "failure_rate",
+    "micro_batch_size", "precision", "tp", "pp", "dp", "cp", "vpp", "sequence_parallel", "recompute",
+    "recompute_layers", "zero", "fsdp", "framework", "failure_rate",
 )  # fmt: skip
 @format_option
 @report_option

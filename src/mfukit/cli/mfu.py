@@ -32,6 +32,7 @@ from mfukit.perf.utilization_views import GivenRate, mfu_output
     "gpus",
     "nodes",
     "recompute",
+    "recompute_layers",
 )
 @format_option
 def mfu(

@@ -36,7 +36,7 @@ deploy/grafana/mfukit.json; docs/monitoring.md."""
               help="Scenario file with [model], [training], [parallelism] and [cluster] of the job.")  # fmt: skip
 @scenario_options(
     "model", "gpu", "gpus", "system", "nodes", "seq_len", "global_batch_size", "global_batch_tokens",
-    "micro_batch_size", "precision", "attention_flops", "tp", "pp", "dp", "recompute",
+    "micro_batch_size", "precision", "attention_flops", "tp", "pp", "dp", "recompute", "recompute_layers",
 )  # fmt: skip
 @click.option("--listen", default=f"127.0.0.1:{DEFAULT_PORT}", show_default=True,
               help="HOST:PORT to serve /metrics on (0.0.0.0:PORT for a sidecar scraped from outside).")  # fmt: skip

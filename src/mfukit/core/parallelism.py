@@ -252,6 +252,15 @@ def layout_problems(
             f"choose pp x vpp among {_divisors(model.num_hidden_layers)} so that every stage holds the same "
             "number of layers, or set first_stage_layers / last_stage_layers",
         )
+    chunk_layers = math.ceil(max(stage_layer_counts(layout, model.num_hidden_layers)) / layout.vpp)
+    need(
+        layout.recompute_layers is None or layout.recompute_layers <= chunk_layers,
+        "parallelism.recompute_layers",
+        layout.recompute_layers or 0,
+        f"recompute_layers = {layout.recompute_layers} is more than the {chunk_layers} layers of a model chunk "
+        f"({model.num_hidden_layers} layers over pp {layout.pp} x vpp {layout.vpp})",
+        f"give at most {chunk_layers}, or leave recompute_layers out to recompute every layer",
+    )
     need(
         layout.vpp == 1 or layout.pp > 1,
         "parallelism.vpp",

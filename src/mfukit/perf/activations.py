@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mfukit.core.model import ModelSpec
-from mfukit.core.parallelism import Recompute
+from mfukit.core.parallelism import Parallelism, Recompute, stage_layer_counts
 
 MASK_BYTES = 1.0  # a dropout mask is one byte per element (Korthikanti et al. 2022, §4.1)
 FP32_BYTES = 4.0
@@ -65,6 +65,23 @@ def recomputed_share(
     capped = np.minimum(1.0, chunks / np.maximum(np.asarray(stage_layers, dtype=np.float64), 1.0))
     share = np.where(np.asarray(layers_per_chunk) > 0, capped, 1.0)
     return np.asarray(np.where(full, share, 0.0), dtype=np.float64)
+
+
+def model_recomputed_share(layout: Parallelism, num_layers: int) -> float:
+    """Share of all ``num_layers`` layers whose forward full recompute runs again under ``layout``: 1 for every
+    layer, 0 without full recompute (what HFU adds is this share of the layers' forward)."""
+    first, middle, last = stage_layer_counts(layout, num_layers)
+
+    def recomputed(stage_layers: float) -> float:
+        full = layout.recompute == "full"
+        return (
+            float(recomputed_share(full, layout.recompute_layers or 0, layout.vpp, stage_layers))
+            * stage_layers
+        )
+
+    if layout.pp == 1:
+        return recomputed(first) / num_layers
+    return (recomputed(first) + recomputed(last) + (layout.pp - 2) * recomputed(middle)) / num_layers
 
 
 def fused_unless_eager(stated: bool | None, kernels: Kernels) -> bool:

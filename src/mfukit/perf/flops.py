@@ -126,13 +126,15 @@ def hardware_flops_per_token(
     seq_len: int,
     recompute: RecomputeMode,
     convention: AttentionConvention = "full",
+    recomputed_share: float = 1.0,
 ) -> float:
     """Training FLOPs per token the GPU executes, recompute included (what HFU counts): SC21 eq. 3 for full
-    recompute (the layers' forward again, the logits not)."""
+    recompute (the layers' forward again, the logits not), of ``recomputed_share`` of the layers where full
+    recompute covers only some (``parallelism.recompute_layers``)."""
     forward = forward_flops_per_token(model, seq_len, convention)
     model_flops = (1 + BACKWARD_TO_FORWARD) * forward.total
     if recompute == "full":
-        return model_flops + forward.total - forward.logits
+        return model_flops + recomputed_share * (forward.total - forward.logits)
     if recompute == "selective":
         return model_flops + forward.core_attention
     return model_flops

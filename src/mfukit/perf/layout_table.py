@@ -2,7 +2,7 @@
 user's own analysis: the degrees, the micro-batch, recompute, sharding and sequence parallelism, the
 predicted step time, MFU, throughput, peak memory and whether it fits, and the step-time breakdown.
 
-It reads the planner's own grid (:func:`~mfukit.perf.planner.enumerate_layouts`) and estimates
+It reads the planner's own grid (:func:`~mfukit.perf.planner.planned_layouts`) and estimates
 (:func:`~mfukit.perf.planner.evaluate_grid`), so the rows are exactly what ``plan`` ranked; layouts the
 planner prunes before estimating (divisibility, batch, schedule, compatibility) have no estimate and no row.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 from mfukit.core.hardware import Accelerator, System
 from mfukit.perf.layouts import RECOMPUTES, SHARDINGS, Workload
-from mfukit.perf.planner import SearchSpace, enumerate_layouts, evaluate_grid, stack_space
+from mfukit.perf.planner import SearchSpace, evaluate_grid, planned_layouts, stack_space
 from mfukit.perf.step_time import machine_for
 
 Row = dict[str, int | float | str | bool]
@@ -28,7 +28,9 @@ def every_layout(
     workload: Workload, system: System, accelerator: Accelerator, num_gpus: int, space: SearchSpace
 ) -> Iterator[Row]:
     """The rows of every evaluated layout on ``num_gpus`` GPUs, best MFU first (layouts that fit first)."""
-    grid, _, _ = enumerate_layouts(workload, system, num_gpus, stack_space(space, workload, accelerator))
+    grid, _, _ = planned_layouts(
+        workload, system, accelerator, num_gpus, stack_space(space, workload, accelerator)
+    )
     if not len(grid):
         return
     estimate, memory, _ = evaluate_grid(workload, grid, machine_for(system, accelerator, num_gpus))
@@ -50,6 +52,7 @@ def every_layout(
             "global_batch_sequences": int(grid.dp[i] * grid.mbs[i] * grid.num_microbatches[i]),
             "sequence_parallel": bool(grid.sp[i]),
             "recompute": RECOMPUTES[int(grid.recompute[i])],
+            "recompute_layers": int(grid.recompute_layers[i]),  # of each chunk, under full; 0: every layer
             "sharding": SHARDINGS[int(grid.sharding[i])],
             "step_time_s": float(estimate.step_time_s[i]),
             "mfu": float(estimate.mfu[i]),

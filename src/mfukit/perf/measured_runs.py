@@ -31,6 +31,7 @@ from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split,
 from mfukit.core.scenario import Fp8Recipe, NormKernel, Precision
 from mfukit.errors import InputError
 from mfukit.perf import flops
+from mfukit.perf.activations import model_recomputed_share
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload, rounded_batch, stage_counts
 from mfukit.perf.memory import stack_memory_fields
 
@@ -287,7 +288,7 @@ def _recompute(
     text = row.text("activation_recompute").lower()
     sp = "sequence-parallel" in text or "sequence parallel" in text
     if text.startswith("full"):
-        return ("full",), _recomputed_layers(text, layers_per_chunk), sp
+        return ("full",), _recomputed_layers(row, text, layers_per_chunk), sp
     if text.startswith("per-op selective") or (text.startswith("selective") and stack != "fsdp"):
         return ("selective",), None, sp  # Megatron's core-attention recompute, torchtitan's per-op SAC
     if text.startswith("selective"):
@@ -305,18 +306,27 @@ def _recompute(
     return None, None, sp
 
 
-def _recomputed_layers(text: str, layers_per_chunk: int) -> int | None:
-    """``full, every 2nd layer`` (torchtitan's layer AC, fms-fsdp's selective_checkpointing) or ``full, 20
-    layers`` (Megatron's block method): the layers of each chunk recomputed; None for every layer."""
+def _recomputed_layers(row: _Row, text: str, layers_per_chunk: int) -> int | None:
+    """``full, every 2nd layer`` / ``every other layer`` (torchtitan's layer AC, fms-fsdp's
+    selective_checkpointing) or ``full, 20 layers`` (Megatron's block method): the layers of each chunk
+    recomputed; None for every layer (Megatron's uniform method recomputes every layer in groups of N)."""
     every = re.search(r"every (\d+)", text)
     counted = re.search(r"(\d+) layers?\b", text)
-    if every is not None:
-        layers = math.ceil(layers_per_chunk / max(1, int(every.group(1))))
+    if "uniform" in text:
+        return None
+    if every is not None or "every other" in text:
+        layers = math.ceil(layers_per_chunk / (max(1, int(every.group(1))) if every is not None else 2))
     elif counted is not None:
         layers = int(counted.group(1))
+        if layers == 0:
+            raise row.error(
+                "activation_recompute",
+                f"activation_recompute is {row.text('activation_recompute')!r}: full recompute of 0 layers",
+                "write none, or the layers of each chunk recomputed",
+            )
     else:
         return None
-    return layers if 0 < layers < layers_per_chunk else None
+    return layers if layers < layers_per_chunk else None
 
 
 def _layers_from_utilization(row: _Row, model: ModelSpec, layers_per_chunk: int) -> int | None:
@@ -349,7 +359,8 @@ def _measured(
     if row.has("measured_tflops_per_gpu"):
         tflops = row.number("measured_tflops_per_gpu") * 1e12
         if row.text("tflops_accounting").lower().startswith("hardware"):
-            per_token = flops.hardware_flops_per_token(workload.model, seq, layout.recompute, "full")
+            share = model_recomputed_share(layout, workload.model.num_hidden_layers)
+            per_token = flops.hardware_flops_per_token(workload.model, seq, layout.recompute, "full", share)
             return tflops / per_token, "hardware"
         return tflops / model_flops, "model"
     peak = row.number("peak_tflops_used") * 1e12 if row.has("peak_tflops_used") else None

@@ -92,6 +92,7 @@ FP8_WEIGHTS_NAMES: dict[Fp8Weights, str] = {
 # plugins.grad_reduce_in_fp32 = False)
 MainGrads = Literal["fp32", "16-bit"]
 
+StageKind = Literal["first", "middle", "last", "only"]
 Sharding = Literal[
     "none",
     "distributed-optimizer",
@@ -404,7 +405,7 @@ def in_flight_microbatches(pp: int, vpp: int, rank: int, num_microbatches: int) 
 class StageMemory:
     """Peak memory of one GPU of one pipeline stage, by named part (bytes)."""
 
-    stage: Literal["first", "last", "only"]
+    stage: StageKind
     weights_bytes: float
     gradients_bytes: float
     optimizer_states_bytes: float
@@ -475,15 +476,22 @@ class StageMemory:
 
 @dataclass(frozen=True)
 class MemoryEstimate:
-    """The per-GPU peak (the larger of the first and last pipeline stage) and both stages' breakdowns."""
+    """The per-GPU peak (the largest of the first, the second and the last pipeline stage) and their
+    breakdowns. The second (``middle``, pp > 2) holds the most micro-batches in flight of the middle stages;
+    with an uneven split (fewer layers on the first and last) it can hold the most activations."""
 
     sharding: Sharding
     first: StageMemory
     last: StageMemory
+    middle: StageMemory | None = None
+
+    @property
+    def stages(self) -> list[StageMemory]:
+        return [self.first, *([self.middle] if self.middle is not None else []), self.last]
 
     @property
     def peak(self) -> StageMemory:
-        return self.first if self.first.total_bytes >= self.last.total_bytes else self.last
+        return max(self.stages, key=lambda stage: stage.total_bytes)
 
     @property
     def peak_bytes(self) -> float:
@@ -491,8 +499,8 @@ class MemoryEstimate:
 
     @property
     def required_bytes(self) -> float:
-        """The larger stage's :attr:`StageMemory.required_bytes`."""
-        return max(self.first.required_bytes, self.last.required_bytes)
+        """The largest stage's :attr:`StageMemory.required_bytes`."""
+        return max(stage.required_bytes for stage in self.stages)
 
     def fits(self, hbm_bytes: float) -> bool:
         """Whether the step runs in ``hbm_bytes``: its required bytes fit (the allocator gives back its cache
@@ -598,14 +606,18 @@ def parameters_per_gpu(model: ModelSpec, layout: Parallelism, shape: StepShape) 
 
 
 def stage_layers(num_layers: int, pp: int, rank: int, shape: StepShape) -> range:
-    """The layer indices pipeline ``rank`` (the first or the last) holds."""
+    """The layer indices pipeline ``rank`` holds (the first, the second, a middle one, or the last)."""
     uniform = num_layers // pp
     if pp == 1:
         return range(num_layers)
+    first = shape.first_stage_layers if shape.first_stage_layers is not None else uniform
     if rank == 0:
-        return range(shape.first_stage_layers if shape.first_stage_layers is not None else uniform)
-    count = shape.last_stage_layers if shape.last_stage_layers is not None else uniform
-    return range(num_layers - count, num_layers)
+        return range(first)
+    last = shape.last_stage_layers if shape.last_stage_layers is not None else uniform
+    if rank == pp - 1:
+        return range(num_layers - last, num_layers)
+    middle = (num_layers - first - last) // (pp - 2)  # the rest split evenly over the middle stages
+    return range(first + (rank - 1) * middle, first + rank * middle)
 
 
 def communicators(layout: Parallelism) -> int:
@@ -646,12 +658,17 @@ def estimate_memory(
     m = shape.num_microbatches if shape.num_microbatches is not None else layout.pp * layout.vpp
     act = activation_shape(layout, shape)
     stages: list[StageMemory] = []
-    kinds: list[tuple[Literal["first", "last", "only"], int]] = (
+    kinds: list[tuple[StageKind, int]] = (
         [("only", 0)] if layout.pp == 1 else [("first", 0), ("last", layout.pp - 1)]
     )
+    if layout.pp > 2:
+        kinds.append(("middle", 1))
     for kind, rank in kinds:
         stages.append(_stage_memory(model, layout, shape, allowances, sharding, kind, rank, m, act))
-    return MemoryEstimate(sharding=sharding, first=stages[0], last=stages[-1])
+    middle = stages[2] if layout.pp > 2 else None
+    return MemoryEstimate(
+        sharding=sharding, first=stages[0], last=stages[1] if layout.pp > 1 else stages[0], middle=middle
+    )
 
 
 def _stage_memory(
@@ -660,7 +677,7 @@ def _stage_memory(
     shape: StepShape,
     allowances: MemoryOverheads,
     sharding: Sharding,
-    kind: Literal["first", "last", "only"],
+    kind: StageKind,
     rank: int,
     num_microbatches: int,
     act: ActivationShape,

@@ -57,7 +57,7 @@ from mfukit.perf.memory import (
 )
 
 _GATHERING = np.asarray([name in {"zero-3", "fsdp-full", "fsdp-hybrid"} for name in SHARDINGS])
-_FIRST, _LAST = 0, 1
+_FIRST, _LAST, _MIDDLE = 0, 1, 2  # the middle stage: the second rank (pp > 2), the most in flight of them
 
 
 @dataclass(frozen=True)
@@ -73,23 +73,28 @@ class StageParamsGrid:
 
 @dataclass(frozen=True)
 class GridMemory:
-    """Peak memory per GPU of each layout (the larger of its first and last pipeline stage)."""
+    """Peak memory per GPU of each layout (the largest of its first, second and last pipeline stage; the
+    second, ``middle``, is -inf without one: pp <= 2)."""
 
     first_bytes: Floats
     last_bytes: Floats
+    middle_bytes: Floats
     first_params: StageParamsGrid
     last_params: StageParamsGrid
     # without the fragmentation allowance: what must fit (StageMemory.required_bytes)
     first_required_bytes: Floats
     last_required_bytes: Floats
+    middle_required_bytes: Floats
 
     @property
     def peak_bytes(self) -> Floats:
-        return np.maximum(self.first_bytes, self.last_bytes)
+        return np.maximum(np.maximum(self.first_bytes, self.last_bytes), self.middle_bytes)
 
     @property
     def required_bytes(self) -> Floats:
-        return np.maximum(self.first_required_bytes, self.last_required_bytes)
+        return np.maximum(
+            np.maximum(self.first_required_bytes, self.last_required_bytes), self.middle_required_bytes
+        )
 
 
 class _Terms:
@@ -112,7 +117,7 @@ class _Terms:
         )
 
     def layers(self, pp: int, first: int, last: int, kind: int) -> range:
-        rank = 0 if kind == _FIRST else pp - 1
+        rank = 0 if kind == _FIRST else 1 if kind == _MIDDLE and pp > 2 else pp - 1
         return stage_layers(self.model.num_hidden_layers, pp, rank, self.shape(first=first, last=last))
 
     def params(self, tp: int, ep: int, pp: int, first: int, last: int, kind: int) -> tuple[float, ...]:
@@ -266,11 +271,11 @@ def grid_memory(
     totals: list[Floats] = []
     required: list[Floats] = []
     held: list[StageParamsGrid] = []
-    for kind in (_FIRST, _LAST):
+    for kind in (_FIRST, _LAST, _MIDDLE):
         params = stage_params_grid(workload, g, kind, gpus_per_node)
         is_first = (kind == _FIRST) | (g.pp == 1)
         is_last = (kind == _LAST) | (g.pp == 1)
-        rank = np.where(kind == _FIRST, 0, g.pp - 1)
+        rank = np.where(kind == _FIRST, 0, np.where((kind == _MIDDLE) & (g.pp > 2), 1, g.pp - 1))
         in_flight = per_unique(in_flight_microbatches, g.pp, g.vpp, rank, g.num_microbatches)
         dense_layers, moe_layers, first_moe = per_unique(
             terms.layer_kinds, g.pp, g.first_layers, g.last_layers, kind
@@ -297,7 +302,11 @@ def grid_memory(
             + comm
             + params.gemm * fp8_copy_factor
         )
-        totals.append(allocated * (1 + fragmentation) + nccl + context)
-        required.append(allocated + nccl + context)
+        absent = -np.inf if kind == _MIDDLE else 0.0  # no middle stage without pp > 2
+        present = (g.pp > 2) | (kind != _MIDDLE)
+        totals.append(np.where(present, allocated * (1 + fragmentation) + nccl + context, absent))
+        required.append(np.where(present, allocated + nccl + context, absent))
         held.append(params)
-    return GridMemory(totals[0], totals[1], held[0], held[1], required[0], required[1])
+    return GridMemory(
+        totals[0], totals[1], totals[2], held[0], held[1], required[0], required[1], required[2]
+    )

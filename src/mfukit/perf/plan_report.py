@@ -56,7 +56,7 @@ def _parts(plan: Plan) -> dict[str, str]:
         "ep": f" EP{layout.ep}" if layout.ep > 1 else "",
         "mbs": f" mb{plan.micro_batch_size}",
         "recompute": f" rc-{layout.recompute}"
-        + (f"{layout.recompute_layers}" if layout.recompute_layers else ""),
+        + (f"/{layout.recompute_layers}" if layout.recompute_layers else ""),
         "sharding": f" {SHORT_SHARDING[sharding_of(layout)]}",
     }
 

@@ -310,53 +310,86 @@ def enumerate_layouts(
     return grid, rejected, considered
 
 
+def planned_layouts(
+    workload: Workload,
+    system: System,
+    accelerator: Accelerator,
+    num_gpus: int,
+    space: SearchSpace,
+    headroom_bytes: float = 0.0,
+) -> tuple[LayoutGrid, dict[str, int], int]:
+    """What ``plan`` ranks (and ``plan --all`` lists): :func:`enumerate_layouts`, and, unless the space fixes
+    the recomputed layers, each full-recompute layout again with the fewest layers recomputed that fit."""
+    grid, why, total = enumerate_layouts(workload, system, num_gpus, space)
+    if space.recompute_layers is not None:
+        return grid, why, total
+    partial = least_recompute(
+        workload,
+        grid,
+        system.gpus_per_node,
+        accelerator.hbm_bytes,
+        headroom_bytes,
+        none_searched="none" in space.recompute,
+    )
+    return concatenated(grid, partial), why, total + len(partial)
+
+
 def least_recompute(
-    workload: Workload, grid: LayoutGrid, gpus_per_node: int, hbm_bytes: float, headroom_bytes: float
+    workload: Workload,
+    grid: LayoutGrid,
+    gpus_per_node: int,
+    hbm_bytes: float,
+    headroom_bytes: float,
+    *,
+    none_searched: bool = True,
 ) -> LayoutGrid:
     """The full-recompute layouts of ``grid`` that fit again, each recomputing only the fewest layers per
     model chunk with which it still fits (what Megatron users tune ``--recompute-num-layers`` for: every layer
     stored instead of recomputed saves its forward). A stage's memory is affine in the share r of its layers
     recomputed (their inputs kept, the others' activations whole), so two evaluations, every layer and one
-    layer per chunk, give the least r that keeps both the allocation and the peak with its headroom in HBM."""
+    layer per chunk, give the least r that keeps both the allocation and the peak with its headroom in HBM,
+    on the first, the second and the last stage. Where nothing recomputed fits as well, the layout without
+    recompute is the better one and none is returned (``none_searched``: it is in the grid)."""
     every_layer = (grid.recompute == RECOMPUTES.index("full")) & (grid.recompute_layers == 0)
     base = grid.take(every_layer)
     if not len(base):
         return base
+    one_layer = with_changes(base, recompute_layers=1)
     full = grid_memory(workload, base, gpus_per_node=gpus_per_node)
-    one = grid_memory(workload, with_changes(base, recompute_layers=1), gpus_per_node=gpus_per_node)
-    needed = np.zeros(len(base))
-    stages = (
-        (
-            base.first_layers,
-            full.first_bytes,
-            one.first_bytes,
-            full.first_required_bytes,
-            one.first_required_bytes,
-        ),
-        (
-            base.last_layers,
-            full.last_bytes,
-            one.last_bytes,
-            full.last_required_bytes,
-            one.last_required_bytes,
-        ),
+    one = grid_memory(workload, one_layer, gpus_per_node=gpus_per_node)
+    middle_layers = np.where(
+        base.pp > 2,
+        (workload.model.num_hidden_layers - base.first_layers - base.last_layers)
+        // np.maximum(base.pp - 2, 1),
+        0,
     )
-    for layers, peak_full, peak_one, required_full, required_one in stages:
-        share_one = with_changes(base, recompute_layers=1).recomputed_share(layers)
-        for at_full, at_one, capacity in (
-            (peak_full, peak_one, hbm_bytes - headroom_bytes),
-            (required_full, required_one, hbm_bytes),
-        ):
-            per_share = (at_one - at_full) / np.maximum(
-                1.0 - share_one, 1e-12
-            )  # bytes a stored layer share adds
+    needed = np.zeros(len(base))
+    for stage, layers in (
+        ("first", base.first_layers),
+        ("middle", middle_layers),
+        ("last", base.last_layers),
+    ):
+        share_one = one_layer.recomputed_share(layers)
+        for suffix, capacity in (("bytes", hbm_bytes - headroom_bytes), ("required_bytes", hbm_bytes)):
+            present = np.isfinite(getattr(full, f"{stage}_{suffix}"))  # the middle stage exists with pp > 2
+            at_full = np.where(present, getattr(full, f"{stage}_{suffix}"), 0.0)
+            at_one = np.where(present, getattr(one, f"{stage}_{suffix}"), 0.0)
+            # bytes the share of layers not recomputed adds, per unit of share
+            per_share = (at_one - at_full) / np.maximum(1.0 - share_one, 1e-12)
             share = 1.0 - (capacity - at_full) / np.maximum(per_share, 1e-12)
             layers_needed = np.ceil(np.clip(share, 0.0, 1.0) * layers / base.vpp - 1e-9)
-            needed = np.maximum(needed, layers_needed)
-    per_chunk = np.maximum(base.first_layers, base.last_layers) // base.vpp
+            needed = np.maximum(needed, np.where(present, layers_needed, 0.0))
+    per_chunk = np.maximum(np.maximum(base.first_layers, base.last_layers), middle_layers) // base.vpp
     fits = (full.peak_bytes <= hbm_bytes - headroom_bytes) & (full.required_bytes <= hbm_bytes)
-    # none recomputed fits too: the layout without recompute is already in the grid
-    keep = fits & (needed >= 1) & (needed < per_chunk)
+    if none_searched:
+        # without recompute at all (no working set either) it may fit where one layer would not: that layout
+        # is in the grid already and faster
+        none = grid_memory(
+            workload, with_changes(base, recompute=RECOMPUTES.index("none")), gpus_per_node=gpus_per_node
+        )
+        fits &= ~((none.peak_bytes <= hbm_bytes - headroom_bytes) & (none.required_bytes <= hbm_bytes))
+    needed = np.maximum(needed, 1.0)
+    keep = fits & (needed < per_chunk)
     return with_changes(base.take(keep), recompute_layers=needed[keep].astype(np.int64))
 
 
@@ -455,11 +488,7 @@ def search(
     best: dict[int, Plan | None] = {}
     machines: dict[int, Machine] = {}
     for done, count in enumerate(gpu_counts):
-        grid, why, total = enumerate_layouts(workload, system, count, space)
-        if space.recompute_layers is None:
-            partial = least_recompute(workload, grid, system.gpus_per_node, hbm, headroom_bytes)
-            grid = concatenated(grid, partial)
-            total += len(partial)
+        grid, why, total = planned_layouts(workload, system, accelerator, count, space, headroom_bytes)
         considered += total
         for reason, number in why.items():
             rejected[reason] += number

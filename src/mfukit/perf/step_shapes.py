@@ -192,8 +192,12 @@ def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "f
         gemm(t, h, mlp_gate * ffn / tp, window=True, alternate=0.5 if swiglu else 0.0, fused_input=True),
         gemm(t, ffn / tp, h, alternate=0.0 if swiglu else 1.0, fused_input=True),
     ]
-    # a fused norm kernel (apex, Triton: training.norm or the stack's) runs as one even among eager ops
-    norm = NORM_ACCESSES["fused" if w.fused_norm else kernels]
+    # the norm as training.norm or the stack says: a fused kernel (apex, Triton) runs as one even among eager
+    # ops, composite ops as composite unless torch.compile fuses them
+    norm_kernels = (
+        "fused" if w.fused_norm else "composite" if w.fused_norm is False and not w.compile else kernels
+    )
+    norm = NORM_ACCESSES[norm_kernels]
     common = (2 * norm + 2 * RESIDUAL_ADD_ACCESSES) * h * share + rope
     memory = {"dense": act * t * (common + act_elements * ffn / tp)}
     moe_mlp: list[Gemm] = []

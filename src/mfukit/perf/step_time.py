@@ -45,6 +45,7 @@ the expected maximum of the ranks' jitter (:func:`straggler_factor`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, replace
 
@@ -56,6 +57,7 @@ from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import Precision
 from mfukit.perf import flops
+from mfukit.perf.activations import model_recomputed_share
 from mfukit.perf.efficiency import (
     CURRENT_SCALING,
     EagerElementwise,
@@ -74,6 +76,7 @@ from mfukit.perf.layouts import (
     Ints,
     LayoutGrid,
     Workload,
+    per_unique,
     sharding_fields,
 )
 from mfukit.perf.memory import (
@@ -269,7 +272,15 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
     ]
     executed = [executed_flops_per_token(workload, mode) for mode in RECOMPUTES]
     # full recompute of part of the layers (recompute_layers) executes that share of the layers' forward again
-    share = recomputed_layers(grid, shapes) / workload.model.num_hidden_layers
+    share = per_unique(
+        functools.partial(_model_share, workload.model.num_hidden_layers),
+        grid.recompute,
+        grid.recompute_layers,
+        grid.vpp,
+        grid.pp,
+        grid.first_layers,
+        grid.last_layers,
+    )
     none, full = RECOMPUTES.index("none"), RECOMPUTES.index("full")
 
     def with_recompute(per_mode: list[float]) -> Floats:
@@ -292,17 +303,20 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
     )
 
 
-def recomputed_layers(grid: LayoutGrid, shapes: LayerShapes) -> Floats:
-    """Layers of the whole model whose forward full recompute runs again (0 without full recompute)."""
-
-    def on_stage(counts: tuple[Floats, Floats]) -> Floats:
-        layers = counts[0] + counts[1]
-        return grid.recomputed_share(layers) * layers
-
-    middle_stages = np.maximum(grid.pp - 2, 0)
-    pipelined = on_stage(shapes.first_counts) + on_stage(shapes.last_counts)
-    pipelined = pipelined + middle_stages * on_stage(shapes.middle_counts)
-    return np.asarray(np.where(grid.pp == 1, on_stage(shapes.first_counts), pipelined), dtype=np.float64)
+def _model_share(
+    num_layers: int, recompute: int, layers: int, vpp: int, pp: int, first: int, last: int
+) -> float:
+    """:func:`~mfukit.perf.activations.model_recomputed_share` of one layout of a grid."""
+    full = RECOMPUTES[recompute] == "full"
+    split = {"first_stage_layers": first, "last_stage_layers": last} if pp > 1 else {}
+    layout = Parallelism(
+        pp=pp,
+        vpp=vpp,
+        recompute=RECOMPUTES[recompute],
+        recompute_layers=layers or None if full else None,
+        **split,
+    )
+    return model_recomputed_share(layout, num_layers)
 
 
 def weight_matrices_per_layer(model: ModelSpec) -> int:

@@ -25,6 +25,7 @@ Calibration rows are read once, with the shipped constants; a refit does not rev
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -142,9 +143,20 @@ def interleavings(num_layers: int, pp: int) -> list[int]:
 
 
 def _with_vpp(layout: Parallelism, num_layers: int, vpp: int) -> Parallelism:
-    """``layout`` with ``vpp`` chunks per rank and the stage split that goes with them."""
+    """``layout`` with ``vpp`` chunks per rank and the stage split that goes with them; a count of recomputed
+    layers per chunk keeps its share of each rank's layers (N x v over the rank's layers)."""
     if vpp == layout.vpp:
         return layout
     split = default_stage_split(num_layers, layout.pp, vpp)
     first, last = split or (None, None)
-    return layout.model_copy(update={"vpp": vpp, "first_stage_layers": first, "last_stage_layers": last})
+    recomputed = layout.recompute_layers
+    if recomputed is not None:
+        recomputed = max(1, math.ceil(recomputed * layout.vpp / vpp))
+    return layout.model_copy(
+        update={
+            "vpp": vpp,
+            "first_stage_layers": first,
+            "last_stage_layers": last,
+            "recompute_layers": recomputed,
+        }
+    )

@@ -107,10 +107,12 @@ def measure(
     peak_flops_per_s: float,
     recompute: RecomputeMode,
     convention: AttentionConvention,
+    recomputed_share: float = 1.0,
 ) -> Utilization:
-    """MFU, HFU and model/hardware FLOP/s per GPU of a run of ``model`` at ``tokens_per_s_per_gpu``."""
+    """MFU, HFU and model/hardware FLOP/s per GPU of a run of ``model`` at ``tokens_per_s_per_gpu``; full
+    recompute covers ``recomputed_share`` of the layers."""
     model_flops = model_flops_per_token(model, seq_len, convention)
-    hardware = hardware_flops_per_token(model, seq_len, recompute, convention)
+    hardware = hardware_flops_per_token(model, seq_len, recompute, convention, recomputed_share)
     by_convention: dict[str, float] = {
         name: utilization(model_flops_per_token(model, seq_len, name), tokens_per_s_per_gpu, peak_flops_per_s)
         for name in ATTENTION_CONVENTION_NAMES

@@ -10,8 +10,10 @@ from mfukit.catalog.resolved import ResolvedScenario
 from mfukit.core.hardware import Accelerator
 from mfukit.core.results import Cell, Output, Table, shown
 from mfukit.errors import InputError
+from mfukit.perf.activations import model_recomputed_share
 from mfukit.perf.efficiency import efficiency_for, large_gemm_fraction
 from mfukit.perf.utilization import Utilization, measure
+from mfukit.perf.views import recompute_text
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ def mfu_output(scene: ResolvedScenario, given: GivenRate, rate: float) -> Output
     """The output of ``mfu`` at ``rate`` tokens/s per GPU (found from ``given``); an MFU above 100 % is bad
     input, naming the flag that gave the rate."""
     training, accelerator = scene.scenario.training, scene.accelerator
-    recompute = scene.scenario.parallelism.recompute if scene.scenario.parallelism else "none"
+    layout = scene.scenario.parallelism
+    recompute = layout.recompute if layout else "none"
     peak = accelerator.peak_flops(training.precision)
     result = measure(
         scene.model,
@@ -48,6 +51,7 @@ def mfu_output(scene: ResolvedScenario, given: GivenRate, rate: float) -> Output
         peak_flops_per_s=peak,
         recompute=recompute,
         convention=training.attention_flops,
+        recomputed_share=model_recomputed_share(layout, scene.model.num_hidden_layers) if layout else 1.0,
     )
     flag, text = given.first()
     _check_possible(result, flag, text, accelerator, scene.num_gpus)
@@ -75,11 +79,12 @@ def mfu_output(scene: ResolvedScenario, given: GivenRate, rate: float) -> Output
             "hardware_flops_per_token": result.hardware_flops_per_token,
             "attention_convention": result.convention,
             "recompute": recompute,
+            "recompute_layers": layout.recompute_layers if layout else None,
             "mfu_by_convention": result.mfu_by_convention,
         },
-        assumptions=_assumptions(scene, result, recompute, peak),
+        assumptions=_assumptions(scene, result, recompute_text(layout) if layout else "none", peak),
         warnings=_warnings(scene, result, flag),
-        tables=[_table(scene, result, recompute, peak, rate)],
+        tables=[_table(scene, result, recompute_text(layout) if layout else "none", peak, rate)],
     )
 
 
@@ -126,7 +131,7 @@ def _assumptions(scene: ResolvedScenario, result: Utilization, recompute: str, p
         f"attention FLOPs: {result.convention_name} (--attention-flops to change)",
         f"peak: {scene.accelerator.display_name} dense {training.precision}, {units.format_flops_rate(peak)}",
         "model FLOPs: matrix multiplies only, backward = 2 x forward (Narayanan et al. 2021)",
-        f"HFU adds the recompute '{recompute}' executes (--recompute to change)",
+        f"HFU adds the recompute '{recompute}' executes (--recompute, --recompute-layers to change)",
         f"sequence length {training.seq_len} tokens ("
         + ("given" if "seq_len" in training.model_fields_set else "the default")
         + "; the 12·L·h·s attention term of the FLOPs depends on it; --seq-len to change)",
