@@ -70,18 +70,35 @@ def recomputed_share(
 def model_recomputed_share(layout: Parallelism, num_layers: int) -> float:
     """Share of all ``num_layers`` layers whose forward full recompute runs again under ``layout``: 1 for every
     layer, 0 without full recompute (what HFU adds is this share of the layers' forward)."""
-    first, middle, last = stage_layer_counts(layout, num_layers)
+    return stages_recomputed_share(
+        layout.recompute == "full",
+        layout.recompute_layers or 0,
+        layout.vpp,
+        layout.pp,
+        stage_layer_counts(layout, num_layers),
+        num_layers,
+    )
 
-    def recomputed(stage_layers: float) -> float:
-        full = layout.recompute == "full"
-        return (
-            float(recomputed_share(full, layout.recompute_layers or 0, layout.vpp, stage_layers))
-            * stage_layers
-        )
 
-    if layout.pp == 1:
+def stages_recomputed_share(
+    full: bool,
+    layers_per_chunk: int,
+    vpp: int,
+    pp: int,
+    stage_layers: tuple[float, float, float],
+    num_layers: int,
+) -> float:
+    """:func:`model_recomputed_share` from the layers of the first, a middle and the last stage."""
+    if not full:
+        return 0.0
+
+    def recomputed(layers: float) -> float:
+        return float(recomputed_share(True, layers_per_chunk, vpp, layers)) * layers
+
+    first, middle, last = stage_layers
+    if pp == 1:
         return recomputed(first) / num_layers
-    return (recomputed(first) + recomputed(last) + (layout.pp - 2) * recomputed(middle)) / num_layers
+    return (recomputed(first) + recomputed(last) + (pp - 2) * recomputed(middle)) / num_layers
 
 
 def fused_unless_eager(stated: bool | None, kernels: Kernels) -> bool:

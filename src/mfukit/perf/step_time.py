@@ -57,7 +57,7 @@ from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import Precision
 from mfukit.perf import flops
-from mfukit.perf.activations import model_recomputed_share
+from mfukit.perf.activations import stages_recomputed_share
 from mfukit.perf.efficiency import (
     CURRENT_SCALING,
     EagerElementwise,
@@ -306,17 +306,11 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
 def _model_share(
     num_layers: int, recompute: int, layers: int, vpp: int, pp: int, first: int, last: int
 ) -> float:
-    """:func:`~mfukit.perf.activations.model_recomputed_share` of one layout of a grid."""
+    """:func:`~mfukit.perf.activations.model_recomputed_share` of one layout of a grid (its first and last
+    stage's layers, the rest split evenly over the middle stages)."""
+    middle = (num_layers - first - last) / (pp - 2) if pp > 2 else 0.0
     full = RECOMPUTES[recompute] == "full"
-    split = {"first_stage_layers": first, "last_stage_layers": last} if pp > 1 else {}
-    layout = Parallelism(
-        pp=pp,
-        vpp=vpp,
-        recompute=RECOMPUTES[recompute],
-        recompute_layers=layers or None if full else None,
-        **split,
-    )
-    return model_recomputed_share(layout, num_layers)
+    return stages_recomputed_share(full, layers, vpp, pp, (first, middle, last), num_layers)
 
 
 def weight_matrices_per_layer(model: ModelSpec) -> int:
