@@ -247,6 +247,28 @@ def test_a_fused_norm_keeps_less_and_moves_less_than_torchtitans_composite_one(m
     assert fused["breakdown_s"]["memory_bound"] < composite["breakdown_s"]["memory_bound"]
 
 
+def test_an_unset_recompute_is_read_as_the_fewest_layers_that_fit(mfukit) -> None:  # type: ignore[no-untyped-def]
+    # Llama 2 70B under FSDP on 64 A100s at micro-batches of 2 (torchtitan's 2024 run): storing every layer
+    # does not fit, recomputing all 80 wastes forwards; a tuned run recomputes as many as fitting takes
+    llama = ("--model", "llama2-70b", "--gpu", "a100-80gb-sxm", "--gpus", "64", "--seq-len", "4096")
+    run = (
+        *llama,
+        "--global-batch-size",
+        "128",
+        "--micro-batch-size",
+        "2",
+        "--fsdp",
+        "full",
+        "--framework",
+        "fsdp",
+    )
+    tuned = mfukit("estimate", *run, "--format", "json").json()["result"]
+    every = mfukit("estimate", *run, "--recompute", "full", "--format", "json").json()["result"]
+    assert tuned["layout"]["recompute"] == "full" and 0 < tuned["layout"]["recompute_layers"] < 80
+    assert every["layout"]["recompute_layers"] is None and tuned["step_time_s"] < every["step_time_s"]
+    assert tuned["fits"]
+
+
 def test_an_eager_norm_on_a_fused_stack_keeps_and_moves_more(mfukit) -> None:  # type: ignore[no-untyped-def]
     layout = ("--tp", "8", "--pp", "8", "--sequence-parallel", "--zero", "1", "--format", "json")
     fused, eager = (

@@ -29,6 +29,7 @@ from mfukit.perf.layouts import (
     SHARDINGS,
     Bools,
     Floats,
+    Ints,
     LayoutGrid,
     Workload,
     batch_change_note,
@@ -344,16 +345,37 @@ def least_recompute(
     none_searched: bool = True,
 ) -> LayoutGrid:
     """The full-recompute layouts of ``grid`` that fit again, each recomputing only the fewest layers per
-    model chunk with which it still fits (what Megatron users tune ``--recompute-num-layers`` for: every layer
-    stored instead of recomputed saves its forward). A stage's memory is affine in the share r of its layers
+    model chunk with which it still fits (:func:`least_recompute_layers`)."""
+    counts = least_recompute_layers(
+        workload, grid, gpus_per_node, hbm_bytes, headroom_bytes, none_searched=none_searched
+    )
+    keep = counts > 0
+    return with_changes(grid.take(keep), recompute_layers=counts[keep])
+
+
+def least_recompute_layers(
+    workload: Workload,
+    grid: LayoutGrid,
+    gpus_per_node: int,
+    hbm_bytes: float,
+    headroom_bytes: float,
+    *,
+    none_searched: bool = True,
+    check_peak: bool = True,
+) -> Ints:
+    """For each layout of ``grid``: the fewest layers per model chunk full recompute must cover for it to fit;
+    0 where it is not a full recompute of every layer, does not fit even so, or needs every layer. Fewer
+    layers recomputed is what Megatron users tune ``--recompute-num-layers`` for: every layer stored instead
+    of recomputed saves its forward. A stage's memory is affine in the share r of its layers
     recomputed (their inputs kept, the others' activations whole), so two evaluations, every layer and one
     layer per chunk, give the least r that keeps both the allocation and the peak with its headroom in HBM,
     on the first, the second and the last stage. Where nothing recomputed fits as well, the layout without
-    recompute is the better one and none is returned (``none_searched``: it is in the grid)."""
+    recompute is the better one and the count is 0 (``none_searched``: it is in the grid)."""
     every_layer = (grid.recompute == RECOMPUTES.index("full")) & (grid.recompute_layers == 0)
+    counts = np.zeros(len(grid), dtype=np.int64)
     base = grid.take(every_layer)
     if not len(base):
-        return base
+        return counts
     one_layer = with_changes(base, recompute_layers=1)
     full = grid_memory(workload, base, gpus_per_node=gpus_per_node)
     one = grid_memory(workload, one_layer, gpus_per_node=gpus_per_node)
@@ -370,7 +392,11 @@ def least_recompute(
         ("last", base.last_layers),
     ):
         share_one = one_layer.recomputed_share(layers)
-        for suffix, capacity in (("bytes", hbm_bytes - headroom_bytes), ("required_bytes", hbm_bytes)):
+        # what must fit: the allocation; and, as plan keeps it, the peak with its allocator cache and headroom
+        limits = [("required_bytes", hbm_bytes)] + (
+            [("bytes", hbm_bytes - headroom_bytes)] if check_peak else []
+        )
+        for suffix, capacity in limits:
             present = np.isfinite(getattr(full, f"{stage}_{suffix}"))  # the middle stage exists with pp > 2
             at_full = np.where(present, getattr(full, f"{stage}_{suffix}"), 0.0)
             at_one = np.where(present, getattr(one, f"{stage}_{suffix}"), 0.0)
@@ -380,17 +406,22 @@ def least_recompute(
             layers_needed = np.ceil(np.clip(share, 0.0, 1.0) * layers / base.vpp - 1e-9)
             needed = np.maximum(needed, np.where(present, layers_needed, 0.0))
     per_chunk = np.maximum(np.maximum(base.first_layers, base.last_layers), middle_layers) // base.vpp
-    fits = (full.peak_bytes <= hbm_bytes - headroom_bytes) & (full.required_bytes <= hbm_bytes)
+
+    def fitting(memory: GridMemory) -> Bools:
+        peak_fits = memory.peak_bytes <= hbm_bytes - headroom_bytes if check_peak else True
+        return np.asarray((memory.required_bytes <= hbm_bytes) & peak_fits, dtype=bool)
+
+    fits = fitting(full)
     if none_searched:
         # without recompute at all (no working set either) it may fit where one layer would not: that layout
         # is in the grid already and faster
         none = grid_memory(
             workload, with_changes(base, recompute=RECOMPUTES.index("none")), gpus_per_node=gpus_per_node
         )
-        fits &= ~((none.peak_bytes <= hbm_bytes - headroom_bytes) & (none.required_bytes <= hbm_bytes))
+        fits &= ~fitting(none)
     needed = np.maximum(needed, 1.0)
-    keep = fits & (needed < per_chunk)
-    return with_changes(base.take(keep), recompute_layers=needed[keep].astype(np.int64))
+    counts[every_layer] = np.where(fits & (needed < per_chunk), needed, 0).astype(np.int64)
+    return counts
 
 
 def layout_intervals(workload: Workload, grid: LayoutGrid, machine: Machine) -> list[Interval]:

@@ -32,9 +32,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split
-from mfukit.perf.layouts import RECOMPUTES, Workload, grid_of, rounded_batch
-from mfukit.perf.planner import MAX_VPP, evaluate_grid_memory, interleaving_breaks, micro_batch_options
+from mfukit.perf.layouts import RECOMPUTES, LayoutGrid, Workload, grid_of, rounded_batch
+from mfukit.perf.planner import (
+    MAX_VPP,
+    evaluate_grid_memory,
+    interleaving_breaks,
+    least_recompute_layers,
+    micro_batch_options,
+)
 from mfukit.perf.step_time import Machine
+from mfukit.perf.views import recompute_text
 
 
 @dataclass(frozen=True)
@@ -77,15 +84,27 @@ def tuned_choice(
     ]
     if not options:  # no candidate splits the batch: the estimate says why, at micro-batch 1
         return TunedChoice(layout, micro_batch_size or 1, [])
-    candidates = [candidate for candidate, _, _ in options]
-    grid = grid_of(
-        candidates,
-        model=workload.model,
-        micro_batch_size=[size for _, size, _ in options],
-        num_microbatches=[batch // (layout.dp * size) for _, size, batch in options],
-    )
-    estimate, memory, _ = evaluate_grid_memory(workload, grid, machine)
     hbm = machine.accelerator.hbm_bytes
+    if recompute_layers is None and len(modes) > 1 and "full" in modes:
+        # recompute not given: a tuned run recomputes only as many layers as fitting takes, as plan searches it
+        # (a given "full" is every layer)
+        counts = least_recompute_layers(
+            workload,
+            _grid(workload, layout, options),
+            machine.gpus_per_node,
+            hbm,
+            headroom_bytes,
+            none_searched="none" in modes,
+            check_peak=headroom_bytes > 0,
+        )
+        options += [
+            (candidate.model_copy(update={"recompute_layers": int(count)}), size, batch)
+            for (candidate, size, batch), count in zip(options, counts, strict=True)
+            if count > 0
+        ]
+    candidates = [candidate for candidate, _, _ in options]
+    grid = _grid(workload, layout, options)
+    estimate, memory, _ = evaluate_grid_memory(workload, grid, machine)
     # runs at all (its required bytes fit); with a headroom, keeps it free as plan does
     fits = (memory.required_bytes <= hbm) & (
         (headroom_bytes <= 0) | (memory.peak_bytes <= hbm - headroom_bytes)
@@ -116,8 +135,9 @@ def tuned_choice(
         notes.append(f"full recompute of {covered}: the least of those given that fits")
     if len(modes) > 1:
         notes.append(
-            f"recompute not given: {chosen.recompute}, the fastest of {', '.join(modes)} that fits "
-            "(parallelism.recompute fixes it)"
+            f"recompute not given: {recompute_text(chosen)}, the fastest of {', '.join(modes)} (full of every "
+            "layer, or of the fewest layers per chunk that fit) that fits (parallelism.recompute and "
+            "recompute_layers fix it)"
         )
     scheduled = sorted({candidate.vpp for candidate in candidates})
     if len(chunks) > 1:
@@ -140,6 +160,16 @@ def interleavings(num_layers: int, pp: int) -> list[int]:
         or (num_layers >= pp * v and num_layers % (pp * v) == 0)
         or default_stage_split(num_layers, pp, v) is not None
     ]
+
+
+def _grid(workload: Workload, layout: Parallelism, options: list[tuple[Parallelism, int, int]]) -> LayoutGrid:
+    """The candidate layouts of ``options`` (layout, micro-batch, batch) as a grid."""
+    return grid_of(
+        [candidate for candidate, _, _ in options],
+        model=workload.model,
+        micro_batch_size=[size for _, size, _ in options],
+        num_microbatches=[batch // (layout.dp * size) for _, size, batch in options],
+    )
 
 
 def _with_vpp(layout: Parallelism, num_layers: int, vpp: int) -> Parallelism:
