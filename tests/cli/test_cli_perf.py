@@ -9,6 +9,18 @@ import pytest
 
 EXAMPLE = str(Path(__file__).parents[2] / "examples" / "llama3-70b_h100x1024.toml")
 GPT3 = ["--model", "gpt3-175b", "--gpu", "a100-80gb-sxm", "--gpus", "1024", "--global-batch-size", "1536"]
+# torchtitan's 2024 A100 runs: FSDP over 64 A100s, 4,096-token sequences, micro-batches of 2
+FSDP_ON_64_A100 = (
+    "--gpu",
+    "a100-80gb-sxm",
+    "--gpus",
+    "64",
+    "--seq-len",
+    "4096",
+    "--global-batch-size",
+    "128",
+)
+FSDP_ON_64_A100 = (*FSDP_ON_64_A100, "--micro-batch-size", "2", "--fsdp", "full")
 ESTIMATE_KEYS = {
     "step_time_s",
     "mfu",
@@ -227,20 +239,10 @@ def test_estimate_recomputes_the_layers_it_is_told_and_refuses_a_count_without_f
 
 
 def test_a_fused_norm_keeps_less_and_moves_less_than_torchtitans_composite_one(mfukit) -> None:  # type: ignore[no-untyped-def]
-    llama = ("--model", "llama2-13b", "--gpu", "a100-80gb-sxm", "--gpus", "64", "--seq-len", "4096")
-    layout = (
-        "--global-batch-size",
-        "128",
-        "--micro-batch-size",
-        "2",
-        "--fsdp",
-        "full",
-        "--framework",
-        "torchtitan",
-    )
-    layout = (*layout, "--recompute", "none", "--format", "json")
+    layout = ("--model", "llama2-13b", *FSDP_ON_64_A100, "--framework", "torchtitan", "--recompute", "none")
+    layout = (*layout, "--format", "json")
     composite, fused = (
-        mfukit("estimate", *llama, *layout, *norm).json()["result"] for norm in ((), ("--norm", "fused"))
+        mfukit("estimate", *layout, *norm).json()["result"] for norm in ((), ("--norm", "fused"))
     )
     # the norm's input kept, not also its output: 2 of 4 bytes per element of its two norms a layer
     assert fused["memory_per_gpu_bytes"] < composite["memory_per_gpu_bytes"]
@@ -250,18 +252,7 @@ def test_a_fused_norm_keeps_less_and_moves_less_than_torchtitans_composite_one(m
 def test_an_unset_recompute_is_read_as_the_fewest_layers_that_fit(mfukit) -> None:  # type: ignore[no-untyped-def]
     # Llama 2 70B under FSDP on 64 A100s at micro-batches of 2 (torchtitan's 2024 run): storing every layer
     # does not fit, recomputing all 80 wastes forwards; a tuned run recomputes as many as fitting takes
-    llama = ("--model", "llama2-70b", "--gpu", "a100-80gb-sxm", "--gpus", "64", "--seq-len", "4096")
-    run = (
-        *llama,
-        "--global-batch-size",
-        "128",
-        "--micro-batch-size",
-        "2",
-        "--fsdp",
-        "full",
-        "--framework",
-        "fsdp",
-    )
+    run = ("--model", "llama2-70b", *FSDP_ON_64_A100, "--framework", "fsdp")
     tuned = mfukit("estimate", *run, "--format", "json").json()["result"]
     every = mfukit("estimate", *run, "--recompute", "full", "--format", "json").json()["result"]
     assert tuned["layout"]["recompute"] == "full" and 0 < tuned["layout"]["recompute_layers"] < 80
