@@ -15,7 +15,7 @@ from mfukit.core.schema import si
 from mfukit.perf.layouts import LayoutGrid, Workload, step_shape, with_changes
 from mfukit.perf.memory import estimate_memory
 from mfukit.perf.memory_grid import grid_memory
-from mfukit.perf.planner import SearchSpace, enumerate_layouts, least_recompute
+from mfukit.perf.planner import SearchSpace, enumerate_layouts, least_recompute, recomputing_fewer
 from mfukit.perf.step_time import StepEstimate, estimate_steps, machine_for
 
 MODELS = ("gpt3-13b", "llama2-70b", "mixtral-8x7b", "llama3.1-8b", "deepseek-v3")
@@ -162,7 +162,8 @@ def test_the_least_recompute_found_fits_on_every_stage_and_one_layer_fewer_would
     node = catalog.system(system)
     hbm, headroom = catalog.accelerator(node.accelerator).hbm_bytes, headroom_gib * 2**30
     every = with_changes(grid, recompute=2, recompute_layers=0)  # the sample as full-recompute layouts
-    partial = least_recompute(workload, every, node.gpus_per_node, hbm, headroom, none_searched=False)
+    counts = least_recompute(workload, every, node.gpus_per_node, hbm, headroom, none_searched=False)
+    partial = recomputing_fewer(every, counts)
     if not len(partial):
         return
     memory = grid_memory(workload, partial, gpus_per_node=node.gpus_per_node)

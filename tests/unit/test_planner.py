@@ -15,7 +15,14 @@ from mfukit.core.parallelism import layout_problems
 from mfukit.errors import InputError
 from mfukit.perf.layouts import Workload, with_changes
 from mfukit.perf.memory_grid import grid_memory
-from mfukit.perf.planner import SearchSpace, enumerate_layouts, least_recompute, search, stack_space
+from mfukit.perf.planner import (
+    SearchSpace,
+    enumerate_layouts,
+    least_recompute,
+    recomputing_fewer,
+    search,
+    stack_space,
+)
 from mfukit.perf.scaling import SCAN_BELOW_BOUND, CountSearch, count_guess, smallest_count, valid_counts
 
 LLAMA = catalog.model("llama2-70b")
@@ -266,7 +273,7 @@ def test_full_recompute_layouts_are_tried_again_with_the_fewest_layers_recompute
     system, a100 = catalog.system("dgx-a100-80gb"), catalog.accelerator("a100-80gb-sxm")
     hbm, headroom = a100.hbm_bytes, 2 * 2**30
     grid, _, _ = enumerate_layouts(workload, system, 64, SearchSpace(tp=(1,), pp=(1,), cp=(1,)))
-    partial = least_recompute(workload, grid, system.gpus_per_node, hbm, headroom)
+    partial = recomputing_fewer(grid, least_recompute(workload, grid, system.gpus_per_node, hbm, headroom))
     assert len(partial) and np.all((partial.recompute_layers >= 1) & (partial.recompute_layers < 80))
     # with recompute fixed to full there is no layout without it to fall back on: roomy layouts (Llama 2 7B,
     # where storing every layer fits) get one layer a chunk
@@ -276,8 +283,10 @@ def test_full_recompute_layouts_are_tried_again_with_the_fewest_layers_recompute
     roomy, _, _ = enumerate_layouts(
         small, system, 64, SearchSpace(tp=(1,), pp=(1,), cp=(1,), recompute=("full",))
     )
-    beside_none = least_recompute(small, roomy, system.gpus_per_node, hbm, headroom)
-    only_full = least_recompute(small, roomy, system.gpus_per_node, hbm, headroom, none_searched=False)
+    beside_none = recomputing_fewer(roomy, least_recompute(small, roomy, system.gpus_per_node, hbm, headroom))
+    only_full = recomputing_fewer(
+        roomy, least_recompute(small, roomy, system.gpus_per_node, hbm, headroom, none_searched=False)
+    )
     assert len(only_full) > len(beside_none) and np.any(only_full.recompute_layers == 1)
     fitted = grid_memory(workload, partial, gpus_per_node=8).peak_bytes
     fewer = grid_memory(
@@ -314,7 +323,7 @@ def test_the_least_recompute_holds_on_the_second_stage_of_an_uneven_pipeline() -
     hbm, headroom = H100.hbm_bytes, 2 * 2**30
     space = SearchSpace(tp=(8,), pp=(16, 32), cp=(1,), recompute=("full",), micro_batch_size=(1,))
     grid, _, _ = enumerate_layouts(workload, DGX_H100, 4096, space)
-    partial = least_recompute(workload, grid, 8, hbm, headroom, none_searched=False)
+    partial = recomputing_fewer(grid, least_recompute(workload, grid, 8, hbm, headroom, none_searched=False))
     memory = grid_memory(workload, partial, gpus_per_node=8)
     assert len(partial) and np.all(memory.peak_bytes <= hbm - headroom)
     assert np.any(memory.middle_bytes > np.maximum(memory.first_bytes, memory.last_bytes))

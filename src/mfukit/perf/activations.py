@@ -67,6 +67,14 @@ def recomputed_share(
     return np.asarray(np.where(full, share, 0.0), dtype=np.float64)
 
 
+def layout_recompute(layout: Parallelism | None, num_layers: int) -> tuple[Recompute, float]:
+    """The recompute mode of ``layout`` (none without one) and the share of the layers full recompute covers
+    (:func:`model_recomputed_share`): what HFU needs of a layout."""
+    if layout is None:
+        return "none", 0.0
+    return layout.recompute, model_recomputed_share(layout, num_layers)
+
+
 def model_recomputed_share(layout: Parallelism, num_layers: int) -> float:
     """Share of all ``num_layers`` layers whose forward full recompute runs again under ``layout``: 1 for every
     layer, 0 without full recompute (what HFU adds is this share of the layers' forward)."""

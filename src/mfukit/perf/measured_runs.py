@@ -280,30 +280,44 @@ def _sharding(row: _Row, stack: str) -> dict[str, object]:
     return {}
 
 
-def _recompute(
-    row: _Row, stack: str, model: ModelSpec, layers_per_chunk: int
-) -> tuple[tuple[Recompute, ...] | None, int | None, bool]:
-    """The recompute modes the row allows (None: not published, any), the layers of each model chunk a full
-    recompute covers (None: all), and whether it says sequence parallel."""
+@dataclass(frozen=True)
+class _RecomputeRead:
+    """What a row's ``activation_recompute`` says."""
+
+    modes: tuple[Recompute, ...] | None  # the modes it allows (None: not published, any)
+    layers: int | None = None  # the layers of each model chunk a full recompute covers (None: all)
+    # ``layers`` is a floor read from HFU / MFU (two-digit percentages), not a count the row gives: where the
+    # memory model says the run cannot have fit with it, it recomputed every layer
+    layers_floor: bool = False
+    sequence_parallel: bool = False
+
+
+def _recompute(row: _Row, stack: str, model: ModelSpec, layers_per_chunk: int) -> _RecomputeRead:
+    """What the row's ``activation_recompute`` says (its modes, layers per chunk, sequence parallelism)."""
     text = row.text("activation_recompute").lower()
     sp = "sequence-parallel" in text or "sequence parallel" in text
     if text.startswith("full"):
-        return ("full",), _recomputed_layers(row, text, layers_per_chunk), sp
+        return _RecomputeRead(
+            ("full",), _recomputed_layers(row, text, layers_per_chunk), sequence_parallel=sp
+        )
     if text.startswith("per-op selective") or (text.startswith("selective") and stack != "fsdp"):
-        return ("selective",), None, sp  # Megatron's core-attention recompute, torchtitan's per-op SAC
+        # Megatron's core-attention recompute, torchtitan's per-op SAC
+        return _RecomputeRead(("selective",), sequence_parallel=sp)
     if text.startswith("selective"):
         # FSDP stacks (IBM's fms-fsdp, LLM Foundry) call checkpointing a fraction of the blocks "selective":
         # as many as the published HFU over MFU says, else between Megatron's selective and full, as far as
         # it needed to fit
         layers = _layers_from_utilization(row, model, layers_per_chunk)
         if layers is None:
-            return ("selective", "full"), None, sp
+            return _RecomputeRead(("selective", "full"), sequence_parallel=sp)
         if layers == 0:
-            return ("none",), None, sp
-        return ("full",), layers if layers < layers_per_chunk else None, sp  # at least this many: below
+            return _RecomputeRead(("none",), sequence_parallel=sp)
+        if layers >= layers_per_chunk:
+            return _RecomputeRead(("full",), sequence_parallel=sp)
+        return _RecomputeRead(("full",), layers, layers_floor=True, sequence_parallel=sp)
     if text == "no" or text.startswith(("none", "no ", "no-", "no+")):
-        return ("none",), None, sp
-    return None, None, sp
+        return _RecomputeRead(("none",), sequence_parallel=sp)
+    return _RecomputeRead(None, sequence_parallel=sp)
 
 
 def _recomputed_layers(row: _Row, text: str, layers_per_chunk: int) -> int | None:
@@ -443,9 +457,7 @@ def _case(row: _Row) -> Case | SkippedRow:
         batch = max(1, int(row.number("global_batch_tokens") // seq))
     else:
         return SkippedRow(row_id, "not published: global_batch_sequences, global_batch_tokens")
-    recomputes, recompute_layers, sp_given = _recompute(
-        row, stack, model, model.num_hidden_layers // (pp * vpp)
-    )
+    recompute = _recompute(row, stack, model, model.num_hidden_layers // (pp * vpp))
     split = default_stage_split(model.num_hidden_layers, pp, vpp)
     layout = Parallelism(
         tp=tp,
@@ -454,9 +466,9 @@ def _case(row: _Row) -> Case | SkippedRow:
         cp=cp,
         ep=ep,
         vpp=vpp,
-        sequence_parallel=tp > 1 and (sp_given or stack in SEQUENCE_PARALLEL_STACKS),
-        recompute=recomputes[0] if recomputes else "none",
-        recompute_layers=recompute_layers,
+        sequence_parallel=tp > 1 and (recompute.sequence_parallel or stack in SEQUENCE_PARALLEL_STACKS),
+        recompute=recompute.modes[0] if recompute.modes else "none",
+        recompute_layers=recompute.layers,
         **_sharding(row, stack),
         **({"first_stage_layers": split[0], "last_stage_layers": split[1]} if split else {}),
     )
@@ -507,17 +519,12 @@ def _case(row: _Row) -> Case | SkippedRow:
             f"{model.num_hidden_layers} layers into no more than one virtual stage per rank",
             "give the virtual stages per rank as a number, or fix the framework or pp",
         )
-    # a recompute share read from HFU / MFU (two-digit percentages) is a floor: where the memory model says
-    # it cannot have fit, the run recomputed every layer
-    inferred_layers = recompute_layers is not None and not row.text(
-        "activation_recompute"
-    ).lower().startswith("full")
     if (
         micro is None
-        or recomputes is None
-        or len(recomputes) > 1
+        or recompute.modes is None
+        or len(recompute.modes) > 1
         or (vpps is not None and vpps != [layout.vpp])
-        or inferred_layers
+        or recompute.layers_floor
     ):
         # an unpublished knob: what a tuned run of the layout uses (the step-time and memory models' choice)
         from mfukit.perf.step_time import machine_for
@@ -528,9 +535,9 @@ def _case(row: _Row) -> Case | SkippedRow:
             layout,
             machine_for(system, accelerator, n_gpus),
             micro_batch_size=micro,
-            recomputes=recomputes,
+            recomputes=recompute.modes,
             vpps=vpps,
-            recompute_layers=[recompute_layers, None] if inferred_layers else None,
+            recompute_layers=[recompute.layers, None] if recompute.layers_floor else None,
         )
         layout, micro = choice.layout, choice.micro_batch_size
     # a batch published in tokens (OPT's 2M) need not split into whole micro-batches per rank: the nearest

@@ -487,6 +487,9 @@ class MemoryEstimate:
 
     @property
     def stages(self) -> list[StageMemory]:
+        """Each stage once (one for a single stage, whose first and last are the same)."""
+        if self.first is self.last:
+            return [self.first]
         return [self.first, *([self.middle] if self.middle is not None else []), self.last]
 
     @property
@@ -657,18 +660,15 @@ def estimate_memory(
     sharding = sharding_of(layout)
     m = shape.num_microbatches if shape.num_microbatches is not None else layout.pp * layout.vpp
     act = activation_shape(layout, shape)
-    stages: list[StageMemory] = []
-    kinds: list[tuple[StageKind, int]] = (
-        [("only", 0)] if layout.pp == 1 else [("first", 0), ("last", layout.pp - 1)]
-    )
-    if layout.pp > 2:
-        kinds.append(("middle", 1))
-    for kind, rank in kinds:
-        stages.append(_stage_memory(model, layout, shape, allowances, sharding, kind, rank, m, act))
-    middle = stages[2] if layout.pp > 2 else None
-    return MemoryEstimate(
-        sharding=sharding, first=stages[0], last=stages[1] if layout.pp > 1 else stages[0], middle=middle
-    )
+
+    def stage(kind: StageKind, rank: int) -> StageMemory:
+        return _stage_memory(model, layout, shape, allowances, sharding, kind, rank, m, act)
+
+    if layout.pp == 1:
+        only = stage("only", 0)
+        return MemoryEstimate(sharding=sharding, first=only, last=only)
+    middle = stage("middle", 1) if layout.pp > 2 else None
+    return MemoryEstimate(sharding, stage("first", 0), stage("last", layout.pp - 1), middle)
 
 
 def _stage_memory(
@@ -693,13 +693,13 @@ def _stage_memory(
     expert_state = held_state_bytes_per_param(sharding, expert_ranks, shape)
 
     in_flight = in_flight_microbatches(layout.pp, layout.vpp, rank, num_microbatches)
-    # activation offload (Megatron/NeMo --cpu-offloading-num-layers, TE get_cpu_offload_context) keeps that
-    # share of the layers' stored activations in host memory until their backward
     # full recompute of part of the layers (recompute_layers): those keep their inputs, the rest store all
     share = float(
         recomputed_share(layout.recompute == "full", layout.recompute_layers or 0, layout.vpp, len(layers))
     )
     rest = replace(act, recompute="none") if layout.recompute == "full" else act
+    # activation offload (Megatron/NeMo --cpu-offloading-num-layers, TE get_cpu_offload_context) keeps that
+    # share of the layers' stored activations in host memory until their backward
     stored_per_microbatch = (1.0 - shape.offload_activations) * sum(
         share * layer_activation_bytes(model, act, moe_layer=model.is_moe_layer(i), stored=True)
         + (1.0 - share) * layer_activation_bytes(model, rest, moe_layer=model.is_moe_layer(i), stored=True)

@@ -58,6 +58,8 @@ from mfukit.perf.memory import (
 
 _GATHERING = np.asarray([name in {"zero-3", "fsdp-full", "fsdp-hybrid"} for name in SHARDINGS])
 _FIRST, _LAST, _MIDDLE = 0, 1, 2  # the middle stage: the second rank (pp > 2), the most in flight of them
+# the stages GridMemory sizes, by the name of its fields (first_bytes, ...), and the kind each is computed as
+STAGE_KINDS = {"first": _FIRST, "middle": _MIDDLE, "last": _LAST}
 
 
 @dataclass(frozen=True)
@@ -209,7 +211,8 @@ def stage_params_grid(
 
 
 def stage_layer_kinds(workload: Workload, grid: LayoutGrid, kind: int) -> tuple[Floats, Floats]:
-    """Dense and MoE layers on the first (``kind`` 0) or last (1) pipeline stage of each layout."""
+    """Dense and MoE layers on the first (``kind`` 0), last (1) or second (2, pp > 2; the last otherwise)
+    pipeline stage of each layout (:data:`STAGE_KINDS`)."""
     terms = _Terms(workload, 8, default_overheads())
     values = per_unique(terms.layer_kinds, grid.pp, grid.first_layers, grid.last_layers, kind)
     return values[:, 0], values[:, 1]

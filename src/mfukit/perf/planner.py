@@ -38,7 +38,7 @@ from mfukit.perf.layouts import (
     with_changes,
 )
 from mfukit.perf.memory import Sharding
-from mfukit.perf.memory_grid import GridMemory, grid_memory
+from mfukit.perf.memory_grid import STAGE_KINDS, GridMemory, grid_memory, stage_layer_kinds
 from mfukit.perf.step_time import Machine, StepEstimate, evaluate, machine_for, prepare
 from mfukit.perf.uncertainty import Interval, cached_interval, regime_named, sharding_class_of
 
@@ -324,7 +324,7 @@ def planned_layouts(
     grid, why, total = enumerate_layouts(workload, system, num_gpus, space)
     if space.recompute_layers is not None:
         return grid, why, total
-    partial = least_recompute(
+    counts = least_recompute(
         workload,
         grid,
         system.gpus_per_node,
@@ -332,28 +332,17 @@ def planned_layouts(
         headroom_bytes,
         none_searched="none" in space.recompute,
     )
+    partial = recomputing_fewer(grid, counts)
     return concatenated(grid, partial), why, total + len(partial)
 
 
-def least_recompute(
-    workload: Workload,
-    grid: LayoutGrid,
-    gpus_per_node: int,
-    hbm_bytes: float,
-    headroom_bytes: float,
-    *,
-    none_searched: bool = True,
-) -> LayoutGrid:
-    """The full-recompute layouts of ``grid`` that fit again, each recomputing only the fewest layers per
-    model chunk with which it still fits (:func:`least_recompute_layers`)."""
-    counts = least_recompute_layers(
-        workload, grid, gpus_per_node, hbm_bytes, headroom_bytes, none_searched=none_searched
-    )
+def recomputing_fewer(grid: LayoutGrid, counts: Ints) -> LayoutGrid:
+    """The layouts of ``grid`` with a count (> 0), each recomputing only that many layers per model chunk."""
     keep = counts > 0
     return with_changes(grid.take(keep), recompute_layers=counts[keep])
 
 
-def least_recompute_layers(
+def least_recompute(
     workload: Workload,
     grid: LayoutGrid,
     gpus_per_node: int,
@@ -379,18 +368,11 @@ def least_recompute_layers(
     one_layer = with_changes(base, recompute_layers=1)
     full = grid_memory(workload, base, gpus_per_node=gpus_per_node)
     one = grid_memory(workload, one_layer, gpus_per_node=gpus_per_node)
-    middle_layers = np.where(
-        base.pp > 2,
-        (workload.model.num_hidden_layers - base.first_layers - base.last_layers)
-        // np.maximum(base.pp - 2, 1),
-        0,
-    )
     needed = np.zeros(len(base))
-    for stage, layers in (
-        ("first", base.first_layers),
-        ("middle", middle_layers),
-        ("last", base.last_layers),
-    ):
+    stage_layers = {
+        stage: np.add(*stage_layer_kinds(workload, base, kind)) for stage, kind in STAGE_KINDS.items()
+    }
+    for stage, layers in stage_layers.items():
         share_one = one_layer.recomputed_share(layers)
         # what must fit: the allocation; and, as plan keeps it, the peak with its allocator cache and headroom
         limits = [("required_bytes", hbm_bytes)] + (
@@ -405,7 +387,7 @@ def least_recompute_layers(
             share = 1.0 - (capacity - at_full) / np.maximum(per_share, 1e-12)
             layers_needed = np.ceil(np.clip(share, 0.0, 1.0) * layers / base.vpp - 1e-9)
             needed = np.maximum(needed, np.where(present, layers_needed, 0.0))
-    per_chunk = np.maximum(np.maximum(base.first_layers, base.last_layers), middle_layers) // base.vpp
+    per_chunk = np.max(np.stack(list(stage_layers.values())), axis=0) // base.vpp
 
     def fitting(memory: GridMemory) -> Bools:
         peak_fits = memory.peak_bytes <= hbm_bytes - headroom_bytes if check_peak else True

@@ -16,9 +16,8 @@ GIB = 2.0**30
 
 def memory_chart(memory: MemoryEstimate, hbm_bytes: float, file_name: str = "memory.png") -> Chart:
     """Peak memory per GPU of each pipeline stage, part by part, against the accelerator's HBM."""
-    stages = [memory.first] if memory.first is memory.last else memory.stages
     return memory_bars(
-        [(f"{stage.stage} stage", stage) for stage in stages],
+        [(f"{stage.stage} stage", stage) for stage in memory.stages],
         hbm_bytes,
         file_name,
         "Peak memory per GPU by part, against the accelerator's HBM.",

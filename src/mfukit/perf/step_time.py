@@ -266,11 +266,6 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         return states, grads
 
     first_local, last_local = local(first.dense, first.expert), local(last.dense, last.expert)
-    hardware = [
-        flops.hardware_flops_per_token(workload.model, workload.seq_len, mode, workload.attention)
-        for mode in RECOMPUTES
-    ]
-    executed = [executed_flops_per_token(workload, mode) for mode in RECOMPUTES]
     # full recompute of part of the layers (recompute_layers) executes that share of the layers' forward again
     share = per_unique(
         functools.partial(_model_share, workload.model.num_hidden_layers),
@@ -278,14 +273,15 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         grid.recompute_layers,
         grid.vpp,
         grid.pp,
-        grid.first_layers,
-        grid.last_layers,
+        *(np.add(*counts) for counts in (shapes.first_counts, shapes.middle_counts, shapes.last_counts)),
     )
-    none, full = RECOMPUTES.index("none"), RECOMPUTES.index("full")
 
-    def with_recompute(per_mode: list[float]) -> Floats:
-        partial = per_mode[none] + share * (per_mode[full] - per_mode[none])
-        return np.where(grid.recompute == full, partial, np.asarray(per_mode)[grid.recompute])
+    def per_token(convention: flops.AttentionConvention) -> Floats:
+        def of(mode: int, recomputed: float) -> float:
+            model, seq = workload.model, workload.seq_len
+            return flops.hardware_flops_per_token(model, seq, RECOMPUTES[mode], convention, recomputed)
+
+        return per_unique(of, grid.recompute, share)
 
     return Prepared(
         workload=workload,
@@ -298,17 +294,17 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         model_flops_per_token=flops.model_flops_per_token(
             workload.model, workload.seq_len, workload.attention
         ),
-        hardware_flops_per_token=with_recompute(hardware),
-        executed_flops_per_token=with_recompute(executed),
+        hardware_flops_per_token=per_token(workload.attention),
+        # the least the GPUs must execute: with causal attention, since flash attention skips the masked half
+        executed_flops_per_token=per_token("causal"),
     )
 
 
 def _model_share(
-    num_layers: int, recompute: int, layers: int, vpp: int, pp: int, first: int, last: int
+    num_layers: int, recompute: int, layers: int, vpp: int, pp: int, first: float, middle: float, last: float
 ) -> float:
-    """:func:`~mfukit.perf.activations.model_recomputed_share` of one layout of a grid (its first and last
-    stage's layers, the rest split evenly over the middle stages)."""
-    middle = (num_layers - first - last) / (pp - 2) if pp > 2 else 0.0
+    """:func:`~mfukit.perf.activations.model_recomputed_share` of one layout of a grid, from the layers of its
+    first, a middle and its last stage."""
     full = RECOMPUTES[recompute] == "full"
     return stages_recomputed_share(full, layers, vpp, pp, (first, middle, last), num_layers)
 
@@ -747,12 +743,6 @@ def _rates(p: Prepared, breakdown: dict[str, Floats], step: Floats) -> StepEstim
         tokens_per_s=tokens_per_s,
         compute_bound_s=p.executed_flops_per_token * tokens_per_step / gpus / peak,
     )
-
-
-def executed_flops_per_token(w: Workload, recompute: flops.RecomputeMode) -> float:
-    """Matmul FLOPs per token the GPUs must execute at least: the hardware FLOPs (SC21 eq. 3 for full
-    recompute) with causal attention, since flash attention skips the masked half."""
-    return flops.hardware_flops_per_token(w.model, w.seq_len, recompute, "causal")
 
 
 def estimate_steps(workload: Workload, grid: LayoutGrid, machine: Machine) -> StepEstimate:

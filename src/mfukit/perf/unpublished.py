@@ -32,13 +32,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split
-from mfukit.perf.layouts import RECOMPUTES, LayoutGrid, Workload, grid_of, rounded_batch
+from mfukit.perf.layouts import RECOMPUTES, Workload, concatenated, grid_of, rounded_batch
 from mfukit.perf.planner import (
     MAX_VPP,
     evaluate_grid_memory,
     interleaving_breaks,
-    least_recompute_layers,
+    least_recompute,
     micro_batch_options,
+    recomputing_fewer,
 )
 from mfukit.perf.step_time import Machine
 from mfukit.perf.views import recompute_text
@@ -85,12 +86,18 @@ def tuned_choice(
     if not options:  # no candidate splits the batch: the estimate says why, at micro-batch 1
         return TunedChoice(layout, micro_batch_size or 1, [])
     hbm = machine.accelerator.hbm_bytes
+    grid = grid_of(
+        [candidate for candidate, _, _ in options],
+        model=workload.model,
+        micro_batch_size=[size for _, size, _ in options],
+        num_microbatches=[batch // (layout.dp * size) for _, size, batch in options],
+    )
     if recompute_layers is None and len(modes) > 1 and "full" in modes:
         # recompute not given: a tuned run recomputes only as many layers as fitting takes, as plan searches it
         # (a given "full" is every layer)
-        counts = least_recompute_layers(
+        counts = least_recompute(
             workload,
-            _grid(workload, layout, options),
+            grid,
             machine.gpus_per_node,
             hbm,
             headroom_bytes,
@@ -102,8 +109,8 @@ def tuned_choice(
             for (candidate, size, batch), count in zip(options, counts, strict=True)
             if count > 0
         ]
+        grid = concatenated(grid, recomputing_fewer(grid, counts))
     candidates = [candidate for candidate, _, _ in options]
-    grid = _grid(workload, layout, options)
     estimate, memory, _ = evaluate_grid_memory(workload, grid, machine)
     # runs at all (its required bytes fit); with a headroom, keeps it free as plan does
     fits = (memory.required_bytes <= hbm) & (
@@ -160,16 +167,6 @@ def interleavings(num_layers: int, pp: int) -> list[int]:
         or (num_layers >= pp * v and num_layers % (pp * v) == 0)
         or default_stage_split(num_layers, pp, v) is not None
     ]
-
-
-def _grid(workload: Workload, layout: Parallelism, options: list[tuple[Parallelism, int, int]]) -> LayoutGrid:
-    """The candidate layouts of ``options`` (layout, micro-batch, batch) as a grid."""
-    return grid_of(
-        [candidate for candidate, _, _ in options],
-        model=workload.model,
-        micro_batch_size=[size for _, size, _ in options],
-        num_microbatches=[batch // (layout.dp * size) for _, size, batch in options],
-    )
 
 
 def _with_vpp(layout: Parallelism, num_layers: int, vpp: int) -> Parallelism:

@@ -10,7 +10,7 @@ from mfukit.catalog.resolved import ResolvedScenario
 from mfukit.core.hardware import Accelerator
 from mfukit.core.results import Cell, Output, Table, shown
 from mfukit.errors import InputError
-from mfukit.perf.activations import model_recomputed_share
+from mfukit.perf.activations import layout_recompute
 from mfukit.perf.efficiency import efficiency_for, large_gemm_fraction
 from mfukit.perf.utilization import Utilization, measure
 from mfukit.perf.views import recompute_text
@@ -42,7 +42,7 @@ def mfu_output(scene: ResolvedScenario, given: GivenRate, rate: float) -> Output
     input, naming the flag that gave the rate."""
     training, accelerator = scene.scenario.training, scene.accelerator
     layout = scene.scenario.parallelism
-    recompute = layout.recompute if layout else "none"
+    recompute, recomputed_share = layout_recompute(layout, scene.model.num_hidden_layers)
     peak = accelerator.peak_flops(training.precision)
     result = measure(
         scene.model,
@@ -51,7 +51,7 @@ def mfu_output(scene: ResolvedScenario, given: GivenRate, rate: float) -> Output
         peak_flops_per_s=peak,
         recompute=recompute,
         convention=training.attention_flops,
-        recomputed_share=model_recomputed_share(layout, scene.model.num_hidden_layers) if layout else 1.0,
+        recomputed_share=recomputed_share,
     )
     flag, text = given.first()
     _check_possible(result, flag, text, accelerator, scene.num_gpus)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from mfukit.diagnose.mfu import Expected, measure
 from mfukit.diagnose.records import LogEvent, StepRecord, TrainingLog
-from mfukit.perf.activations import model_recomputed_share
+from mfukit.perf.activations import layout_recompute
 from mfukit.perf.utilization import measure as utilization
 from mfukit.watch.config import JobSpec
 from mfukit.watch.kinds import Parsed
@@ -188,17 +188,15 @@ class LogState:
             self.tokens_per_s = sum(job_rate) / len(job_rate) if job_rate else None
         self.hfu = None
         if estimate.tokens_per_s_per_gpu is not None and job.model and job.training and job.cluster:
-            layout = job.parallelism
+            recompute, recomputed_share = layout_recompute(job.parallelism, job.model.num_hidden_layers)
             self.hfu = utilization(
                 job.model,
                 seq_len=job.training.seq_len,
                 tokens_per_s_per_gpu=estimate.tokens_per_s_per_gpu,
                 peak_flops_per_s=job.cluster.accelerator.peak_flops(job.training.precision),
-                recompute=layout.recompute if layout else "none",
+                recompute=recompute,
                 convention=job.training.attention_flops,
-                recomputed_share=model_recomputed_share(layout, job.model.num_hidden_layers)
-                if layout
-                else 1.0,
+                recomputed_share=recomputed_share,
             ).hfu
 
     def snapshot(self) -> Snapshot:
