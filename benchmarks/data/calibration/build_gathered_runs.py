@@ -157,8 +157,8 @@ SHAPES = {
 }
 
 
-# OLMo-core's model configs (src/olmo_core/nn/transformer/config.py at the commit each README figure was first
-# printed): llama_like SwiGLU blocks, no biases, untied output layer, RMSNorm; FFN width int(8d/3) (x1.3 for
+# OLMo-core's model configs (src/olmo_core/nn/transformer/config.py, or model.py where config.py did not exist
+# yet, at the commit each README figure was first printed): llama_like SwiGLU blocks, no biases, untied output layer, RMSNorm; FFN width int(8d/3) (x1.3 for
 # the Llama 3 8B) rounded up to a multiple of 256 (1024); vocabulary the dolma2 tokenizer's 100,278 padded to
 # a multiple of 128. n_params is every parameter the built model holds (embedding, blocks with their QK norms,
 # final norm, output layer).
@@ -170,7 +170,8 @@ def _olmo_core_params(layers: int, hidden: int, heads: int, kv_heads: int, ffn: 
 
 
 OLMO_CORE_ARCH = (
-    "arch from OLMo-core TransformerConfig.{preset} (src/olmo_core/nn/transformer/config.py): {what}; "
+    "arch from OLMo-core TransformerConfig.{preset} (src/olmo_core/nn/transformer/config.py; model.py at "
+    "8c03ca8a2): {what}; "
     "vocab 100352 (dolma2 100,278 padded to 128, TokenizerConfig.padded_vocab_size)"
 )
 SHAPES.update(
@@ -238,9 +239,9 @@ SHAPES.update(
 ZB_SHAPE = (
     "layers/heads/hidden printed (Table 3); ffn 4h (Megatron default, no --ffn-hidden-size in "
     "examples/pretrain_zero_bubble.sh); vocab 32000 inferred: not printed; the printed sizes 1.5B/6.2B/14.6B/28.3B "
-    "with Megatron's tied embeddings bound it to ~24.6K-33.4K (GPT-2's 50257 would give 6.3B/14.7B) and the "
-    "example script runs a SentencePiece tokenizer (GPTSentencePieceTokenizer); n_params L(12h^2+13h)+V*h+s*h "
-    "at s 1024"
+    "with Megatron's tied embeddings bound it to ~24.5K-32.4K (GPT-2's 50257 would give 6.3B/14.7B) and the "
+    "example script runs a SentencePiece tokenizer (GPTSentencePieceTokenizer); n_params L(12h^2+13h)+V*h+P*h "
+    "with the script's --max-position-embeddings P = 2048"
 )
 for _key, _name, _layers, _hidden, _heads in (
     ("zb_1p5b", "GPT 1.5B (Zero Bubble paper)", 22, 2304, 24),
@@ -250,7 +251,7 @@ for _key, _name, _layers, _hidden, _heads in (
 ):
     SHAPES[_key] = Shape(
         _name,
-        _gpt_params(_layers, _hidden, 32000, 1024),
+        _gpt_params(_layers, _hidden, 32000, 2048),
         _layers,
         _hidden,
         _heads,

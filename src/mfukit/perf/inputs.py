@@ -52,7 +52,7 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
     """The workload of a scenario's ``[training]`` with ``sequences`` per step; the stack's memory behaviour
     (kernels, FP8 weights, allocator) from ``data/memory_stacks.toml``, the Workload defaults for a stack
     not listed there."""
-    memory: dict[str, Any] = stack_memory_fields(training.framework, training.norm)
+    memory: dict[str, Any] = stack_memory_fields(training.framework, training.norm, training.compile)
     return Workload(
         model=model,
         seq_len=training.seq_len,

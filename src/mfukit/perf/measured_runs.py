@@ -480,7 +480,9 @@ def _case(row: _Row) -> Case | SkippedRow:
         raise row.error(
             "norm", f"norm is {norm_text!r}", "use fused or eager, or leave it empty (the stack's)"
         )
-    stack_fields: dict[str, Any] = stack_memory_fields(stack, NORM_KERNELS.get(norm_text))
+    stack_fields: dict[str, Any] = stack_memory_fields(
+        stack, NORM_KERNELS.get(norm_text), bool(row.switch("compile"))
+    )
     workload = Workload(
         model=model,
         seq_len=seq,
