@@ -188,12 +188,12 @@ def stack_memory(framework: str) -> StackMemory | None:
 
 
 def stack_memory_fields(
-    framework: str, norm: NormKernel | None = None, compile: bool = False
+    framework: str, norm: NormKernel | None = None, compiled: bool = False
 ) -> dict[str, object]:
     """The Workload fields of ``framework``'s memory behaviour (kernels, FP8 weights and main gradients,
     allocator, loss kernel, what selective recompute keeps); empty for a stack not listed (the Workload
     defaults). ``norm`` (``training.norm``), when given, says which norm kernel the run used instead.
-    ``compile`` (``training.compile``): torch.compile's Inductor fuses an eager stack's element-wise ops, and
+    ``compiled`` (``training.compile``): torch.compile's Inductor fuses an eager stack's element-wise ops, and
     AOTAutograd's min-cut partitioner saves for the backward what a fused kernel keeps, recomputing the
     element-wise intermediates instead of storing them (PyTorch docs, "torch.compile: min-cut
     rematerialization"): its kernels are read as fused, as the step time reads them
@@ -203,7 +203,7 @@ def stack_memory_fields(
     if stack is None:
         return given
     return {
-        "kernels": "fused" if compile and stack.kernels == "eager" else stack.kernels,
+        "kernels": "fused" if compiled and stack.kernels == "eager" else stack.kernels,
         "fp8_weights": stack.fp8_weights,
         "fp8_main_grads": stack.fp8_main_grads,
         "expandable_segments": stack.expandable_segments,
