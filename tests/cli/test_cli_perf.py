@@ -10,17 +10,8 @@ import pytest
 EXAMPLE = str(Path(__file__).parents[2] / "examples" / "llama3-70b_h100x1024.toml")
 GPT3 = ["--model", "gpt3-175b", "--gpu", "a100-80gb-sxm", "--gpus", "1024", "--global-batch-size", "1536"]
 # torchtitan's 2024 A100 runs: FSDP over 64 A100s, 4,096-token sequences, micro-batches of 2
-FSDP_ON_64_A100 = (
-    "--gpu",
-    "a100-80gb-sxm",
-    "--gpus",
-    "64",
-    "--seq-len",
-    "4096",
-    "--global-batch-size",
-    "128",
-)
-FSDP_ON_64_A100 = (*FSDP_ON_64_A100, "--micro-batch-size", "2", "--fsdp", "full")
+FSDP_ON_64_A100 = ("--gpu", "a100-80gb-sxm", "--gpus", "64", "--seq-len", "4096", "--global-batch-size", "128",
+                   "--micro-batch-size", "2", "--fsdp", "full")  # fmt: skip
 ESTIMATE_KEYS = {
     "step_time_s",
     "mfu",

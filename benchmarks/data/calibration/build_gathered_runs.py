@@ -174,65 +174,30 @@ OLMO_CORE_ARCH = (
     "8c03ca8a2): {what}; "
     "vocab 100352 (dolma2 100,278 padded to 128, TokenizerConfig.padded_vocab_size)"
 )
-SHAPES.update(
-    {
-        "olmo_core_1b": Shape(
-            "OLMo-1124 1B (OLMo-core olmo_1B, 18 layers)",
-            _olmo_core_params(18, 2048, 16, 16, 5632, True),
-            18,
-            2048,
-            16,
-            16,
-            5632,
-            100352,
-            OLMO_CORE_ARCH.format(
-                preset="olmo_1B",
-                what="llama2_1B (d 2048, 18 layers, 16 heads, ffn 5632) with reordered norm and QK norm",
-            ),
+for _key, _name, _preset, _layers, _hidden, _heads, _kv_heads, _ffn, _qk_norm in (
+    ("olmo_core_1b", "OLMo-1124 1B (OLMo-core olmo_1B, 18 layers)", "olmo_1B", 18, 2048, 16, 16, 5632, True),
+    ("olmo_core_7b", "OLMo-1124 7B (OLMo-core olmo_7B)", "olmo_7B", 32, 4096, 32, 32, 11008, True),
+    ("olmo_core_llama3_8b", "Llama 3 8B shape (OLMo-core llama3_8B, dolma2 vocab)", "llama3_8B", 32, 4096, 32, 8,
+     14336, False),
+    ("olmo_core_13b", "OLMo-1124 13B (OLMo-core olmo_13B)", "olmo_13B", 40, 5120, 40, 40, 13824, True),
+):  # fmt: skip
+    _base = f"{_preset.replace('olmo', 'llama2')} (d {_hidden}, {_layers} layers, {_heads} heads, ffn {_ffn})"
+    SHAPES[_key] = Shape(
+        _name,
+        _olmo_core_params(_layers, _hidden, _heads, _kv_heads, _ffn, _qk_norm),
+        _layers,
+        _hidden,
+        _heads,
+        _kv_heads,
+        _ffn,
+        100352,
+        OLMO_CORE_ARCH.format(
+            preset=_preset,
+            what=f"{_base} with reordered norm and QK norm"
+            if _qk_norm
+            else f"d {_hidden}, {_layers} layers, {_heads} heads, {_kv_heads} KV heads, ffn {_ffn}, no QK norm",
         ),
-        "olmo_core_7b": Shape(
-            "OLMo-1124 7B (OLMo-core olmo_7B)",
-            _olmo_core_params(32, 4096, 32, 32, 11008, True),
-            32,
-            4096,
-            32,
-            32,
-            11008,
-            100352,
-            OLMO_CORE_ARCH.format(
-                preset="olmo_7B",
-                what="llama2_7B (d 4096, 32 layers, 32 heads, ffn 11008) with reordered norm and QK norm",
-            ),
-        ),
-        "olmo_core_llama3_8b": Shape(
-            "Llama 3 8B shape (OLMo-core llama3_8B, dolma2 vocab)",
-            _olmo_core_params(32, 4096, 32, 8, 14336, False),
-            32,
-            4096,
-            32,
-            8,
-            14336,
-            100352,
-            OLMO_CORE_ARCH.format(
-                preset="llama3_8B", what="d 4096, 32 layers, 32 heads, 8 KV heads, ffn 14336, no QK norm"
-            ),
-        ),
-        "olmo_core_13b": Shape(
-            "OLMo-1124 13B (OLMo-core olmo_13B)",
-            _olmo_core_params(40, 5120, 40, 40, 13824, True),
-            40,
-            5120,
-            40,
-            40,
-            13824,
-            100352,
-            OLMO_CORE_ARCH.format(
-                preset="olmo_13B",
-                what="llama2_13B (d 5120, 40 layers, 40 heads, ffn 13824) with reordered norm and QK norm",
-            ),
-        ),
-    }
-)
+    )
 # Zero Bubble (Qi et al. 2024) Table 3: GPT-style shapes trained by sail-sg's Megatron-LM fork. Layers, heads and
 # hidden are printed; ffn is Megatron's default 4h (the launch script passes no --ffn-hidden-size; the paper's
 # section 2.3 analyses the same 4h); the vocabulary is not printed (see ZB_SHAPE).

@@ -32,6 +32,7 @@ from mfukit.perf.activations import (
 from mfukit.perf.layouts import (
     RECOMPUTES,
     SHARDINGS,
+    Bools,
     Floats,
     LayoutGrid,
     Workload,
@@ -97,6 +98,14 @@ class GridMemory:
         return np.maximum(
             np.maximum(self.first_required_bytes, self.last_required_bytes), self.middle_required_bytes
         )
+
+    def fits(self, hbm_bytes: float, headroom_bytes: float = 0.0, *, keep_headroom: bool = True) -> Bools:
+        """Which layouts run in ``hbm_bytes`` (their required bytes fit: :meth:`MemoryEstimate.fits`) and, with
+        ``keep_headroom``, also keep ``headroom_bytes`` free with their allocator cache, as ``plan`` does."""
+        runs = self.required_bytes <= hbm_bytes
+        if not keep_headroom:
+            return np.asarray(runs, dtype=bool)
+        return np.asarray(runs & (self.peak_bytes <= hbm_bytes - headroom_bytes), dtype=bool)
 
 
 class _Terms:

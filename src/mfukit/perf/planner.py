@@ -372,12 +372,10 @@ def least_recompute(
     stage_layers = {
         stage: np.add(*stage_layer_kinds(workload, base, kind)) for stage, kind in STAGE_KINDS.items()
     }
+    # what must fit: the allocation; and, as plan keeps it, the peak with its allocator cache and headroom
+    limits = [("required_bytes", hbm_bytes)] + ([("bytes", hbm_bytes - headroom_bytes)] if check_peak else [])
     for stage, layers in stage_layers.items():
         share_one = one_layer.recomputed_share(layers)
-        # what must fit: the allocation; and, as plan keeps it, the peak with its allocator cache and headroom
-        limits = [("required_bytes", hbm_bytes)] + (
-            [("bytes", hbm_bytes - headroom_bytes)] if check_peak else []
-        )
         for suffix, capacity in limits:
             present = np.isfinite(getattr(full, f"{stage}_{suffix}"))  # the middle stage exists with pp > 2
             at_full = np.where(present, getattr(full, f"{stage}_{suffix}"), 0.0)
@@ -389,18 +387,14 @@ def least_recompute(
             needed = np.maximum(needed, np.where(present, layers_needed, 0.0))
     per_chunk = np.max(np.stack(list(stage_layers.values())), axis=0) // base.vpp
 
-    def fitting(memory: GridMemory) -> Bools:
-        peak_fits = memory.peak_bytes <= hbm_bytes - headroom_bytes if check_peak else True
-        return np.asarray((memory.required_bytes <= hbm_bytes) & peak_fits, dtype=bool)
-
-    fits = fitting(full)
+    fits = full.fits(hbm_bytes, headroom_bytes, keep_headroom=check_peak)
     if none_searched:
         # without recompute at all (no working set either) it may fit where one layer would not: that layout
         # is in the grid already and faster
         none = grid_memory(
             workload, with_changes(base, recompute=RECOMPUTES.index("none")), gpus_per_node=gpus_per_node
         )
-        fits &= ~fitting(none)
+        fits &= ~none.fits(hbm_bytes, headroom_bytes, keep_headroom=check_peak)
     needed = np.maximum(needed, 1.0)
     counts[every_layer] = np.where(fits & (needed < per_chunk), needed, 0).astype(np.int64)
     return counts
@@ -513,8 +507,8 @@ def search(
             memory = held.peak_bytes
             evaluated += len(grid)
             # runs at all (MemoryEstimate.fits); a plan also keeps the headroom free with its allocator cache
-            in_hbm = held.required_bytes <= hbm
-            fits = in_hbm & (memory <= hbm - headroom_bytes)
+            in_hbm = held.fits(hbm, keep_headroom=False)
+            fits = held.fits(hbm, headroom_bytes)
             rejected["memory"] += int((~in_hbm).sum())
             rejected["headroom"] += int((in_hbm & ~fits).sum())
             intervals = layout_intervals(workload, grid, machine)

@@ -113,9 +113,7 @@ def tuned_choice(
     candidates = [candidate for candidate, _, _ in options]
     estimate, memory, _ = evaluate_grid_memory(workload, grid, machine)
     # runs at all (its required bytes fit); with a headroom, keeps it free as plan does
-    fits = (memory.required_bytes <= hbm) & (
-        (headroom_bytes <= 0) | (memory.peak_bytes <= hbm - headroom_bytes)
-    )
+    fits = memory.fits(hbm, headroom_bytes, keep_headroom=headroom_bytes > 0)
     best = (
         int(np.argmin(np.where(fits, estimate.step_time_s, np.inf)))
         if fits.any()

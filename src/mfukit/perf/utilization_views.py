@@ -43,6 +43,7 @@ def mfu_output(scene: ResolvedScenario, given: GivenRate, rate: float) -> Output
     training, accelerator = scene.scenario.training, scene.accelerator
     layout = scene.scenario.parallelism
     recompute, recomputed_share = layout_recompute(layout, scene.model.num_hidden_layers)
+    described = recompute_text(layout) if layout else "none"
     peak = accelerator.peak_flops(training.precision)
     result = measure(
         scene.model,
@@ -82,9 +83,9 @@ def mfu_output(scene: ResolvedScenario, given: GivenRate, rate: float) -> Output
             "recompute_layers": layout.recompute_layers if layout else None,
             "mfu_by_convention": result.mfu_by_convention,
         },
-        assumptions=_assumptions(scene, result, recompute_text(layout) if layout else "none", peak),
+        assumptions=_assumptions(scene, result, described, peak),
         warnings=_warnings(scene, result, flag),
-        tables=[_table(scene, result, recompute_text(layout) if layout else "none", peak, rate)],
+        tables=[_table(scene, result, described, peak, rate)],
     )
 
 
