@@ -487,6 +487,20 @@ OLMO_CORE = Source(
 )
 
 
+# torchtitan's Llama 3.1 405B rows of docs/performance.md (2024-08): FSDP2 16-way x TP 8 on 128 H100, the page's
+# only H100 table before the 2025-01 rewrite (whose numbers are the benchmarks file in
+# published_runs_calibration.csv); the A100 tables of the same page are torchtitan_a100_2024.
+TITAN_405B = Source(
+    "PyTorch torchtitan repository docs/performance.md (FSDP2 x TP 8, Llama 3.1 405B on 128 H100)",
+    "'Llama 3.1 performance numbers' table (file at commit 3faaa1a0d, 2024-08-23; first printed at 9515a140b, "
+    "2024-08-22); setup from train_configs/llama3_405b.toml, torchtitan/parallelisms/parallelize_llama.py, "
+    "torchtitan/float8.py and train.py at those commits",
+    "torchtitan_405b_h100_2024",
+    "torchtitan",
+    "flash",
+)
+
+
 # Zero Bubble Pipeline Parallelism (Sea AI Lab): the Megatron-LM 1F1B baseline it measured beside its own schedules.
 ZERO_BUBBLE = Source(
     "Qi, Wan, Huang, Lin: Zero Bubble Pipeline Parallelism (arXiv 2401.10241v1, PDF dated 2023-11-30; ICLR 2024 "
@@ -497,6 +511,29 @@ ZERO_BUBBLE = Source(
     "megatron-core",
     "eager",
 )
+
+
+DS4SCI_LONGSEQ = Source(
+    "Microsoft DeepSpeed / Argonne ALCF (DeepSpeed4Science): microsoft/Megatron-DeepSpeed "
+    "examples_deepspeed/deepspeed4science/megatron_long_seq_support/README.md, 'Performance Comparison between Old "
+    "Megatron-DeepSpeed and New Megatron-DeepSpeed' table (added in commit cc3a94c6, 2023-09-18; unchanged at the "
+    "snapshot's HEAD); launch flags from pretrain_gpt_30B_seq_parallel.sh and ds_config_gpt_TEMPLATE.json of the "
+    "same commit",
+    "",  # per row: which sequence length
+    "ds4sci_longseq_megatron",
+    "megatron-deepspeed",
+    "flash",
+    system="dgx-a100-40gb",
+)
+
+
+def ds4sci_flops_per_token(seq: int) -> float:
+    """FLOPs per token that Megatron-DeepSpeed's megatron/utils.py throughput_calculator (commit cc3a94c6) counts
+    for the 30B script: 24 x 4 (checkpoint_activations factor) x L h^2 (1 + s/(6h) + V/(16 L h)) per token, with
+    the padded vocabulary (50257 padded to a multiple of 128 x TP 32 = 53248); full (not causal) attention, the
+    recompute forward counted."""
+    layers, hidden, vocab = 64, 6144, 53248
+    return 24.0 * 4 * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
 def _fmt(value: float | None, digits: int) -> str:
@@ -1531,6 +1568,8 @@ def rows() -> list[dict[str, str]]:
     out += titan_a100_rows(next_id)
     out += olmo_core_rows(next_id)
     out += zero_bubble_rows(next_id)
+    out += ds4sci_longseq_rows(next_id)
+    out += titan_405b_rows(next_id)
     return out
 
 
@@ -2078,6 +2117,208 @@ def zero_bubble_rows(next_id: Iterator[int]) -> list[dict[str, str]]:
     ):
         for m, samples, mem in points:
             add(table12, key, n, mbs, m, samples, mem, appendix_setup)
+    return out
+
+
+def ds4sci_longseq_rows(next_id: Iterator[int]) -> list[dict[str, str]]:
+    """DeepSpeed4Science long-sequence support (microsoft/Megatron-DeepSpeed, 2023-09): the 'New Megatron-DeepSpeed'
+    column of the README's table, one row per printed sequence length (2k-256k), TFLOPS per GPU at TP 32 on 4 DGX
+    A100-40GB nodes ('connected through 8 HDR InfiniBand (200Gb/s per HDR)').
+
+    The table does not name the model; the README offers two scripts (GPT 1.3B and GPT 30B), and only the 30B one
+    sets mp_size=32 (the 1.3B one sets 8, and its 16 heads cannot be split 32 ways), so the rows are the 30B
+    script's. Its flags at commit cc3a94c6: TP 32, PP 1 (--no-pipeline-parallel), ZeRO stage 0, micro-batch 1,
+    global batch 2 (DP 1, so two micro-batches accumulated), --sequence-parallel, --use-flash-attn-triton, --fp16,
+    --checkpoint-activations with --deepspeed-activation-checkpointing (every layer), learned positions
+    (--max-position-embeddings = seq, the table partitioned across the TP ranks), GPT-2 BPE vocabulary, 4h GeLU
+    MLP; the sequence length is the script's n_k x 1024. The TFLOPS are read as what the script's training log
+    prints (throughput_calculator, which counts the recompute forward); tokens/s are derived from them with that
+    same count (ds4sci_flops_per_token).
+
+    Not gathered: the 'Old Megatron-DeepSpeed' column (25 and 28 TFLOPS at 2k and 4k, TP 32; the pre-rebase code,
+    whose script for this table is not given) and its OoM cells (not measurements)."""
+    out: list[dict[str, str]] = []
+    layers, hidden, heads, vocab = 64, 6144, 64, 50257
+    n_gpus, tp, gbs, mbs = 32, 32, 2, 1
+    notes_stack = (
+        "Stack: microsoft/Megatron-DeepSpeed after its July-2023 rebase on Megatron-LM (legacy megatron/model GPT, "
+        "no Transformer Engine), DeepSpeed engine with ZeRO stage 0 and fp16 (ds_config_gpt_TEMPLATE.json: dynamic "
+        "loss scale, flops_profiler on at step 1), Megatron tensor parallelism 32 across the 4 nodes with Megatron "
+        "sequence parallelism, no pipeline (--no-pipeline-parallel), the Triton flash-attention kernel (--use-flash-attn-triton, "
+        "flash-attn 1.0.4 with OpenAI Triton's legacy backend per the README), DeepSpeed's (older) activation "
+        "checkpointing of every layer, --no-async-tensor-model-parallel-allreduce, CUDA_DEVICE_MAX_CONNECTIONS=1. "
+        "The README prints only the sequence length, TP and TFLOPS per GPU; the model (the 30B script: 64 layers, "
+        "hidden 6144, 64 heads), batch, precision, recompute and attention are that script's. Cluster: 4 NVIDIA DGX "
+        "A100-40GB nodes, 8 HDR InfiniBand (200 Gb/s each), the catalog's dgx-a100-40gb node. Software versions "
+        "(DeepSpeed, PyTorch) are not stated. TFLOPS counting: throughput_calculator of that commit (24 x 4 x "
+        "B s L h^2 (1 + s/6h + V/16Lh), V the padded 53,248), which counts the recompute forward and full "
+        "attention; tokens/s here = printed TFLOPS / that count per token."
+    )
+    inferred = (
+        "model(the table names none: the README's 30B script, the one of its two with mp_size=32);n_layers/hidden/"
+        "n_heads(64/6144/64, that script);ffn_hidden(4h, Megatron default);vocab(50257 GPT-2 BPE, gpt2-vocab.json in "
+        "the script; padded to 53248 in the model);seq_len(n_k x 1024 for the printed '2k'...'256k');"
+        "global_batch_sequences(2) and micro_batch(1)(script);pp(1) and dp(1)(script: pp_size=1, --no-pipeline-"
+        "parallel; 32 GPUs / TP 32);precision(fp16, script and ds config);activation_recompute(full, every layer: "
+        "--checkpoint-activations --deepspeed-activation-checkpointing);sequence_parallel(--sequence-parallel);"
+        "zero_stage_or_fsdp(stage 0);attention(flash: --use-flash-attn-triton);tflops_accounting(the script's "
+        "training log, throughput_calculator, read as the source of the printed figure);tokens_per_sec_per_gpu("
+        "derived: printed TFLOPS x 1e12 / ds4sci_flops_per_token(seq));step_time_s(derived)"
+    )
+    for label, n_k, tflops in (
+        ("2k", 2, 68.0),
+        ("4k", 4, 80.0),
+        ("8k", 8, 86.0),
+        ("16k", 16, 92.0),
+        ("32k", 32, 100.0),
+        ("64k", 64, 106.0),
+        ("128k", 128, 119.0),
+        ("256k", 256, 94.0),
+    ):
+        seq = 1024 * n_k
+        shape = Shape(
+            "GPT 30B (Megatron-DeepSpeed DS4Sci script)",
+            _gpt_params(layers, hidden, vocab, seq),
+            layers,
+            hidden,
+            heads,
+            heads,
+            4 * hidden,
+            vocab,
+            "arch from pretrain_gpt_30B_seq_parallel.sh (commit cc3a94c6); learned positions of seq_len",
+        )
+        out.append(
+            make_row(
+                next(next_id),
+                DS4SCI_LONGSEQ,
+                shape,
+                detail=f"README table, 'New Megatron-DeepSpeed (TFLOPS)' column, Sequence Length {label}, "
+                f"'{tflops:g} (TP size=32)'",
+                seq=seq,
+                gbs=gbs,
+                mbs=mbs,
+                gpu=A100_40,
+                n=n_gpus,
+                tp=tp,
+                pp=1,
+                vpp=1,
+                zero="none (ZeRO stage 0, DP 1)",
+                recompute="full (every layer; DeepSpeed activation checkpointing), sequence-parallel",
+                precision="fp16 mixed",
+                reported=f"seq_len('{label}');tp(32);n_gpus(4 DGX A100-40GB nodes);measured_tflops_per_gpu({tflops:g})",
+                inferred=inferred + f";arch({shape.inferred})",
+                notes=f"Printed: {tflops:g} TFLOPS at sequence length {label}, TP size 32. " + notes_stack,
+                tflops=tflops,
+                accounting="Megatron-DeepSpeed throughput_calculator: 96 B s L h^2 (1 + s/6h + V/16Lh) per step "
+                "(recompute forward counted, full attention, padded vocab)",
+                tokens_per_gpu=tflops * 1e12 / ds4sci_flops_per_token(seq),
+            )
+        )
+    return out
+
+
+def titan_405b_rows(next_id: Iterator[int]) -> list[dict[str, str]]:
+    """torchtitan docs/performance.md, 'Llama 3.1 performance numbers' (added by PR #554 at 9515a140b on
+    2024-08-22, corrected by PR #556 at 3faaa1a0d on 2024-08-23; unchanged until d4c86e3 replaced the page on
+    2025-01-30): WPS (tokens/s per GPU) and MFU of Llama 3.1 405B with 2D parallelism on 128 H100, local batch 2,
+    global batch 32 (the text: 2 x 16 FSDP ranks), full AC, one row per printed line (optimizations None, Float8,
+    Float8 + Async TP). Not printed, from the commits: seq_len 8192, TP 8 (FSDP -1 = 16), norm_type rmsnorm,
+    FSDP2 MixedPrecisionPolicy bf16 params / fp32 reduce, loss parallel and sequence-parallel norms of the TP
+    plan (parallelize_llama.py), torchao Float8Linear with dynamic tensor-wise scaling, FP8 FSDP all-gather and
+    precomputed scales (the [float8] section PR #554 added to llama3_405b.toml)."""
+    out: list[dict[str, str]] = []
+    fp8 = "fp8 (torchao float8 tensorwise dynamic scaling, fp8 all-gather, precomputed scales)"
+    compile_notes = {
+        "None": (
+            False,
+            "compile(no: not printed; read from llama3_405b.toml before PR #554, compile = false, which that PR "
+            "switched on together with float8 and async TP, the optimizations the next rows name)",
+        ),
+        "Float8": (
+            True,
+            "compile(yes: not printed; the preset PR #554 committed with these figures sets compile = true and "
+            "torchtitan/float8.py at that commit says Float8 is meant to run under torch.compile)",
+        ),
+        "Float8 + Async TP": (
+            True,
+            "compile(yes: parallelize_llama.py raises 'Async TP requires --training.compile')",
+        ),
+    }
+    table = [
+        # printed optimizations, WPS, MFU % (the PR #556 values), WPS and MFU of the first print (PR #554)
+        ("None", 109, 29.0, (118, "37.1%")),
+        ("Float8", 177, 23.46, (177, "27.77%")),
+        ("Float8 + Async TP", 185, 24.52, (185, "29.03%")),
+    ]
+    for printed, wps, mfu, (first_wps, first_mfu) in table:
+        is_fp8 = printed != "None"
+        compiled, compile_inferred = compile_notes[printed]
+        row = make_row(
+            next(next_id),
+            TITAN_405B,
+            SHAPES["llama31_405b"],
+            detail=f"'Llama 3.1 performance numbers' table, 405B, batch size 2, full AC, optimizations "
+            f"'{printed}' ({wps} WPS, {mfu}% MFU), file at commit 3faaa1a0d (2024-08-23)",
+            seq=8192,
+            gbs=32,
+            mbs=2,
+            gpu=H100_TITAN,
+            n=128,
+            tp=8,
+            pp=1,
+            zero="FSDP2 16-way (x TP 8)",
+            recompute="full",
+            precision=fp8 if is_fp8 else "bf16",
+            reported="model size(405B, Llama 3.1);n_gpus(128 H100, 94GB memory);2D parallelism (FSDP2 + TP);"
+            "batch size(local 2);global_batch_sequences(2 x 16 FSDP ranks = 32, the text);activation "
+            "checkpointing(full);optimizations(None / Float8 / Float8 + Async TP);tokens_per_sec_per_gpu(WPS);"
+            "measured_mfu_pct",
+            inferred="arch (torchtitan llama3 405B flavor: dim 16384, 126 layers, 128 heads, 8 KV heads, ffn "
+            "53248; vocab 128256);seq_len(8192, train_configs/llama3_405b.toml);tp(8) and FSDP degree (16: "
+            "tensor_parallel_degree = 8, data_parallel_degree = -1 in that preset; the text's 16 FSDP ranks);"
+            f"{compile_inferred};"
+            + (
+                "precision(torchao Float8Linear, dynamic tensor-wise scaling, FSDP float8 all-gather, precomputed "
+                "scales: the preset's [float8] section);"
+                if is_fp8
+                else "precision(bf16 params, fp32 gradient reduce: MixedPrecisionPolicy defaults);"
+            )
+            + "gpu variant and system (Grand Teton H100 96 GB HBM2e at 500 W, the page's 2025 description of "
+            "its H100 hosts; this table says only '128 H100 (94GB memory)' and 'HBM2e based lower TDP SXM "
+            "H100(95GB)');step_time_s",
+            notes=f"Optimizations printed as '{printed}'. WPS is train.py's per-GPU figure (the rank's tokens "
+            "over the log interval's time, divided by the model-parallel size); the iteration it was read at is "
+            "not printed. Printed MFU = WPS x (6 x non-embedding parameters + 12·L·h·s) over "
+            + ("1979 (FP8 dense SXM)" if is_fp8 else "989 (bf16 dense SXM)")
+            + " TFLOP/s; derived_mfu_pct counts the embedding too. The page's footnote: the GPUs are HBM2e, "
+            "lower-TDP SXM H100s whose peak lies between SXM and NVL, so the MFU is below the true one"
+            + (
+                "; and for Float8 the attention matmuls stay in bf16, so the FP8-peak MFU is lower than expected. "
+                "The FP8 FSDP all-gather has no column here (the torchtitan_h200_trainy rows ran it too)"
+                if is_fp8
+                else ""
+            )
+            + ". TP plan: sequence-parallel norms, loss parallel; SDPA is_causal attention (flash kernel); "
+            "rmsnorm (not the fused Triton one) per the preset. "
+            + (
+                "Async TP: torch.compile's micro-pipelined TP collectives (tp_comm_overlap yes). "
+                if printed.endswith("Async TP")
+                else ""
+            )
+            + f"The first print (9515a140b, 2024-08-22) read {first_wps} WPS and {first_mfu} MFU (against the "
+            "then NVL-sized peak); PR #556 corrected the MFU to the SXM peak the next day"
+            + (
+                " and printed 109 WPS for this line without saying why; the corrected value is gathered"
+                if first_wps != wps
+                else ""
+            )
+            + ". Memory not printed.",
+            tokens_per_gpu=wps,
+            compiled=compiled,
+            tp_overlap=printed.endswith("Async TP"),
+        )
+        row.update(measured_mfu_pct=f"{mfu:.2f}")
+        out.append(row)
     return out
 
 
