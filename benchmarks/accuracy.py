@@ -14,7 +14,9 @@ source; the headline) and every row weighted equally. In-sample figures (constan
 sit beside them. A constant answer is the peer a model must beat: each source predicted at the median MFU of
 the other sources' runs. Coverage: the share of held-out rows inside their 80 % interval, the interval built
 from the other sources' residuals (``mfukit.perf.uncertainty``; target 75-85 %). Prints the tables and writes
-``benchmarks/results/accuracy.json``.
+``benchmarks/results/accuracy.json`` and ``benchmarks/results/accuracy.md``, the table of
+``docs/performance-model.md`` with each source under its title (:data:`SOURCE_TITLES`; a unit test checks the
+page's figures against the residual table, source by source).
 
 Run: ``python benchmarks/accuracy.py`` reads the held-out predictions that ``python -m mfukit.perf.calibrate``
 wrote (``perf/data/loso_residuals.csv``, checked against the data); ``--refit`` fits every fold again
@@ -27,6 +29,7 @@ import collections
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,8 +47,72 @@ from mfukit.perf.uncertainty import (
 )
 
 RESULTS = Path(__file__).parent / "results" / "accuracy.json"
+TABLE = RESULTS.with_suffix(".md")
 TARGET_MEDIAN, TARGET_P90 = 0.07, 0.15
 TARGET_COVERAGE = (0.75, 0.85)
+
+
+# How docs/performance-model.md names each source (source_group of the calibration data) in its accuracy table
+SOURCE_TITLES = {
+    "baai_flagperf": "BAAI FlagPerf (Megatron-Core, Megatron-DeepSpeed, ZeRO-3; A800, A100, H100, H800)",
+    "bigscience_bloom_tr11": "BigScience BLOOM-176B (Megatron-DeepSpeed, 384 A100)",
+    "bigscience_tr11_prequel": "BigScience tr11 prequel layouts (A100)",
+    "deepspeed_deepcompile_blog": "DeepSpeed DeepCompile blog (ZeRO-3, offload; H100)",
+    "ds4sci_longseq_megatron": "DeepSpeed4Science long sequences (Megatron-DeepSpeed, TP 32 on 32 A100-40GB)",
+    "gptneox20b_paper": "GPT-NeoX-20B paper (A100-40GB)",
+    "ibm_fms_fsdp": "IBM fms-fsdp (FSDP/HSDP, A100 and H100)",
+    "llmfoundry_mpt": "LLM Foundry MPT (FSDP, A100/H100)",
+    "nemo_automodel_h100": "NeMo AutoModel (H100)",
+    "nemo_launcher_gpt3_5b_scaling": "NeMo launcher GPT-3 5B scaling (8-256 A100)",
+    "nemo_long_sequence_h100": "NeMo long-sequence recipes (CP, H100)",
+    "nemo_megatron_bridge": "NeMo / Megatron-Bridge recipes (H100, B200, GB200)",
+    "nemo_perf_summary_2407": "NeMo performance summary 24.07 (FP8, H100)",
+    "olmo_core": "AI2 OLMo-core (FSDP2, compile, Float8; one 8 x H100 node)",
+    "opt175b_paper": "OPT-175B paper (FSDP, 992 A100)",
+    "torchao_float8_torchtitan": "torchao Float8 on torchtitan (H100, MI300X)",
+    "torchtitan": "torchtitan (Llama 3.1, H100)",
+    "torchtitan_405b_h100_2024": "torchtitan Llama 3.1 405B (FSDP2 x TP 8, 128 H100, 2024 docs)",
+    "torchtitan_a100_2024": "torchtitan on A100 (FSDP2, Llama 2 and 3, 2024 docs)",
+    "torchtitan_h200_trainy": "torchtitan on H200",
+    "ultrascale_playbook": "Ultra-Scale Playbook sweep (nanotron, 1-64 H100 nodes)",
+    "vtrain_multi": "vTrain, 64-512 A100 (Megatron-DeepSpeed)",
+    "vtrain_single": "vTrain, one 8 x A100 node",
+    "zero_bubble_megatron": "Zero Bubble paper, Megatron-LM 1F1B (pipeline, 8-32 A100)",
+}
+
+
+def percent(value: float, signed: bool = False) -> str:
+    """A fraction as the docs print it: one decimal, thousands separated, "%" after a space."""
+    return f"{value * 100:+,.1f} %" if signed else f"{value * 100:,.1f} %"
+
+
+def markdown_table(
+    rows: list[dict[str, Any]], overall: dict[str, Any], every_row: dict[str, Any]
+) -> list[str]:
+    """The accuracy table of docs/performance-model.md: one line per source under its title, then overall."""
+    lines = [
+        "| source | runs | median | p90 | bias | inside 80 % | in-sample median / p90 |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {SOURCE_TITLES.get(row['group'], row['group'])} | {row['rows']:,} | "
+            f"{percent(row['median_abs_rel_error'])} | {percent(row['p90_abs_rel_error'])} | "
+            f"{percent(row['median_signed_rel_error'], signed=True)} | {row['coverage'] * 100:.0f} % | "
+            f"{row['in_sample_median'] * 100:,.1f} / {row['in_sample_p90'] * 100:,.1f} % |"
+        )
+    lines.append(
+        f"| **{overall['group']}** | {overall['rows']:,} | **{percent(overall['median_abs_rel_error'])}** | "
+        f"**{percent(overall['p90_abs_rel_error'])}** | {percent(overall['median_signed_rel_error'], signed=True)} | "
+        f"**{overall['coverage'] * 100:.0f} %** | {overall['in_sample_median'] * 100:.1f} / "
+        f"{overall['in_sample_p90'] * 100:.1f} % |"
+    )
+    lines.append(
+        f"| {every_row['group']} | {every_row['rows']:,} | {percent(every_row['median_abs_rel_error'])} | "
+        f"{percent(every_row['p90_abs_rel_error'])} | {percent(every_row['median_signed_rel_error'], signed=True)} | "
+        f"{every_row['coverage'] * 100:.0f} % |  |"
+    )
+    return lines
 
 
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
@@ -245,6 +312,8 @@ def main() -> None:
         "ultrascale_twins": floors,
     }
     RESULTS.write_text(json.dumps(figures, indent=2) + "\n")
+    TABLE.write_text("\n".join(markdown_table(rows, overall, every_row)) + "\n")
+    print(f"\nwrote {RESULTS} and {TABLE} (the table of docs/performance-model.md)")
 
 
 def _from_table(cases: list[Case]) -> tuple[np.ndarray, np.ndarray]:
