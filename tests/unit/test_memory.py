@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from mfukit.core.model import ModelSpec
-from mfukit.core.parallelism import Parallelism
+from mfukit.core.parallelism import Parallelism, split_stage_layers
 from mfukit.perf.activations import ActivationShape, layer_activation_bytes
 from mfukit.perf.memory import (
     StepShape,
     estimate_memory,
     in_flight_microbatches,
     sharding_of,
+    stage_layers,
     state_bytes_per_param,
 )
 
@@ -132,3 +133,28 @@ def test_megatron_gpt3_175b_weights_and_optimizer() -> None:
     params = 12 * ((layer - norms) / 8 + norms) + GPT3.embedding_params() / 8
     states = stage.weights_bytes + stage.gradients_bytes + stage.optimizer_states_bytes
     assert states == pytest.approx(params * (6 + 12 / 16))
+
+
+@pytest.mark.parametrize(
+    ("num_layers", "pp", "first", "last"),
+    [
+        (32, 4, 2, None),
+        (32, 4, None, 5),
+        (32, 4, None, 6),
+        (126, 16, 7, 7),
+        (32, 4, None, None),
+        (30, 4, None, None),
+    ],
+)
+def test_memory_holds_the_layers_the_step_time_splits(
+    num_layers: int, pp: int, first: int | None, last: int | None
+) -> None:
+    """One split for both: with only the first (or last) stage's count given, the rest spread evenly over the
+    other stages, the last (first) included, as Megatron does; the memory model had given that stage
+    num_layers // pp and the middle ones the remainder."""
+    shape = StepShape(seq_len=2048, first_stage_layers=first, last_stage_layers=last)
+    held = [len(stage_layers(num_layers, pp, rank, shape)) for rank in range(pp)]
+    assert sum(held) == num_layers
+    counts = split_stage_layers(num_layers, pp, first, last)
+    if all(count.is_integer() for count in counts):  # Megatron's split needs whole counts; else sum only
+        assert (held[0], held[1], held[-1]) == tuple(int(count) for count in counts)

@@ -104,16 +104,21 @@ class LayoutProblem:
 
 
 def stage_layer_counts(layout: Parallelism, num_layers: int) -> tuple[float, float, float]:
-    """Layers on the first, a middle and the last pipeline stage: the given first/last counts, the rest
-    split evenly over the other stages (Megatron's --decoder-first/last-pipeline-num-layers)."""
-    if layout.pp == 1:
+    """Layers on the first, a middle and the last pipeline stage of ``layout`` (:func:`split_stage_layers`)."""
+    return split_stage_layers(num_layers, layout.pp, layout.first_stage_layers, layout.last_stage_layers)
+
+
+def split_stage_layers(
+    num_layers: int, pp: int, first: int | None, last: int | None
+) -> tuple[float, float, float]:
+    """Layers on the first, a middle and the last of ``pp`` pipeline stages: the given first/last counts, the
+    rest split evenly over the other stages (Megatron's --decoder-first/last-pipeline-num-layers)."""
+    if pp == 1:
         return float(num_layers), float(num_layers), float(num_layers)
-    given = [count for count in (layout.first_stage_layers, layout.last_stage_layers) if count is not None]
-    remaining_stages = layout.pp - len(given)
+    given = [count for count in (first, last) if count is not None]
+    remaining_stages = pp - len(given)
     others = (num_layers - sum(given)) / remaining_stages if remaining_stages > 0 else 0.0
-    first = layout.first_stage_layers if layout.first_stage_layers is not None else others
-    last = layout.last_stage_layers if layout.last_stage_layers is not None else others
-    return float(first), others, float(last)
+    return float(others if first is None else first), others, float(others if last is None else last)
 
 
 def default_stage_split(num_layers: int, pp: int, vpp: int = 1) -> tuple[int, int] | None:

@@ -43,7 +43,7 @@ from typing import Literal
 from pydantic import Field
 
 from mfukit.core.model import ModelSpec
-from mfukit.core.parallelism import Parallelism
+from mfukit.core.parallelism import Parallelism, split_stage_layers
 from mfukit.core.scenario import (
     NormKernel,
     OptimizerStepDevice,
@@ -616,14 +616,16 @@ def parameters_per_gpu(model: ModelSpec, layout: Parallelism, shape: StepShape) 
 
 
 def stage_layers(num_layers: int, pp: int, rank: int, shape: StepShape) -> range:
-    """The layer indices pipeline ``rank`` holds (the first, the second, a middle one, or the last)."""
-    uniform = num_layers // pp
+    """The layer indices pipeline ``rank`` holds (the first, the second, a middle one, or the last), split as the
+    step time splits them (:func:`~mfukit.core.parallelism.split_stage_layers`)."""
     if pp == 1:
         return range(num_layers)
-    first = shape.first_stage_layers if shape.first_stage_layers is not None else uniform
+    first_count, _, last_count = split_stage_layers(
+        num_layers, pp, shape.first_stage_layers, shape.last_stage_layers
+    )
+    first, last = int(first_count), int(last_count)
     if rank == 0:
         return range(first)
-    last = shape.last_stage_layers if shape.last_stage_layers is not None else uniform
     if rank == pp - 1:
         return range(num_layers - last, num_layers)
     middle = (num_layers - first - last) // (pp - 2)  # the rest split evenly over the middle stages
