@@ -89,30 +89,36 @@ def percent(value: float, signed: bool = False) -> str:
 def markdown_table(
     rows: list[dict[str, Any]], overall: dict[str, Any], every_row: dict[str, Any]
 ) -> list[str]:
-    """The accuracy table of docs/performance-model.md: one line per source under its title, then overall."""
-    lines = [
+    """The accuracy table of docs/performance-model.md: one line per source under its title, then overall (its
+    headline figures in bold) and every row weighted equally (no in-sample column)."""
+
+    def line(row: dict[str, Any], title: str, bold: bool = False) -> str:
+        def b(text: str) -> str:
+            return f"**{text}**" if bold else text
+
+        in_sample = (
+            f"{row['in_sample_median'] * 100:,.1f} / {row['in_sample_p90'] * 100:,.1f} %"
+            if "in_sample_median" in row
+            else ""
+        )
+        cells = [
+            b(title),
+            f"{row['rows']:,}",
+            b(percent(row["median_abs_rel_error"])),
+            b(percent(row["p90_abs_rel_error"])),
+            percent(row["median_signed_rel_error"], signed=True),
+            b(f"{row['coverage'] * 100:.0f} %"),
+            in_sample,
+        ]
+        return "| " + " | ".join(cells) + " |"
+
+    return [
         "| source | runs | median | p90 | bias | inside 80 % | in-sample median / p90 |",
         "|---|---:|---:|---:|---:|---:|---:|",
+        *(line(row, SOURCE_TITLES.get(row["group"], row["group"])) for row in rows),
+        line(overall, overall["group"], bold=True),
+        line(every_row, every_row["group"]),
     ]
-    for row in rows:
-        lines.append(
-            f"| {SOURCE_TITLES.get(row['group'], row['group'])} | {row['rows']:,} | "
-            f"{percent(row['median_abs_rel_error'])} | {percent(row['p90_abs_rel_error'])} | "
-            f"{percent(row['median_signed_rel_error'], signed=True)} | {row['coverage'] * 100:.0f} % | "
-            f"{row['in_sample_median'] * 100:,.1f} / {row['in_sample_p90'] * 100:,.1f} % |"
-        )
-    lines.append(
-        f"| **{overall['group']}** | {overall['rows']:,} | **{percent(overall['median_abs_rel_error'])}** | "
-        f"**{percent(overall['p90_abs_rel_error'])}** | {percent(overall['median_signed_rel_error'], signed=True)} | "
-        f"**{overall['coverage'] * 100:.0f} %** | {overall['in_sample_median'] * 100:.1f} / "
-        f"{overall['in_sample_p90'] * 100:.1f} % |"
-    )
-    lines.append(
-        f"| {every_row['group']} | {every_row['rows']:,} | {percent(every_row['median_abs_rel_error'])} | "
-        f"{percent(every_row['p90_abs_rel_error'])} | {percent(every_row['median_signed_rel_error'], signed=True)} | "
-        f"{every_row['coverage'] * 100:.0f} % |  |"
-    )
-    return lines
 
 
 def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> float:

@@ -162,17 +162,20 @@ SHAPES = {
 # the Llama 3 8B) rounded up to a multiple of 256 (1024); vocabulary the dolma2 tokenizer's 100,278 padded to
 # a multiple of 128. n_params is every parameter the built model holds (embedding, blocks with their QK norms,
 # final norm, output layer).
+OLMO_CORE_VOCAB = -(-100278 // 128) * 128  # 100352: dolma2's 100,278 tokens padded to a multiple of 128
+
+
 def _olmo_core_params(layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, qk_norm: bool) -> float:
     kv = kv_heads * (hidden // heads)
     block = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * ffn + 2 * hidden
     block += (hidden + kv) if qk_norm else 0
-    return float(2 * 100352 * hidden + layers * block + hidden)
+    return float(2 * OLMO_CORE_VOCAB * hidden + layers * block + hidden)
 
 
 OLMO_CORE_ARCH = (
     "arch from OLMo-core TransformerConfig.{preset} (src/olmo_core/nn/transformer/config.py; model.py at "
     "8c03ca8a2): {what}; "
-    "vocab 100352 (dolma2 100,278 padded to 128, TokenizerConfig.padded_vocab_size)"
+    f"vocab {OLMO_CORE_VOCAB} (dolma2 100,278 padded to 128, TokenizerConfig.padded_vocab_size)"
 )
 for _key, _name, _preset, _layers, _hidden, _heads, _kv_heads, _ffn, _qk_norm in (
     ("olmo_core_1b", "OLMo-1124 1B (OLMo-core olmo_1B, 18 layers)", "olmo_1B", 18, 2048, 16, 16, 5632, True),
@@ -190,7 +193,7 @@ for _key, _name, _preset, _layers, _hidden, _heads, _kv_heads, _ffn, _qk_norm in
         _heads,
         _kv_heads,
         _ffn,
-        100352,
+        OLMO_CORE_VOCAB,
         OLMO_CORE_ARCH.format(
             preset=_preset,
             what=f"{_base} with reordered norm and QK norm"
@@ -201,12 +204,13 @@ for _key, _name, _preset, _layers, _hidden, _heads, _kv_heads, _ffn, _qk_norm in
 # Zero Bubble (Qi et al. 2024) Table 3: GPT-style shapes trained by sail-sg's Megatron-LM fork. Layers, heads and
 # hidden are printed; ffn is Megatron's default 4h (the launch script passes no --ffn-hidden-size; the paper's
 # section 2.3 analyses the same 4h); the vocabulary is not printed (see ZB_SHAPE).
+ZB_VOCAB, ZB_POSITIONS = 32000, 2048  # inferred (ZB_SHAPE says why); the script's --max-position-embeddings
 ZB_SHAPE = (
     "layers/heads/hidden printed (Table 3); ffn 4h (Megatron default, no --ffn-hidden-size in "
-    "examples/pretrain_zero_bubble.sh); vocab 32000 inferred: not printed; the printed sizes 1.5B/6.2B/14.6B/28.3B "
+    f"examples/pretrain_zero_bubble.sh); vocab {ZB_VOCAB} inferred: not printed; the printed sizes 1.5B/6.2B/14.6B/28.3B "
     "with Megatron's tied embeddings bound it to ~24.5K-32.4K (GPT-2's 50257 would give 6.3B/14.7B) and the "
     "example script runs a SentencePiece tokenizer (GPTSentencePieceTokenizer); n_params L(12h^2+13h)+V*h+P*h "
-    "with the script's --max-position-embeddings P = 2048"
+    f"with the script's --max-position-embeddings P = {ZB_POSITIONS}"
 )
 for _key, _name, _layers, _hidden, _heads in (
     ("zb_1p5b", "GPT 1.5B (Zero Bubble paper)", 22, 2304, 24),
@@ -216,13 +220,13 @@ for _key, _name, _layers, _hidden, _heads in (
 ):
     SHAPES[_key] = Shape(
         _name,
-        _gpt_params(_layers, _hidden, 32000, 2048),
+        _gpt_params(_layers, _hidden, ZB_VOCAB, ZB_POSITIONS),
         _layers,
         _hidden,
         _heads,
         _heads,
         4 * _hidden,
-        32000,
+        ZB_VOCAB,
         ZB_SHAPE,
     )
 
@@ -527,13 +531,24 @@ DS4SCI_LONGSEQ = Source(
 )
 
 
+# The DeepSpeed4Science 30B script (pretrain_gpt_30B_seq_parallel.sh at cc3a94c6): layers, hidden, heads, the
+# GPT-2 BPE vocabulary and TP; Megatron pads the vocabulary to a multiple of 128 x TP (_vocab_size_with_padding)
+DS4SCI_LAYERS, DS4SCI_HIDDEN, DS4SCI_HEADS, DS4SCI_VOCAB, DS4SCI_TP = 64, 6144, 64, 50257, 32
+DS4SCI_PADDED_VOCAB = -(-DS4SCI_VOCAB // (128 * DS4SCI_TP)) * 128 * DS4SCI_TP  # 53248
+
+
 def ds4sci_flops_per_token(seq: int) -> float:
     """FLOPs per token that Megatron-DeepSpeed's megatron/utils.py throughput_calculator (commit cc3a94c6) counts
     for the 30B script: 24 x 4 (checkpoint_activations factor) x L h^2 (1 + s/(6h) + V/(16 L h)) per token, with
-    the padded vocabulary (50257 padded to a multiple of 128 x TP 32 = 53248); full (not causal) attention, the
-    recompute forward counted."""
-    layers, hidden, vocab = 64, 6144, 53248
-    return 24.0 * 4 * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+    the padded vocabulary; full (not causal) attention, the recompute forward counted."""
+    layers, hidden = DS4SCI_LAYERS, DS4SCI_HIDDEN
+    return (
+        24.0
+        * 4
+        * layers
+        * hidden**2
+        * (1 + seq / (6 * hidden) + DS4SCI_PADDED_VOCAB / (16 * layers * hidden))
+    )
 
 
 def _fmt(value: float | None, digits: int) -> str:
@@ -580,6 +595,8 @@ def make_row(
     compiled: bool | None = None,
     tp_overlap: bool | None = None,
     norm: str = "",
+    measured_mfu_pct: str = "",
+    hfu_pct: str = "",
 ) -> dict[str, str]:
     dp = n // (tp * pp * cp)
     if dp * tp * pp * cp != n:
@@ -632,6 +649,8 @@ def make_row(
         peak_tflops_used=f"{peak:.0f}",
         measured_tflops_per_gpu=_fmt(tflops, 2),
         tflops_accounting=accounting,
+        measured_mfu_pct=measured_mfu_pct,
+        hfu_pct=hfu_pct,
         tokens_per_sec_per_gpu=_fmt(tokens_per_gpu, 2),
         tokens_per_sec_total=_fmt(None if tokens_per_gpu is None else tokens_per_gpu * n, 1),
         step_time_s=_fmt(step_s, 3),
@@ -1048,28 +1067,30 @@ def rows() -> list[dict[str, str]]:
     ]
     for key, sharding, ac, a100, h100 in fms:
         for gpu, n, link, (tok, mfu, hfu) in ((A100_80, 128, "400 Gb/s", a100), (H100, 96, "800 Gb/s", h100)):
-            row = make_row(
-                next(next_id),
-                FMS,
-                SHAPES[key],
-                seq=4096,
-                gbs=2 * n,
-                mbs=2,
-                gpu=gpu,
-                n=n,
-                tp=1,
-                pp=1,
-                zero=sharding,
-                recompute=ac,
-                precision="bf16",
-                reported=fms_reported,
-                inferred=fms_inferred,
-                notes=f"{n} GPUs with {link} node interconnect; torch.compile; MFU by the PaLM/nanoGPT method, "
-                "HFU by the PyTorch FLOP counter. The README notes 13B on A100 is held back by the small batch.",
-                tokens_per_gpu=tok,
+            out.append(
+                make_row(
+                    next(next_id),
+                    FMS,
+                    SHAPES[key],
+                    seq=4096,
+                    gbs=2 * n,
+                    mbs=2,
+                    gpu=gpu,
+                    n=n,
+                    tp=1,
+                    pp=1,
+                    zero=sharding,
+                    recompute=ac,
+                    precision="bf16",
+                    reported=fms_reported,
+                    inferred=fms_inferred,
+                    notes=f"{n} GPUs with {link} node interconnect; torch.compile; MFU by the PaLM/nanoGPT method, "
+                    "HFU by the PyTorch FLOP counter. The README notes 13B on A100 is held back by the small batch.",
+                    tokens_per_gpu=tok,
+                    measured_mfu_pct=f"{mfu:.1f}",
+                    hfu_pct=f"{hfu:.1f}",
+                )
             )
-            row.update(measured_mfu_pct=f"{mfu:.1f}", hfu_pct=f"{hfu:.1f}")
-            out.append(row)
     run = make_row(
         next(next_id),
         FMS_RUN,
@@ -1630,47 +1651,48 @@ def titan_a100_rows(next_id: Iterator[int]) -> list[dict[str, str]]:
         recompute, ac_inferred = ac_modes[printed_ac]
         config = f"train_configs/{key}.toml"
         tp_preset = key.endswith("70b")
-        row = make_row(
-            next(next_id),
-            TITAN_A100,
-            SHAPES[key],
-            detail=f"'{name} performance numbers' table, {SHAPES[key].name} local batch {local}, "
-            f"'{printed_ac}' AC row (file at commit 157a12c562, 2024-04-24)",
-            seq=seq,
-            gbs=local * 64,
-            mbs=local,
-            gpu=A100_80,
-            n=64,
-            tp=1,
-            pp=1,
-            zero="FSDP2 64-way",
-            recompute=recompute,
-            precision="bf16",
-            reported="model size;n_gpus(64 A100 80GB);FSDP2 1D;local batch size;global batch (local x 64 FSDP "
-            "ranks, the text's rule);activation checkpointing mode;tokens_per_sec_per_gpu(WPS);measured_mfu_pct",
-            inferred=f"arch (torchtitan {key.split('_')[0]} flavor, public Llama config);seq_len({seq}, "
-            f"{config} at 157a12c562);compile(no: compile = false in that config, not printed);precision(bf16 "
-            "params, fp32 gradient reduce: FSDP2 MixedPrecisionPolicy in parallelize_llama.py);step_time_s"
-            + ("" if tp_preset else f";norm(fused: norm_type = fused_rmsnorm in {config})")
-            + ac_inferred,
-            notes=f"AC printed as '{printed_ac}'. WPS is per GPU (train.py: the rank's tokens over the log "
-            "interval's time); printed MFU = WPS x (6N + 12·L·h·s) / 312 TFLOP/s, which the derived columns "
-            "reproduce with this seq_len. Eager model (torch.compile off in the presets), SDPA is_causal "
-            "attention (flash kernel on A100), FSDP2 per transformer block, last block not resharded after "
-            "forward. Iteration the numbers were read at and the interconnect are not printed."
-            + (
-                f" {config} presets TP 8 and rmsnorm for 2D runs; these 1D rows override TP to 1 and the norm "
-                "they used is not printed."
-                if tp_preset
-                else f" {config} presets fused_rmsnorm (torchtitan's Triton RMSNorm: the norm column says fused)."
+        out.append(
+            make_row(
+                next(next_id),
+                TITAN_A100,
+                SHAPES[key],
+                detail=f"'{name} performance numbers' table, {SHAPES[key].name} local batch {local}, "
+                f"'{printed_ac}' AC row (file at commit 157a12c562, 2024-04-24)",
+                seq=seq,
+                gbs=local * 64,
+                mbs=local,
+                gpu=A100_80,
+                n=64,
+                tp=1,
+                pp=1,
+                zero="FSDP2 64-way",
+                recompute=recompute,
+                precision="bf16",
+                reported="model size;n_gpus(64 A100 80GB);FSDP2 1D;local batch size;global batch (local x 64 FSDP "
+                "ranks, the text's rule);activation checkpointing mode;tokens_per_sec_per_gpu(WPS);measured_mfu_pct",
+                inferred=f"arch (torchtitan {key.split('_')[0]} flavor, public Llama config);seq_len({seq}, "
+                f"{config} at 157a12c562);compile(no: compile = false in that config, not printed);precision(bf16 "
+                "params, fp32 gradient reduce: FSDP2 MixedPrecisionPolicy in parallelize_llama.py);step_time_s"
+                + ("" if tp_preset else f";norm(fused: norm_type = fused_rmsnorm in {config})")
+                + ac_inferred,
+                notes=f"AC printed as '{printed_ac}'. WPS is per GPU (train.py: the rank's tokens over the log "
+                "interval's time); printed MFU = WPS x (6N + 12·L·h·s) / 312 TFLOP/s, which the derived columns "
+                "reproduce with this seq_len. Eager model (torch.compile off in the presets), SDPA is_causal "
+                "attention (flash kernel on A100), FSDP2 per transformer block, last block not resharded after "
+                "forward. Iteration the numbers were read at and the interconnect are not printed."
+                + (
+                    f" {config} presets TP 8 and rmsnorm for 2D runs; these 1D rows override TP to 1 and the norm "
+                    "they used is not printed."
+                    if tp_preset
+                    else f" {config} presets fused_rmsnorm (torchtitan's Triton RMSNorm: the norm column says fused)."
+                )
+                + extra,
+                tokens_per_gpu=wps,
+                compiled=False,
+                norm="" if tp_preset else "fused",
+                measured_mfu_pct=f"{mfu:.1f}",
             )
-            + extra,
-            tokens_per_gpu=wps,
-            compiled=False,
-            norm="" if tp_preset else "fused",
         )
-        row.update(measured_mfu_pct=f"{mfu:.1f}")
-        out.append(row)
     return out
 
 
@@ -1916,57 +1938,62 @@ def olmo_core_rows(next_id: Iterator[int]) -> list[dict[str, str]]:
     for key, script, printed, precision, tps, gbs, mbs, (commit, date), loss in table:
         shape = SHAPES[key]
         is_fp8 = printed != "BF16"
-        row = make_row(
-            next(next_id),
-            OLMO_CORE,
-            shape,
-            detail=f"README.md throughput table, {printed_model[key]} {printed} line ({tps:,} TPS), file at "
-            f"commit 7e58d1289 (2025-03-12); figure first printed at {commit} ({date}); setup from "
-            f"src/scripts/train/{script} and src/olmo_core/internal/experiment.py at {commit}",
-            seq=4096,
-            gbs=gbs,
-            mbs=mbs,
-            gpu=H100_UNSTATED,
-            n=8,
-            tp=1,
-            pp=1,
-            zero="FSDP2 8-way (full shard)",
-            recompute="none",
-            precision=precision,
-            reported="model size;model arch (OLMo-1124 / Llama);seq_len(context length 4096);precision(BF16 or "
-            "BF16/FP8: most matmuls in float8);tokens_per_sec_per_gpu(throughput, tokens per second per device);"
-            "training script;command-line override;GPU type (H100)",
-            inferred=f"arch ({shape.inferred});n_gpus(8: the script's BeakerLaunchConfig num_nodes=1, num_gpus=8 "
-            "and no --launch.num_nodes override in the table);zero_stage_or_fsdp(FSDP2 over one node: "
-            f"dp_mesh=None on 1 node);global_batch_sequences({gbs} x 4096 tokens, script);micro_batch("
-            f"rank_microbatch_size={mbs} x 4096, script);activation_recompute(none: no ac_config);compile(model "
-            "compile=True, script)"
-            + (";fp8 recipe (Float8Config defaults)" if is_fp8 else "")
-            + ";gpu variant;step_time_s",
-            notes=f"Printed TPS is a rounded figure ({tps:,}); OLMo-core's SpeedMonitorCallback logs it per device "
-            "as the rank's batch tokens over the wall time between steps (data loading included). One 8-GPU node "
-            "is the launch default of the named script with the printed override; the table itself does not print "
-            "the GPU count, node count or cluster (Ai2's Beaker H100 clusters; node type and network not stated), "
-            "nor the iteration or software versions. OLMo-core's stack (FSDP2 fully_shard per block adapted from "
-            "torchtitan, torch.compile per block, torchao Float8Linear) is the torchtitan profile's. Attention: "
-            "PyTorch SDPA is_causal (its flash kernel on H100)"
-            + (", with K/V repeated to 32 heads before SDPA (GQA)" if key == "olmo_core_llama3_8b" else "")
-            + f". Loss: {losses[loss]}. Reordered norm and QK norm (OLMo-1124) are not in mfukit's model spec."
-            + (
-                " FP8: torchao tensorwise dynamic scaling under compile with FP8 FSDP all-gather (OLMo-core's "
-                "default; mfukit's torchtitan profile assumes 16-bit all-gather); peak_tflops_used 1979."
-                if is_fp8
-                else ""
+        out.append(
+            make_row(
+                next(next_id),
+                OLMO_CORE,
+                shape,
+                detail=f"README.md throughput table, {printed_model[key]} {printed} line ({tps:,} TPS), file at "
+                f"commit 7e58d1289 (2025-03-12); figure first printed at {commit} ({date}); setup from "
+                f"src/scripts/train/{script} and src/olmo_core/internal/experiment.py at {commit}",
+                seq=4096,
+                gbs=gbs,
+                mbs=mbs,
+                gpu=H100_UNSTATED,
+                n=8,
+                tp=1,
+                pp=1,
+                zero="FSDP2 8-way (full shard)",
+                recompute="none",
+                precision=precision,
+                reported="model size;model arch (OLMo-1124 / Llama);seq_len(context length 4096);precision(BF16 or "
+                "BF16/FP8: most matmuls in float8);tokens_per_sec_per_gpu(throughput, tokens per second per device);"
+                "training script;command-line override;GPU type (H100)",
+                inferred=f"arch ({shape.inferred});n_gpus(8: the script's BeakerLaunchConfig num_nodes=1, num_gpus=8 "
+                "and no --launch.num_nodes override in the table);zero_stage_or_fsdp(FSDP2 over one node: "
+                f"dp_mesh=None on 1 node);global_batch_sequences({gbs} x 4096 tokens, script);micro_batch("
+                f"rank_microbatch_size={mbs} x 4096, script);activation_recompute(none: no ac_config);compile(model "
+                "compile=True, script)"
+                + (";fp8 recipe (Float8Config defaults)" if is_fp8 else "")
+                + ";gpu variant;step_time_s",
+                notes=f"Printed TPS is a rounded figure ({tps:,}); OLMo-core's SpeedMonitorCallback logs it per device "
+                "as the rank's batch tokens over the wall time between steps (data loading included). One 8-GPU node "
+                "is the launch default of the named script with the printed override; the table itself does not print "
+                "the GPU count, node count or cluster (Ai2's Beaker H100 clusters; node type and network not stated), "
+                "nor the iteration or software versions. OLMo-core's stack (FSDP2 fully_shard per block adapted from "
+                "torchtitan, torch.compile per block, torchao Float8Linear) is the torchtitan profile's. Attention: "
+                "PyTorch SDPA is_causal (its flash kernel on H100)"
+                + (
+                    ", with K/V repeated to 32 heads before SDPA (GQA)"
+                    if key == "olmo_core_llama3_8b"
+                    else ""
+                )
+                + f". Loss: {losses[loss]}. Reordered norm and QK norm (OLMo-1124) are not in mfukit's model spec."
+                + (
+                    " FP8: torchao tensorwise dynamic scaling under compile with FP8 FSDP all-gather (OLMo-core's "
+                    "default; mfukit's torchtitan profile assumes 16-bit all-gather); peak_tflops_used 1979."
+                    if is_fp8
+                    else ""
+                )
+                + (
+                    " The first version of this line (2024-09-26 to 2024-11-05) printed 44,000 (BF16) and 51,000 "
+                    "(FP8) TPS with rank_microbatch_size 4 x 4096 and the fused loss; superseded, not gathered."
+                    if key == "olmo_core_1b"
+                    else ""
+                ),
+                tokens_per_gpu=tps,
             )
-            + (
-                " The first version of this line (2024-09-26 to 2024-11-05) printed 44,000 (BF16) and 51,000 "
-                "(FP8) TPS with rank_microbatch_size 4 x 4096 and the fused loss; superseded, not gathered."
-                if key == "olmo_core_1b"
-                else ""
-            ),
-            tokens_per_gpu=tps,
         )
-        out.append(row)
     return out
 
 
@@ -2138,8 +2165,8 @@ def ds4sci_longseq_rows(next_id: Iterator[int]) -> list[dict[str, str]]:
     Not gathered: the 'Old Megatron-DeepSpeed' column (25 and 28 TFLOPS at 2k and 4k, TP 32; the pre-rebase code,
     whose script for this table is not given) and its OoM cells (not measurements)."""
     out: list[dict[str, str]] = []
-    layers, hidden, heads, vocab = 64, 6144, 64, 50257
-    n_gpus, tp, gbs, mbs = 32, 32, 2, 1
+    layers, hidden, heads, vocab = DS4SCI_LAYERS, DS4SCI_HIDDEN, DS4SCI_HEADS, DS4SCI_VOCAB
+    n_gpus, tp, gbs, mbs = 32, DS4SCI_TP, 2, 1
     notes_stack = (
         "Stack: microsoft/Megatron-DeepSpeed after its July-2023 rebase on Megatron-LM (legacy megatron/model GPT, "
         "no Transformer Engine), DeepSpeed engine with ZeRO stage 0 and fp16 (ds_config_gpt_TEMPLATE.json: dynamic "
@@ -2253,72 +2280,73 @@ def titan_405b_rows(next_id: Iterator[int]) -> list[dict[str, str]]:
     for printed, wps, mfu, (first_wps, first_mfu) in table:
         is_fp8 = printed != "None"
         compiled, compile_inferred = compile_notes[printed]
-        row = make_row(
-            next(next_id),
-            TITAN_405B,
-            SHAPES["llama31_405b"],
-            detail=f"'Llama 3.1 performance numbers' table, 405B, batch size 2, full AC, optimizations "
-            f"'{printed}' ({wps} WPS, {mfu}% MFU), file at commit 3faaa1a0d (2024-08-23)",
-            seq=8192,
-            gbs=32,
-            mbs=2,
-            gpu=H100_TITAN,
-            n=128,
-            tp=8,
-            pp=1,
-            zero="FSDP2 16-way (x TP 8)",
-            recompute="full",
-            precision=fp8 if is_fp8 else "bf16",
-            reported="model size(405B, Llama 3.1);n_gpus(128 H100, 94GB memory);2D parallelism (FSDP2 + TP);"
-            "batch size(local 2);global_batch_sequences(2 x 16 FSDP ranks = 32, the text);activation "
-            "checkpointing(full);optimizations(None / Float8 / Float8 + Async TP);tokens_per_sec_per_gpu(WPS);"
-            "measured_mfu_pct",
-            inferred="arch (torchtitan llama3 405B flavor: dim 16384, 126 layers, 128 heads, 8 KV heads, ffn "
-            "53248; vocab 128256);seq_len(8192, train_configs/llama3_405b.toml);tp(8) and FSDP degree (16: "
-            "tensor_parallel_degree = 8, data_parallel_degree = -1 in that preset; the text's 16 FSDP ranks);"
-            f"{compile_inferred};"
-            + (
-                "precision(torchao Float8Linear, dynamic tensor-wise scaling, FSDP float8 all-gather, precomputed "
-                "scales: the preset's [float8] section);"
-                if is_fp8
-                else "precision(bf16 params, fp32 gradient reduce: MixedPrecisionPolicy defaults);"
+        out.append(
+            make_row(
+                next(next_id),
+                TITAN_405B,
+                SHAPES["llama31_405b"],
+                detail=f"'Llama 3.1 performance numbers' table, 405B, batch size 2, full AC, optimizations "
+                f"'{printed}' ({wps} WPS, {mfu}% MFU), file at commit 3faaa1a0d (2024-08-23)",
+                seq=8192,
+                gbs=32,
+                mbs=2,
+                gpu=H100_TITAN,
+                n=128,
+                tp=8,
+                pp=1,
+                zero="FSDP2 16-way (x TP 8)",
+                recompute="full",
+                precision=fp8 if is_fp8 else "bf16",
+                reported="model size(405B, Llama 3.1);n_gpus(128 H100, 94GB memory);2D parallelism (FSDP2 + TP);"
+                "batch size(local 2);global_batch_sequences(2 x 16 FSDP ranks = 32, the text);activation "
+                "checkpointing(full);optimizations(None / Float8 / Float8 + Async TP);tokens_per_sec_per_gpu(WPS);"
+                "measured_mfu_pct",
+                inferred="arch (torchtitan llama3 405B flavor: dim 16384, 126 layers, 128 heads, 8 KV heads, ffn "
+                "53248; vocab 128256);seq_len(8192, train_configs/llama3_405b.toml);tp(8) and FSDP degree (16: "
+                "tensor_parallel_degree = 8, data_parallel_degree = -1 in that preset; the text's 16 FSDP ranks);"
+                f"{compile_inferred};"
+                + (
+                    "precision(torchao Float8Linear, dynamic tensor-wise scaling, FSDP float8 all-gather, precomputed "
+                    "scales: the preset's [float8] section);"
+                    if is_fp8
+                    else "precision(bf16 params, fp32 gradient reduce: MixedPrecisionPolicy defaults);"
+                )
+                + "gpu variant and system (Grand Teton H100 96 GB HBM2e at 500 W, the page's 2025 description of "
+                "its H100 hosts; this table says only '128 H100 (94GB memory)' and 'HBM2e based lower TDP SXM "
+                "H100(95GB)');step_time_s",
+                notes=f"Optimizations printed as '{printed}'. WPS is train.py's per-GPU figure (the rank's tokens "
+                "over the log interval's time, divided by the model-parallel size); the iteration it was read at is "
+                "not printed. Printed MFU = WPS x (6 x non-embedding parameters + 12·L·h·s) over "
+                + ("1979 (FP8 dense SXM)" if is_fp8 else "989 (bf16 dense SXM)")
+                + " TFLOP/s; derived_mfu_pct counts the embedding too. The page's footnote: the GPUs are HBM2e, "
+                "lower-TDP SXM H100s whose peak lies between SXM and NVL, so the MFU is below the true one"
+                + (
+                    "; and for Float8 the attention matmuls stay in bf16, so the FP8-peak MFU is lower than expected. "
+                    "The FP8 FSDP all-gather has no column here (the torchtitan_h200_trainy rows ran it too)"
+                    if is_fp8
+                    else ""
+                )
+                + ". TP plan: sequence-parallel norms, loss parallel; SDPA is_causal attention (flash kernel); "
+                "rmsnorm (not the fused Triton one) per the preset. "
+                + (
+                    "Async TP: torch.compile's micro-pipelined TP collectives (tp_comm_overlap yes). "
+                    if printed.endswith("Async TP")
+                    else ""
+                )
+                + f"The first print (9515a140b, 2024-08-22) read {first_wps} WPS and {first_mfu} MFU (against the "
+                "then NVL-sized peak); PR #556 corrected the MFU to the SXM peak the next day"
+                + (
+                    " and printed 109 WPS for this line without saying why; the corrected value is gathered"
+                    if first_wps != wps
+                    else ""
+                )
+                + ". Memory not printed.",
+                tokens_per_gpu=wps,
+                compiled=compiled,
+                tp_overlap=printed.endswith("Async TP"),
+                measured_mfu_pct=f"{mfu:.2f}",
             )
-            + "gpu variant and system (Grand Teton H100 96 GB HBM2e at 500 W, the page's 2025 description of "
-            "its H100 hosts; this table says only '128 H100 (94GB memory)' and 'HBM2e based lower TDP SXM "
-            "H100(95GB)');step_time_s",
-            notes=f"Optimizations printed as '{printed}'. WPS is train.py's per-GPU figure (the rank's tokens "
-            "over the log interval's time, divided by the model-parallel size); the iteration it was read at is "
-            "not printed. Printed MFU = WPS x (6 x non-embedding parameters + 12·L·h·s) over "
-            + ("1979 (FP8 dense SXM)" if is_fp8 else "989 (bf16 dense SXM)")
-            + " TFLOP/s; derived_mfu_pct counts the embedding too. The page's footnote: the GPUs are HBM2e, "
-            "lower-TDP SXM H100s whose peak lies between SXM and NVL, so the MFU is below the true one"
-            + (
-                "; and for Float8 the attention matmuls stay in bf16, so the FP8-peak MFU is lower than expected. "
-                "The FP8 FSDP all-gather has no column here (the torchtitan_h200_trainy rows ran it too)"
-                if is_fp8
-                else ""
-            )
-            + ". TP plan: sequence-parallel norms, loss parallel; SDPA is_causal attention (flash kernel); "
-            "rmsnorm (not the fused Triton one) per the preset. "
-            + (
-                "Async TP: torch.compile's micro-pipelined TP collectives (tp_comm_overlap yes). "
-                if printed.endswith("Async TP")
-                else ""
-            )
-            + f"The first print (9515a140b, 2024-08-22) read {first_wps} WPS and {first_mfu} MFU (against the "
-            "then NVL-sized peak); PR #556 corrected the MFU to the SXM peak the next day"
-            + (
-                " and printed 109 WPS for this line without saying why; the corrected value is gathered"
-                if first_wps != wps
-                else ""
-            )
-            + ". Memory not printed.",
-            tokens_per_gpu=wps,
-            compiled=compiled,
-            tp_overlap=printed.endswith("Async TP"),
         )
-        row.update(measured_mfu_pct=f"{mfu:.2f}")
-        out.append(row)
     return out
 
 
