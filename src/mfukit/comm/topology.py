@@ -167,10 +167,16 @@ def from_system(
             f"{accelerator.generation}; NCCL's ~20 % protocol overhead)"
         )
     out = catalog.link(system.scale_out_fabric, field=f"{system.name}.scale_out_fabric")
-    assumptions.append(
-        f"scale-out: {system.nics_per_node} x {system.nic_bytes_per_s * 8 / 1e9:.0f} Gb/s per node x "
-        f"{tuning.network.efficiency} (NIC busbw / line rate, nccl-tests#119)"
-    )
+    line = f"scale-out: {system.nics_per_node} x {system.nic_bytes_per_s * 8 / 1e9:.0f} Gb/s per node x "
+    if out.nccl is None:
+        net_efficiency, net_step_latency_s = tuning.network.efficiency, 0.0
+        assumptions.append(f"{line}{net_efficiency} (NIC busbw / line rate, nccl-tests#119)")
+    else:  # a transport NCCL's InfiniBand constants do not describe, measured with nccl-tests
+        net_efficiency, net_step_latency_s = out.nccl.efficiency, out.nccl.step_latency_s
+        assumptions.append(
+            f"{line}{net_efficiency:.2f}, +{net_step_latency_s * 1e6:.1f} us per network step (nccl-tests on "
+            f"{out.display_name}: {out.nccl.source.url})"
+        )
     topology = CommTopology(
         name=system.name,
         arch=arch,
@@ -183,10 +189,11 @@ def from_system(
         nvls_efficiency=nvls_efficiency,
         nics_per_node=system.nics_per_node,
         nic_line_bytes_per_s=system.nic_bytes_per_s,
-        net_efficiency=tuning.network.efficiency,
+        net_efficiency=net_efficiency,
         rail_optimized=rail_optimized,
         oversubscription=oversubscription,
         switch_latency_s=out.latency_s,
+        net_step_latency_s=net_step_latency_s,
         sharp=sharp,
         cpu=cpu,
     )

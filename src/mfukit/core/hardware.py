@@ -158,6 +158,22 @@ class System(Strict):
         return self
 
 
+class MeasuredNccl(Strict):
+    """How NCCL's collectives ran on a scale-out link in published nccl-tests results, where NCCL's InfiniBand
+    constants do not describe it: the fraction of the NICs' line rate they moved and the extra latency per
+    network step, fitted to those results with the collective model (``python -m mfukit.perf.calibrate_network``).
+    """
+
+    efficiency: float = Field(gt=0, le=1, description="busbw-equivalent share of the NICs' line rate")
+    step_latency_s: Seconds = Field(
+        alias="step_latency", description="extra per network step of every algorithm"
+    )
+    fit: str = Field(
+        min_length=3, description="what was fitted: collectives, node counts, sizes, the fit's error"
+    )
+    source: Source
+
+
 class Link(Strict):
     """A link technology: an InfiniBand or Ethernet generation, or an NVLink generation."""
 
@@ -172,6 +188,10 @@ class Link(Strict):
     )
     notes: str = ""
     source: Source
+    nccl: MeasuredNccl | None = Field(
+        default=None,
+        description="NCCL measured on this link (nccl-tests), where its InfiniBand constants do not hold",
+    )
 
 
 class PortConfig(Strict):

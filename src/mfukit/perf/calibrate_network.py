@@ -9,16 +9,31 @@ across the network are a framework effect the collective model does not describe
 docs/performance-model.md shows them).
 The loss is the same soft-L1 of the log error as the rest
 of the calibration, each source weighted equally (each run equally within its source).
+
+The same two numbers, fitted instead to published nccl-tests results on that network
+(``python -m mfukit.perf.calibrate_network RESULTS.csv``), are a catalog fact of the link (``[nccl]`` in
+``catalog/data/fabrics/``): what the collective model uses when no training run has measured the network, as
+in the leave-one-source-out fold of the only source that ran on it.
 """
 
 from __future__ import annotations
 
 import collections
+import csv
 import math
+import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from mfukit import catalog
+from mfukit.comm.collectives import COLLECTIVES, Collective
+from mfukit.comm.model import collective_time_s
+from mfukit.comm.topology import from_system
+from mfukit.core.hardware import Accelerator, System
+from mfukit.errors import InputError
 from mfukit.perf.efficiency import Efficiency, FitRecord, NetworkProfile, network_name
 from mfukit.perf.evaluator import Evaluator, error_summary, levenberg_marquardt, soft_l1
 from mfukit.perf.layouts import Floats
@@ -75,3 +90,135 @@ def fit_network(
     sources = sorted({case.source for case in rows})
     record = FitRecord(sources=sources, rows=len(rows), median_abs_rel_error=median, p90_abs_rel_error=p90)
     return fitted.model_copy(update={"fit": record}), (len(rows), median, p90)
+
+
+@dataclass(frozen=True)
+class NcclTestsPoint:
+    """One nccl-tests measurement: a collective of ``size_bytes`` (nccl-tests' size column) on ``gpus`` GPUs
+    of ``nodes`` nodes, and its time (out of place)."""
+
+    collective: Collective
+    nodes: int
+    gpus: int
+    size_bytes: float
+    seconds: float
+
+
+NCCL_TESTS_COLUMNS = ("system", "collective", "nodes", "gpus", "size_bytes", "time_us")
+
+
+def read_nccl_tests(path: Path) -> tuple[System, list[NcclTestsPoint]]:
+    """The system and the measurements of an nccl-tests results file (``benchmarks/data/comms/``: one row per
+    collective, node count and size, with the columns of :data:`NCCL_TESTS_COLUMNS`)."""
+    with path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    if not rows:
+        raise InputError(
+            "has no rows", source=str(path), expected=f"the columns {', '.join(NCCL_TESTS_COLUMNS)}"
+        )
+    missing = [name for name in NCCL_TESTS_COLUMNS if name not in rows[0]]
+    if missing:
+        raise InputError(f"lacks the column(s) {', '.join(missing)}", source=str(path))
+    systems = {row["system"] for row in rows}
+    if len(systems) != 1:
+        raise InputError(
+            f"names {len(systems)} systems", source=str(path), field="system", expected="one system per file"
+        )
+    points = []
+    for number, row in enumerate(rows, start=2):
+        if row["collective"] not in COLLECTIVES:
+            raise InputError(
+                f"line {number}: unknown collective {row['collective']!r}",
+                source=str(path),
+                field="collective",
+                expected=f"one of {', '.join(COLLECTIVES)}",
+            )
+        try:
+            nodes, gpus = int(row["nodes"]), int(row["gpus"])
+            size, seconds = float(row["size_bytes"]), float(row["time_us"]) * 1e-6
+        except ValueError as error:
+            raise InputError(
+                f"line {number}: {error}", source=str(path), expected="whole node and GPU counts, numbers"
+            ) from None
+        if nodes < 2 or gpus < nodes or size <= 0 or seconds <= 0:
+            raise InputError(
+                f"line {number}: needs at least 2 nodes, a GPU per node, a positive size and time",
+                source=str(path),
+            )
+        points.append(NcclTestsPoint(row["collective"], nodes, gpus, size, seconds))
+    return catalog.system(systems.pop(), field="system"), points
+
+
+def nccl_tests_times(
+    points: Sequence[NcclTestsPoint],
+    system: System,
+    accelerator: Accelerator,
+    efficiency: float,
+    latency_s: float,
+) -> Floats:
+    """The collective model's seconds for each of ``points`` with the network at ``efficiency`` of line rate
+    and ``latency_s`` more per network step."""
+    times = np.empty(len(points))
+    for index, point in enumerate(points):
+        topology, _ = from_system(system, accelerator, num_nodes=point.nodes)
+        topology = topology.with_options(net_efficiency=efficiency, net_step_latency_s=latency_s)
+        times[index] = collective_time_s(
+            point.collective, [point.size_bytes], topology, point.gpus, gpus_per_domain=system.gpus_per_node
+        )[0]
+    return times
+
+
+def fit_to_nccl_tests(
+    points: Sequence[NcclTestsPoint], system: System, accelerator: Accelerator
+) -> tuple[float, float]:
+    """The network's efficiency and extra step latency that best reproduce ``points`` (soft-L1 of the log
+    error, each measurement weighted equally, from the same neutral start as :func:`fit_network`)."""
+    measured = np.asarray([point.seconds for point in points])
+    weights = np.full(len(points), 1.0 / len(points))
+    neutral = NetworkProfile(name=system.scale_out_fabric)
+
+    def residuals(x: Floats) -> Floats:
+        profile = _decode(neutral, x)
+        assert profile.efficiency is not None and profile.step_latency_s is not None
+        predicted = nccl_tests_times(points, system, accelerator, profile.efficiency, profile.step_latency_s)
+        return soft_l1(np.log(predicted / measured), weights)
+
+    fitted = _decode(
+        neutral, levenberg_marquardt(residuals, np.asarray([0.0, math.log(1e-5)]), iterations=25)
+    )
+    assert fitted.efficiency is not None and fitted.step_latency_s is not None
+    return fitted.efficiency, fitted.step_latency_s
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m mfukit.perf.calibrate_network RESULTS.csv``: fit a network's ``[nccl]`` catalog block to
+    nccl-tests results, and print it with the model's error on them before and after."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) != 1:
+        print("usage: python -m mfukit.perf.calibrate_network RESULTS.csv", file=sys.stderr)
+        return 2
+    try:
+        system, points = read_nccl_tests(Path(args[0]))
+    except InputError as error:
+        print(f"error: {error.render()}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"error: {args[0]}: {error.strerror}", file=sys.stderr)
+        return 2
+    accelerator = catalog.accelerator(system.accelerator)
+    measured = np.asarray([point.seconds for point in points])
+    efficiency, latency_s = fit_to_nccl_tests(points, system, accelerator)
+    nodes = sorted({point.nodes for point in points})
+    for label, (eff, lat) in {
+        "NCCL's InfiniBand constants": (0.96, 0.0),
+        "fitted": (efficiency, latency_s),
+    }.items():
+        median, p90 = error_summary(nccl_tests_times(points, system, accelerator, eff, lat) / measured - 1)
+        print(f"# {label}: median {median:.1%}, p90 {p90:.1%} of {len(points)} times", file=sys.stderr)
+    print(f"# {len(points)} results, {nodes[0]}-{nodes[-1]} nodes of {system.name}")
+    print(f'[nccl]\nefficiency = {efficiency:.3f}\nstep_latency = "{latency_s * 1e6:.2f}us"')
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
