@@ -207,6 +207,9 @@ def case_of(row: dict[str, str]) -> Case | None:
         precision=precision_of(row["precision"]),
         framework=framework,
         attention="eager" if source in NO_FLASH else "flash",
+        # GPT-3-style Megatron runs train with Megatron-LM's default dropout (0.1 on attention and hidden)
+        attention_dropout=0.1 if source in NO_FLASH else 0.0,
+        hidden_dropout=0.1 if source in NO_FLASH else 0.0,
     )
     workload = training_workload(model, training, sequences)
     if (
@@ -222,7 +225,6 @@ def case_of(row: dict[str, str]) -> Case | None:
         micro_batch_size=micro,
         num_microbatches=count,
         gpus_per_node=8,
-        dropout=source in NO_FLASH,  # GPT-3-style models train with dropout
         first_stage_layers=first,
     )
     estimate = estimate_memory(model, layout, shape)

@@ -75,6 +75,31 @@ def test_estimate_says_which_attention_kernel_the_step_runs(mfukit) -> None:  # 
     assert eager.json()["result"]["step_time_s"] > flash.json()["result"]["step_time_s"]
 
 
+def test_gpt3_style_dropout_keeps_masks_and_slows_eager_attention(mfukit) -> None:  # type: ignore[no-untyped-def]
+    layout = [
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--zero",
+        "1",
+        "--recompute",
+        "none",
+        "--attention",
+        "eager",
+        "--format",
+        "json",
+    ]
+    dropout = ["--attention-dropout", "0.1", "--hidden-dropout", "10%"]
+    plain, dropped = (mfukit("estimate", *GPT3, *layout, *extra).json() for extra in ([], dropout))
+    assert dropped["result"]["memory_per_gpu_bytes"] > plain["result"]["memory_per_gpu_bytes"]
+    assert dropped["result"]["step_time_s"] > plain["result"]["step_time_s"]
+    assert "attention and hidden dropout masks" in " ".join(dropped["assumptions"])
+    assert "no dropout masks" in " ".join(plain["assumptions"])
+    refused = mfukit("estimate", *GPT3, *layout, "--attention-dropout", "1")
+    assert refused.exit_code == 2 and "training.attention_dropout" in refused.stderr
+
+
 def test_estimate_says_exactly_why_a_layout_cannot_be_built(mfukit) -> None:  # type: ignore[no-untyped-def]
     # an interleaved pipeline whose chunks cannot hold equal layers, by no split Megatron makes itself
     run = mfukit("estimate", *GPT3, "--tp", "8", "--pp", "7", "--vpp", "5", "--format", "json")

@@ -184,6 +184,37 @@ def test_deepspeed_zero3_and_eager_attention_are_read(tmp_path: Path) -> None:
     assert not case.layout.sequence_parallel
 
 
+def test_apex_distributed_fused_adam_is_read_as_the_zero_2_it_implements(tmp_path: Path) -> None:
+    row = _row(zero_stage_or_fsdp="distributed optimizer (distributed_fused_adam)", framework="nemo")
+    (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework",)))
+    assert case.layout.zero == 2  # gradients sharded too: no full fp32 main-gradient buffer
+
+
+@pytest.mark.parametrize(
+    ("attention", "cells", "expected"),
+    [
+        ("eager", {}, (True, True)),  # unstated: Megatron-LM's 0.1 of the 2021-22 eager runs
+        ("flash", {}, (False, False)),  # unstated: the Llama-family recipes' none
+        ("eager", {"attention_dropout": "0", "hidden_dropout": "0"}, (False, False)),
+        ("flash", {"attention_dropout": "0", "hidden_dropout": "0.1"}, (False, True)),
+    ],
+)
+def test_dropout_is_read_as_stated_and_by_the_attention_kernel_when_not(
+    tmp_path: Path, attention: str, cells: dict[str, str], expected: tuple[bool, bool]
+) -> None:
+    columns = ("attention", "attention_dropout", "hidden_dropout")
+    row = _row(attention=attention, **{"attention_dropout": "", "hidden_dropout": "", **cells})
+    (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], columns))
+    assert (case.workload.attention_dropout, case.workload.hidden_dropout) == expected
+
+
+def test_a_dropout_of_one_or_more_is_refused_with_its_column(tmp_path: Path) -> None:
+    row = _row(attention_dropout="1.0", hidden_dropout="")
+    with pytest.raises(InputError) as raised:
+        read_runs(_write(tmp_path / "runs.csv", [row], ("attention_dropout", "hidden_dropout")))
+    assert raised.value.field == "attention_dropout" and "0 <= p < 1" in raised.value.render()
+
+
 def test_compile_and_tp_overlap_are_read_and_blank_means_the_default(tmp_path: Path) -> None:
     extra = ("framework", "compile", "tp_comm_overlap")
     rows = [

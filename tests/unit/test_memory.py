@@ -31,7 +31,14 @@ S, B, H, A = 2048, 1, 12288, 96
 
 
 def gpt_layer(**kwargs: object) -> float:
-    shape = ActivationShape(seq_len=S, micro_batch_size=B, flash_attention=False, dropout=True, **kwargs)  # type: ignore[arg-type]
+    shape = ActivationShape(
+        seq_len=S,
+        micro_batch_size=B,
+        flash_attention=False,
+        attention_dropout=True,
+        hidden_dropout=True,
+        **kwargs,
+    )  # type: ignore[arg-type]
     return layer_activation_bytes(GPT3, shape)
 
 
@@ -55,8 +62,29 @@ def test_korthikanti_selective_and_full_recompute() -> None:
     assert gpt_layer(tp=t, sequence_parallel=True, recompute="full") == pytest.approx(2 * S * B * H / t)
 
 
+def test_each_dropout_keeps_its_own_masks() -> None:
+    def layer(attention: bool, hidden: bool, flash: bool = False) -> float:
+        shape = ActivationShape(
+            seq_len=S,
+            micro_batch_size=B,
+            flash_attention=flash,
+            attention_dropout=attention,
+            hidden_dropout=hidden,
+        )
+        return layer_activation_bytes(GPT3, shape)
+
+    # hidden dropout: a 1-byte mask after attention and after the MLP (2sbh of Korthikanti's 34sbh)
+    assert layer(False, True) - layer(False, False) == pytest.approx(2 * S * B * H)
+    # attention dropout: the mask (a s^2 b) and the dropped 16-bit copy (2 a s^2 b) of the scores
+    assert layer(True, False) - layer(False, False) == pytest.approx(3 * A * S * S * B)
+    # flash attention regenerates its mask in backward: nothing stored
+    assert layer(True, False, flash=True) == layer(False, False, flash=True)
+
+
 def test_flash_attention_drops_the_score_matrix() -> None:
-    flash = layer_activation_bytes(GPT3, ActivationShape(seq_len=S, micro_batch_size=B, dropout=True))
+    flash = layer_activation_bytes(
+        GPT3, ActivationShape(seq_len=S, micro_batch_size=B, attention_dropout=True, hidden_dropout=True)
+    )
     # the s^2 terms are gone; a float32 log-sum-exp per query row and head remains
     assert flash == pytest.approx(S * B * H * 34 + 4 * S * B * A)
 

@@ -37,9 +37,17 @@ def run(
     flash: bool = True,
     system: tuple = A100,  # type: ignore[type-arg]
     gpus: int | None = None,
+    dropout: bool = False,
 ) -> StepEstimate:
     spec = catalog.model(model)
-    workload = Workload(model=spec, seq_len=seq_len, global_batch_sequences=batch, flash_attention=flash)
+    workload = Workload(
+        model=spec,
+        seq_len=seq_len,
+        global_batch_sequences=batch,
+        flash_attention=flash,
+        attention_dropout=dropout,
+        hidden_dropout=dropout,
+    )
     grid = grid_of(
         layouts,
         model=spec,
@@ -105,6 +113,26 @@ def test_flash_attention_beats_materialised_scores_at_long_sequences() -> None:
     flash = run([layout], model="llama2-7b", seq_len=16384, batch=8, flash=True)
     eager = run([layout], model="llama2-7b", seq_len=16384, batch=8, flash=False)
     assert eager.step_time_s[0] > 1.2 * flash.step_time_s[0]
+
+
+def test_dropout_costs_hbm_traffic_only_where_its_masks_are_written() -> None:
+    layout = Parallelism(tp=8, pp=1, dp=1, sequence_parallel=True, recompute="full")
+    steps = {
+        (flash, dropout): run([layout], seq_len=8192, batch=8, flash=flash, dropout=dropout)
+        for flash in (True, False)
+        for dropout in (True, False)
+    }
+
+    def extra(flash: bool) -> float:
+        return float(steps[(flash, True)].step_time_s[0] - steps[(flash, False)].step_time_s[0])
+
+    # both write the hidden-dropout masks (element-wise work); flash attention keeps its attention-dropout
+    # mask in SRAM, while eager attention moves the dropped copy of the s^2 scores and its mask (9 + 11 B per
+    # score instead of 4 + 6)
+    flash_parts = {dropout: steps[(True, dropout)].breakdown_s for dropout in (True, False)}
+    assert flash_parts[True]["memory_bound"][0] > flash_parts[False]["memory_bound"][0]
+    assert flash_parts[True]["compute"][0] == flash_parts[False]["compute"][0]
+    assert extra(flash=False) > 20 * extra(flash=True) > 0
 
 
 def test_moe_all_to_all_appears_with_expert_parallelism() -> None:

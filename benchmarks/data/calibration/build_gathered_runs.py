@@ -25,7 +25,17 @@ with (HERE.parents[2] / "tests" / "data" / "perf" / "megatron_published_runs.csv
     newline=""
 ) as _handle:
     SCHEMA = next(csv.reader(_handle))
-EXTRA_COLUMNS = ["framework", "attention", "offload", "system", "compile", "tp_comm_overlap", "norm"]
+EXTRA_COLUMNS = [
+    "framework",
+    "attention",
+    "offload",
+    "system",
+    "compile",
+    "tp_comm_overlap",
+    "norm",
+    "attention_dropout",
+    "hidden_dropout",
+]
 HEADER = SCHEMA + EXTRA_COLUMNS
 
 # Dense peaks per GPU in TFLOP/s (perf-model.md section 2 conventions).
@@ -261,6 +271,10 @@ class Source:
     attention: str
     compile: bool | None = None  # torch.compile as the source states it for every row (None: not stated)
     system: str = ""  # the catalog node every row ran on, where the source names its cluster
+    # (attention, hidden) dropout probabilities of the run's script or config, and where they are set; the
+    # columns stay blank (no dropout) where the source's setup does not say
+    dropout: tuple[float, float] | None = None
+    dropout_from: str = ""
 
 
 NEMO_2407 = Source(
@@ -340,6 +354,8 @@ BLOOM_PREQUEL = Source(
     "megatron-deepspeed",
     "eager",
     system="jean-zay-a100",  # BLOOM paper §3.4.1: 4 x Omni-Path 100 Gb/s per node
+    dropout=(0.1, 0.1),
+    dropout_from="no tr11 smaller-model script sets it: bigscience-workshop/Megatron-DeepSpeed's default 0.1",
 )
 BLOOM_MAIN = Source(
     "BigScience bigscience-workshop/bigscience train/tr11-176B-ml/README.md (BLOOM 176B training, "
@@ -349,6 +365,8 @@ BLOOM_MAIN = Source(
     "megatron-deepspeed",
     "eager",
     system="jean-zay-a100",
+    dropout=(0.1, 0.1),
+    dropout_from="tr11-176B-ml/README.md: the default Megatron-LM dropout settings are inherited, 0.1 and 0.1",
 )
 OPT = Source(
     "Zhang et al. 2022, OPT: Open Pre-trained Transformer Language Models (arXiv 2205.01068)",
@@ -357,6 +375,8 @@ OPT = Source(
     "opt175b_paper",
     "fsdp",
     "eager",
+    dropout=(0.1, 0.1),
+    dropout_from="metaseq launcher/opt_baselines.py: --dropout 0.1 --attention-dropout 0.1 --no-emb-dropout",
 )
 NEOX = Source(
     "Black et al. 2022, GPT-NeoX-20B: An Open-Source Autoregressive Language Model (arXiv 2204.06745)",
@@ -365,6 +385,8 @@ NEOX = Source(
     "megatron-deepspeed",
     "eager",
     system="neox-a100-40gb",  # the paper's hardware: four ConnectX-6 HDR HCAs per 8-GPU server
+    dropout=(0.0, 0.0),
+    dropout_from="configs/20B.yml at release commit c560814b: hidden-dropout 0, attention-dropout 0",
 )
 
 FMS = Source(
@@ -455,6 +477,9 @@ NEMO_LAUNCHER = Source(
     "nemo_launcher_gpt3_5b_scaling",
     "nemo",
     "eager",
+    dropout=(0.1, 0.1),
+    dropout_from="conf/training/gpt3/5b.yaml: hidden_dropout 0.1; NeMo 1.11's ParallelTransformer "
+    "attention_dropout=0.1",
 )
 
 TORCHAO_H100 = Source(
@@ -514,6 +539,9 @@ ZERO_BUBBLE = Source(
     "zero_bubble_megatron",
     "megatron-core",
     "eager",
+    dropout=(0.1, 0.1),
+    dropout_from="examples/pretrain_zero_bubble.sh sets 0 only for ENABLE_EXACTLY_NUMERIC_MATCH: Megatron-LM "
+    "megatron/arguments.py default=0.1",
 )
 
 
@@ -528,6 +556,9 @@ DS4SCI_LONGSEQ = Source(
     "megatron-deepspeed",
     "flash",
     system="dgx-a100-40gb",
+    dropout=(0.0, 0.1),
+    dropout_from="the script sets none, so Megatron's 0.1; FlashSelfAttentionTriton never passes its attention "
+    "dropout to the Triton kernel, which has none (megatron/model/transformer.py @cc3a94c6)",
 )
 
 
@@ -659,7 +690,9 @@ def make_row(
         derived_mfu_pct=_fmt(derived_mfu, 1),
         derived_mfu_vs_bf16_dense_pct=_fmt(derived_bf16, 1),
         reported_fields=reported,
-        inferred_fields=inferred + ";dp;global_batch_tokens;tokens_per_sec_total;derived_*",
+        inferred_fields=inferred
+        + (f";attention_dropout/hidden_dropout({src.dropout_from})" if src.dropout else "")
+        + ";dp;global_batch_tokens;tokens_per_sec_total;derived_*",
         notes=notes,
         framework=src.framework,
         attention=src.attention,
@@ -668,6 +701,8 @@ def make_row(
         compile=_switch(src.compile if compiled is None else compiled),
         tp_comm_overlap=_switch(tp_overlap),
         norm=norm,
+        attention_dropout="" if src.dropout is None else f"{src.dropout[0]:g}",
+        hidden_dropout="" if src.dropout is None else f"{src.dropout[1]:g}",
     )
     return row
 

@@ -99,6 +99,8 @@ FLAG_FIELDS: dict[str, str] = {
     "--deadline": "training.deadline",
     "--attention-flops": "training.attention_flops",
     "--attention": "training.attention",
+    "--attention-dropout": "training.attention_dropout",
+    "--hidden-dropout": "training.hidden_dropout",
     "--norm": "training.norm",
     "--offload-optimizer": "training.offload_optimizer",
     "--offload-optimizer-step": "training.offload_optimizer_step",

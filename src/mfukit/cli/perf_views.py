@@ -13,6 +13,8 @@ PERF_FLAGS = (
     "precision",
     "attention_flops",
     "attention",
+    "attention_dropout",
+    "hidden_dropout",
     "norm",
     "offload_optimizer",
     "offload_optimizer_step",

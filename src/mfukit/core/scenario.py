@@ -186,6 +186,22 @@ class TrainingSection(Strict):
         "per row) or eager (softmax(QK^T)V in separate kernels: stores the s^2 scores and runs slower; "
         "2021-22 runs)",
     )
+    attention_dropout: Fraction = Field(
+        default=0.0,
+        lt=1.0,
+        description="probability of dropping an attention probability (Megatron --attention-dropout, NeMo and "
+        "HF attention_dropout): with eager attention, above 0 stores a 1-byte mask and the dropped copy of the "
+        "s^2 scores and moves them through HBM (Korthikanti et al. 2022, sec. 4.1); flash attention regenerates "
+        "its mask in backward. Llama-family recipes use 0; Megatron-LM's own default is 0.1",
+    )
+    hidden_dropout: Fraction = Field(
+        default=0.0,
+        lt=1.0,
+        description="probability of dropping a hidden activation after attention, after the MLP and after the "
+        "embedding (Megatron --hidden-dropout, NeMo hidden_dropout, HF resid_pdrop): above 0, each keeps a "
+        "1-byte mask per element (Korthikanti et al. 2022, sec. 4.1). Llama-family recipes use 0; Megatron-LM's "
+        "own default is 0.1",
+    )
 
     @field_validator("framework", mode="before")
     @classmethod

@@ -14,7 +14,7 @@ SwiGLU's gate/up/product (6·s·b·f, Megatron's fused ``bias_swiglu`` keeps [ga
 instead of GeLU's 4·s·b·f, dropout masks only when the model uses dropout (LLaMA-family models do not),
 flash attention keeping the output and a float32 log-sum-exp per row instead of the s² scores
 (Dao et al. 2022), and context parallelism splitting the sequence (each CP rank keeps s/cp queries).
-With ``dropout=True``, GeLU, MHA, no flash attention this returns exactly 34·sbh + 5·a·s²·b.
+With ``attention_dropout`` and ``hidden_dropout`` on, GeLU, MHA, no flash attention this returns exactly 34·sbh + 5·a·s²·b.
 
 FP8 with Transformer Engine (``kernels="te"``, ``fp8=True``): a TE ``Linear``/``LayerNormLinear`` quantizes
 its input for the FP8 GEMM and saves that FP8 copy, column-wise data only, for the weight gradient
@@ -124,7 +124,8 @@ class ActivationShape:
     sequence_parallel: bool = False
     recompute: Recompute = "none"
     flash_attention: bool = True
-    dropout: bool = False
+    attention_dropout: bool = False  # a mask on the attention probabilities (kept by eager attention only)
+    hidden_dropout: bool = False  # masks after attention and the MLP (and the embedding, first stage)
     act_bytes: float = 2.0  # 16-bit activations; 4 in fp32 training
     kernels: Kernels = "fused"
     fp8: bool = False  # FP8 GEMMs (precision "fp8")
@@ -197,7 +198,7 @@ def _attention_bytes(model: ModelSpec, shape: ActivationShape, *, keep_scores: b
         # model uses attention dropout: the 5·a·s²·b of Korthikanti et al. Each CP rank scores s/cp queries
         # against all s keys.
         scores = tokens * shape.seq_len * heads / t
-        core = a * scores + ((MASK_BYTES + a) * scores if shape.dropout else 0.0)
+        core = a * scores + ((MASK_BYTES + a) * scores if shape.attention_dropout else 0.0)
     return qkv + core + out_proj_input
 
 
@@ -245,7 +246,9 @@ def layer_activation_bytes(
         return _op_checkpoint_bytes(model, shape)
     keep_scores = not (stored and shape.recompute == "selective")
     hidden = layer_input_bytes(model, shape)
-    masks = 2 * MASK_BYTES / shape.act_bytes * hidden if shape.dropout else 0.0  # after attention and MLP
+    masks = (
+        2 * MASK_BYTES / shape.act_bytes * hidden if shape.hidden_dropout else 0.0
+    )  # after attention and MLP
     norms = (
         2 if fused_unless_eager(shape.fused_norm, shape.kernels) else 4
     ) * hidden  # each norm's input (eager: and its normalised x)
@@ -278,9 +281,10 @@ def _op_checkpoint_bytes(model: ModelSpec, shape: ActivationShape) -> float:
 
 def embedding_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
     """The first stage's inputs per micro-batch: token ids and labels, plus the embedding dropout's mask
-    and output when the model uses dropout (otherwise the embedding output is the first layer's input)."""
+    and output when the model uses hidden dropout (otherwise the embedding output is the first layer's
+    input)."""
     ids = 2 * TOKEN_ID_BYTES * shape.tokens
-    if not shape.dropout:
+    if not shape.hidden_dropout:
         return ids
     return ids + layer_input_bytes(model, shape) * (1 + MASK_BYTES / shape.act_bytes)
 

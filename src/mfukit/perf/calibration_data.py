@@ -5,11 +5,13 @@ Sources (column notes in ``shared/reference/perf-model.md`` §2):
 
 * ``llmfoundry_mpt`` - LLM Foundry's MPT benchmarks (A100-40/80GB, H100): FSDP FULL_SHARD (SHARD_GRAD_OP
   for a few), TP = PP = 1, flash attention, MPT's GeLU/LayerNorm/ALiBi/tied shape; grad accumulation from the
-  notes; 8 x 200 Gb/s (A100) and 8 x 400 Gb/s (H100) per node. Throughput: reported tokens/s/GPU.
+  notes; 8 x 200 Gb/s (A100) and 8 x 400 Gb/s (H100) per node; no dropout (MPT's attn_pdrop, resid_pdrop and
+  emb_pdrop default to 0, and no benchmark config sets them). Throughput: reported tokens/s/GPU.
 * ``vtrain_multi`` / ``vtrain_single`` - vTrain's measured Megatron-DeepSpeed GPT iterations on A100 (64-512
   GPUs; one 8-GPU node): full recompute, DDP (no ZeRO), fp16, 1F1B, on vTrain's cluster (``vtrain-a100-cluster``:
   800 Gb/s per node, four NICs shared by two GPUs each); Megatron-DeepSpeed's
-  fused softmax attention (no flash attention: the released configs do not turn it on). Their throughput is
+  fused softmax attention (no flash attention: the released configs do not turn it on), Megatron's default
+  dropout of 0.1 on attention and hidden states. Their throughput is
   HFU-style; it is compared through tokens/s, which is the same comparison in any FLOP accounting.
 * ``ultrascale_playbook`` - the Ultra-Scale Playbook sweep on AWS p5.48xlarge nodes (8 x H100, EFA;
   nanotron): no recompute, sequence parallel (tp_mode REDUCE_SCATTER), ZeRO-0 or ZeRO-1 (sharded fp32 master
@@ -161,6 +163,7 @@ def _case(
     accounting: Accounting,
     framework: str,
     flash: bool = True,
+    dropout: bool = False,
     split: tuple[int, int] | None = None,
 ) -> Case:
     first, last = split or (
@@ -178,6 +181,8 @@ def _case(
             global_batch_sequences=layout.dp * micro_batch * microbatches,
             precision=precision,
             flash_attention=flash,
+            attention_dropout=dropout,
+            hidden_dropout=dropout,
             framework=framework,
         ),
         layout=layout,
@@ -262,6 +267,10 @@ def _vtrain(row: dict[str, str], source: str) -> Case:
         accounting="hardware",
         framework="megatron-deepspeed",
         flash=False,
+        # vTrain publishes no launch scripts; its runs are Megatron-DeepSpeed's (data/README.md), whose
+        # --attention-dropout and --hidden-dropout default to 0.1, as vTrain's own profiled GPT sets them
+        # (src/model/gpt_model.py, VIA-Research/vTrain @f8dda847)
+        dropout=True,
         split=_even(model, layout),
     )
 

@@ -65,6 +65,8 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
         fp8_recipe=training.fp8_recipe,
         batch_rounding_frac=batch_rounding_frac(training),
         flash_attention=training.attention == "flash",
+        attention_dropout=training.attention_dropout > 0,
+        hidden_dropout=training.hidden_dropout > 0,
         offload_optimizer=training.offload_optimizer,
         offload_params=training.offload_params,
         offload_activations=training.offload_activations,

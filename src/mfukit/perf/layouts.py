@@ -92,6 +92,10 @@ class Workload:
     offload_activations: float = 0.0
     offload_optimizer_step: OptimizerStepDevice = "cpu"  # where offloaded optimizer states are stepped
     flash_attention: bool = True  # training.attention = "flash"; False: eager attention keeps the s^2 scores
+    attention_dropout: bool = False  # training.attention_dropout > 0: eager attention stores and moves a mask
+    hidden_dropout: bool = (
+        False  # training.hidden_dropout > 0: a mask after attention, the MLP and the embedding
+    )
     framework: str = "megatron-core"  # a framework profile (software stack) of mfukit.perf.efficiency
     compile: bool = False  # torch.compile: element-wise ops fused by Inductor
     # TP collectives decomposed under the GEMMs (async TP, --tp-comm-overlap); None: the stack's default
@@ -112,6 +116,8 @@ class Workload:
             seq_len=self.seq_len,
             precision=self.precision,
             flash_attention=self.flash_attention,
+            attention_dropout=self.attention_dropout,
+            hidden_dropout=self.hidden_dropout,
             kernels=self.kernels,
             fp8_weights=self.fp8_weights,
             fp8_main_grads=self.fp8_main_grads,

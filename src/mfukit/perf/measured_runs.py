@@ -59,7 +59,17 @@ MEASURED_COLUMNS = (
     "measured_tflops_per_gpu",
     "measured_mfu_pct",
 )
-OPTIONAL_COLUMNS = ("framework", "attention", "offload", "system", "compile", "tp_comm_overlap", "norm")
+OPTIONAL_COLUMNS = (
+    "framework",
+    "attention",
+    "offload",
+    "system",
+    "compile",
+    "tp_comm_overlap",
+    "norm",
+    "attention_dropout",
+    "hidden_dropout",
+)
 NORM_KERNELS: dict[str, NormKernel] = {"fused": "fused", "eager": "eager"}  # the norm column (training.norm)
 # the node each GPU type of the schema ran in when a row names no catalog system (DGX/HGX 8-GPU nodes)
 GPU_SYSTEMS = (
@@ -83,6 +93,12 @@ SOURCE_STACKS = {
 # unfused core attention (QK^T and softmax-V as batched GEMMs around a fused softmax, the s^2 scores stored:
 # the very tensors its selective recompute drops); FlashAttention came to Megatron-LM in 2023
 SOURCE_ATTENTION = {"korthikanti2022": "eager"}
+# The dropout of a row whose dropout cells are empty, by its attention kernel. Eager attention is the
+# 2021-22 GPT-3-style runs, whose launchers inherited Megatron-LM's default of 0.1 on attention and hidden
+# states (megatron/arguments.py, v2.5 to 23.06; Korthikanti et al. state their activation memory with both
+# masks, sec. 4.1); flash-attention runs are the Llama-family recipes, which set 0 (NeMo 2.0's Llama3Config,
+# torchtitan, LLM Foundry's MPT). A row that states its dropout is read as it says.
+UNSTATED_DROPOUT = {"eager": (0.1, 0.1), "flash": (0.0, 0.0)}
 # the FP8 scaling of a source whose rows do not say: Megatron-Bridge's 25.x performance summaries run their
 # FP8 rows with current scaling ("FP8-CS"), the shared reference's three NeMo 25.09 recipes among them
 SOURCE_FP8_RECIPE: dict[str, Fp8Recipe] = {"nemo_megatron_bridge": "current"}
@@ -167,6 +183,17 @@ class _Row:
                 value=self.text(column),
             )
         return int(value)
+
+    def probability(self, column: str, default: float) -> float:
+        """A probability in [0, 1) (dropout); ``default`` when empty."""
+        if not self.has(column):
+            return default
+        value = self.number(column, positive=False)
+        if value >= 1.0:
+            raise self.error(
+                column, f"column '{column}' is {self.text(column)!r}", f"write 0 <= p < 1 in '{column}'"
+            )
+        return value
 
     def switch(self, column: str) -> bool | None:
         """A yes/no cell (yes, no, true, false, 1, 0); None when empty."""
@@ -267,6 +294,11 @@ def _sharding(row: _Row, stack: str) -> dict[str, object]:
     text = row.text("zero_stage_or_fsdp").lower().replace("_", "-")
     deepspeed = "deepspeed" if stack in ("deepspeed", "megatron-deepspeed") else "megatron"
     if "shard-grad-op" in text or "shard grad op" in text:  # FSDP's SHARD_GRAD_OP is ZeRO-2
+        return {"zero": 2, "zero_impl": "deepspeed"}
+    # apex's DistributedFusedAdam (NeMo 1.x's distributed_fused_adam) "implements the ZeRO-2 algorithm, which
+    # distributes the optimizer state and gradients" (apex/contrib/optimizers/distributed_fused_adam.py): no
+    # full fp32 main-gradient buffer, unlike Megatron's distributed optimizer
+    if "distributed-fused-adam" in text:
         return {"zero": 2, "zero_impl": "deepspeed"}
     if "hybrid" in text or "hsdp" in text:
         return {"fsdp": "hybrid"}
@@ -475,6 +507,7 @@ def _case(row: _Row) -> Case | SkippedRow:
     attention = row.text("attention").lower() or SOURCE_ATTENTION.get(row.text("source_group"), "")
     if attention not in ("", "flash", "eager"):
         raise row.error("attention", f"attention is {attention!r}", "use flash or eager")
+    unstated_dropout = UNSTATED_DROPOUT["eager" if attention == "eager" else "flash"]
     norm_text = row.text("norm").lower()
     if norm_text and norm_text not in NORM_KERNELS:
         raise row.error(
@@ -491,6 +524,8 @@ def _case(row: _Row) -> Case | SkippedRow:
         precision=precision,
         fp8_recipe=_fp8_recipe(row),
         flash_attention=attention != "eager",
+        attention_dropout=row.probability("attention_dropout", unstated_dropout[0]) > 0,
+        hidden_dropout=row.probability("hidden_dropout", unstated_dropout[1]) > 0,
         framework=stack,
         compile=bool(row.switch("compile")),
         tp_comm_overlap=row.switch("tp_comm_overlap"),

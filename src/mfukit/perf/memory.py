@@ -317,6 +317,12 @@ def fragmentation_frac(shape: StepShape, allowances: MemoryOverheads) -> float:
     return 0.0 if shape.expandable_segments else float(allowances.allocator_fragmentation.value)
 
 
+def dropout_names(attention_masks: bool, hidden_masks: bool) -> str:
+    """Which dropout masks a step keeps, as the assumptions line says it."""
+    kept = [name for name, kept in (("attention", attention_masks), ("hidden", hidden_masks)) if kept]
+    return f"{' and '.join(kept)} dropout masks" if kept else "no dropout masks"
+
+
 def memory_note(shape: StepShape) -> str:
     """What the memory model took the stack to do, as one line for a report's assumptions."""
     # an eager stack's fused kernels of its own (nanotron's Triton norm, its in-place loss)
@@ -331,7 +337,7 @@ def memory_note(shape: StepShape) -> str:
     parts = [
         " ".join([KERNELS_NAMES[shape.kernels], *overrides]),
         "flash attention" if shape.flash_attention else "eager attention (s^2 scores stored)",
-        "dropout" if shape.dropout else "no dropout",
+        dropout_names(shape.attention_dropout and not shape.flash_attention, shape.hidden_dropout),
     ]
     if shape.precision == "fp8":
         parts.append(FP8_WEIGHTS_NAMES[shape.fp8_weights])
@@ -527,7 +533,10 @@ class StepShape:
     num_microbatches: int | None = None  # per pipeline per step; None: at least pp (the worst case)
     precision: Precision = "bf16"
     flash_attention: bool = True
-    dropout: bool = False
+    attention_dropout: bool = (
+        False  # a mask on the attention probabilities (stored with eager attention only)
+    )
+    hidden_dropout: bool = False  # masks after attention, the MLP and the embedding
     kernels: Kernels = "fused"
     fp8_weights: Fp8Weights = "transient"
     fp8_main_grads: MainGrads = "fp32"
@@ -648,7 +657,8 @@ def activation_shape(layout: Parallelism, shape: StepShape) -> ActivationShape:
         sequence_parallel=layout.sequence_parallel,
         recompute=layout.recompute,
         flash_attention=shape.flash_attention,
-        dropout=shape.dropout,
+        attention_dropout=shape.attention_dropout,
+        hidden_dropout=shape.hidden_dropout,
         act_bytes=FP32_BYTES if shape.precision == "fp32" else 2.0,
         kernels=shape.kernels,
         fp8=shape.precision == "fp8",

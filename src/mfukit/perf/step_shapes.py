@@ -49,10 +49,14 @@ LOSS_BYTES_PER_LOGIT = 20.0  # 16-bit logits read, fp32 copy written and read, s
 MOE_PERMUTE_ELEMENTS = 4  # each routed copy of a token is written and read on dispatch and on combine
 # Without flash attention the scores are materialised between two batched GEMMs (QK^T, then probabilities x V,
 # whose own reads and writes their roofline counts): Megatron's fused scale-mask-softmax reads and writes them
-# (4 B), dropout reads, writes and stores its mask (5 B). Backward: dropout's (read grad and mask, write:
-# 5 B) and softmax's (read grad and output, write: 6 B).
-SCORE_BYTES_FORWARD = 9.0
-SCORE_BYTES_BACKWARD = 11.0
+# (4 B forward); its backward reads the gradient and the output and writes (6 B). With attention dropout, the
+# dropout kernel reads, writes and stores its 1-byte mask (5 B), and its backward reads the gradient and the
+# mask and writes (5 B). Flash attention does all of this in SRAM.
+SOFTMAX_SCORE_BYTES = (4.0, 6.0)  # forward, backward, per score element
+DROPOUT_SCORE_BYTES = (5.0, 5.0)
+# Hidden dropout (fused into Megatron's bias-dropout-add) writes a 1-byte mask per element of the hidden
+# state after attention and after the MLP, and its backward reads it: in 16-bit element accesses, half each
+DROPOUT_MASK_ACCESSES = 0.5
 FLASH_BACKWARD_TO_FORWARD = 2.5  # FlashAttention-2 backward: 5 matmuls (with the recomputed scores) vs 2
 
 
@@ -198,7 +202,8 @@ def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "f
         "fused" if w.fused_norm else "composite" if w.fused_norm is False and not w.compile else kernels
     )
     norm = NORM_ACCESSES[norm_kernels]
-    common = (2 * norm + 2 * RESIDUAL_ADD_ACCESSES) * h * share + rope
+    residual = RESIDUAL_ADD_ACCESSES + (DROPOUT_MASK_ACCESSES if w.hidden_dropout else 0.0)
+    common = (2 * norm + 2 * residual) * h * share + rope
     memory = {"dense": act * t * (common + act_elements * ffn / tp)}
     moe_mlp: list[Gemm] = []
     dispatch = np.zeros_like(t)
@@ -249,7 +254,11 @@ def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "f
             gemm(queries, float(w.seq_len), v, batch=per_micro_batch, linear=False),
         ]
         scores = t * w.seq_len * heads_here
-        score_bytes = (scores * SCORE_BYTES_FORWARD, scores * SCORE_BYTES_BACKWARD)
+        forward, backward = (
+            softmax + (dropout if w.attention_dropout else 0.0)
+            for softmax, dropout in zip(SOFTMAX_SCORE_BYTES, DROPOUT_SCORE_BYTES, strict=True)
+        )
+        score_bytes = (scores * forward, scores * backward)
     first, last = stage_layer_kinds(w, g, 0), stage_layer_kinds(w, g, 1)
     middle_stages = np.maximum(g.pp - 2, 1)
     middle = tuple(
