@@ -111,3 +111,15 @@ def test_gpus_the_deadline_needs_is_a_whole_count(mfukit) -> None:  # type: igno
     table = mfukit("size", EXAMPLE, "--mfu", "0.45").stdout
     shown = next(line for line in table.splitlines() if "GPUs the deadline needs" in line).split()[-1]
     assert "." not in shown and int(shown.replace(",", "")) >= float(row.split(",")[1])
+
+
+def test_size_at_a_given_mfu_keeps_the_attention_kernel_and_dropout_it_is_told(mfukit) -> None:  # type: ignore[no-untyped-def]
+    args = ("size", EXAMPLE, "--mfu", "0.45", "--gpus", "2048", "--recompute", "none")
+    plain, eager = (
+        mfukit(*args, *extra, "--format", "json").json()
+        for extra in ((), ("--attention", "eager", "--attention-dropout", "0.1", "--hidden-dropout", "0.1"))
+    )
+    memory = " ".join(a for a in eager["assumptions"] if a.startswith("memory:"))
+    assert "eager attention (s^2 scores stored), attention and hidden dropout masks" in memory
+    assert "flash attention, no dropout masks" in " ".join(plain["assumptions"])
+    assert eager["result"]["memory_per_gpu_bytes"] > plain["result"]["memory_per_gpu_bytes"]

@@ -6,7 +6,7 @@ import pytest
 
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, split_stage_layers
-from mfukit.perf.activations import ActivationShape, layer_activation_bytes
+from mfukit.perf.activations import ActivationShape, embedding_input_bytes, layer_activation_bytes
 from mfukit.perf.memory import (
     StepShape,
     estimate_memory,
@@ -79,6 +79,15 @@ def test_each_dropout_keeps_its_own_masks() -> None:
     assert layer(True, False) - layer(False, False) == pytest.approx(3 * A * S * S * B)
     # flash attention regenerates its mask in backward: nothing stored
     assert layer(True, False, flash=True) == layer(False, False, flash=True)
+
+
+def test_embedding_dropout_keeps_only_its_mask() -> None:
+    # its output is the first layer's input, counted with the layer; its backward needs only the mask
+    shape = ActivationShape(seq_len=S, micro_batch_size=B)
+    dropped = ActivationShape(seq_len=S, micro_batch_size=B, hidden_dropout=True)
+    assert embedding_input_bytes(GPT3, dropped) - embedding_input_bytes(GPT3, shape) == pytest.approx(
+        S * B * H
+    )
 
 
 def test_flash_attention_drops_the_score_matrix() -> None:

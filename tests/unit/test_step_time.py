@@ -12,6 +12,7 @@ from mfukit.core.scenario import Precision
 from mfukit.perf import flops
 from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.layouts import Workload, grid_of
+from mfukit.perf.step_shapes import LayerShapes, layer_shapes
 from mfukit.perf.step_time import (
     BREAKDOWN,
     Prepared,
@@ -133,6 +134,35 @@ def test_dropout_costs_hbm_traffic_only_where_its_masks_are_written() -> None:
     assert flash_parts[True]["memory_bound"][0] > flash_parts[False]["memory_bound"][0]
     assert flash_parts[True]["compute"][0] == flash_parts[False]["compute"][0]
     assert extra(flash=False) > 20 * extra(flash=True) > 0
+
+
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_dropout_bytes_are_the_masks_and_the_dropped_scores(sequence_parallel: bool) -> None:
+    spec = catalog.model("gpt3-175b")
+    layout = Parallelism(tp=8, pp=1, dp=1, sequence_parallel=sequence_parallel)
+    grid = grid_of([layout], model=spec, micro_batch_size=[2], num_microbatches=[4])
+
+    def shapes(dropout: bool) -> LayerShapes:
+        workload = Workload(
+            model=spec,
+            seq_len=2048,
+            global_batch_sequences=8,
+            flash_attention=False,
+            attention_dropout=dropout,
+            hidden_dropout=dropout,
+        )
+        return layer_shapes(workload, grid)
+
+    plain, dropped = shapes(False), shapes(True)
+    tokens, hidden, heads = 2 * 2048, spec.hidden_size, spec.num_attention_heads / 8
+    share = 1 / 8 if sequence_parallel else 1.0
+    # two 1-byte masks a layer, written forward and read backward (the forward's bytes count three times)
+    masks = float(dropped.memory_bytes["dense"][0] - plain.memory_bytes["dense"][0])
+    assert 3 * masks == pytest.approx(2 * 2 * tokens * hidden * share)
+    # eager attention's dropout reads, writes and stores its mask: 5 B per score each way
+    scores = tokens * 2048 * heads
+    for plain_bytes, dropped_bytes in zip(plain.score_bytes, dropped.score_bytes, strict=True):
+        assert float(dropped_bytes[0] - plain_bytes[0]) == pytest.approx(5 * scores)
 
 
 def test_moe_all_to_all_appears_with_expert_parallelism() -> None:

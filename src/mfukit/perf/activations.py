@@ -280,13 +280,13 @@ def _op_checkpoint_bytes(model: ModelSpec, shape: ActivationShape) -> float:
 
 
 def embedding_input_bytes(model: ModelSpec, shape: ActivationShape) -> float:
-    """The first stage's inputs per micro-batch: token ids and labels, plus the embedding dropout's mask
-    and output when the model uses hidden dropout (otherwise the embedding output is the first layer's
-    input)."""
+    """The first stage's inputs per micro-batch: token ids and labels, plus the embedding dropout's 1-byte
+    mask when the model uses hidden dropout (its output is the first layer's input, counted there; its
+    backward needs only the mask)."""
     ids = 2 * TOKEN_ID_BYTES * shape.tokens
     if not shape.hidden_dropout:
         return ids
-    return ids + layer_input_bytes(model, shape) * (1 + MASK_BYTES / shape.act_bytes)
+    return ids + layer_input_bytes(model, shape) * MASK_BYTES / shape.act_bytes
 
 
 def logits_and_loss_bytes(model: ModelSpec, shape: ActivationShape) -> float:

@@ -315,9 +315,10 @@ def _updated(file: EfficiencyFile, values: dict[tuple[str, str], dict[str, float
 
 # Where a leave-one-source-out fold starts: no fitted value, so what a fold's runs do not pin down cannot
 # carry what the held-out source taught (GEMMs near the curve the tile model gives, each host cost at the
-# geometric middle of its range, 0.5 % rank jitter, the reference attention kernel; networks on NCCL's
-# constants). A host cost no run of a fold's stack pins stays at its start: the middle of its range is the
-# least committal guess, where the range's floor would assume the fastest host any stack ran on.
+# geometric middle of its range, 0.5 % rank jitter, the reference attention kernel; networks on their link's
+# nccl-tests figures, catalog [nccl], or NCCL's constants). A host cost no run of a fold's stack pins stays
+# at its start: the middle of its range is the least committal guess, where the range's floor would assume
+# the fastest host any stack ran on.
 NEUTRAL = {
     "gemm_peak_fraction": 0.7,
     "gemm_latency_s": 1e-5,

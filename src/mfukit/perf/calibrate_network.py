@@ -32,6 +32,7 @@ from mfukit import catalog
 from mfukit.comm.collectives import COLLECTIVES, Collective
 from mfukit.comm.model import collective_time_s
 from mfukit.comm.topology import from_system
+from mfukit.comm.tuning import constants
 from mfukit.core.hardware import Accelerator, System
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import Efficiency, FitRecord, NetworkProfile, network_name
@@ -110,8 +111,11 @@ NCCL_TESTS_COLUMNS = ("system", "collective", "nodes", "gpus", "size_bytes", "ti
 def read_nccl_tests(path: Path) -> tuple[System, list[NcclTestsPoint]]:
     """The system and the measurements of an nccl-tests results file (``benchmarks/data/comms/``: one row per
     collective, node count and size, with the columns of :data:`NCCL_TESTS_COLUMNS`)."""
-    with path.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+    except UnicodeDecodeError:
+        raise InputError("is not UTF-8 text", source=str(path), expected="a CSV file") from None
     if not rows:
         raise InputError(
             "has no rows", source=str(path), expected=f"the columns {', '.join(NCCL_TESTS_COLUMNS)}"
@@ -124,29 +128,38 @@ def read_nccl_tests(path: Path) -> tuple[System, list[NcclTestsPoint]]:
         raise InputError(
             f"names {len(systems)} systems", source=str(path), field="system", expected="one system per file"
         )
-    points = []
-    for number, row in enumerate(rows, start=2):
-        if row["collective"] not in COLLECTIVES:
-            raise InputError(
-                f"line {number}: unknown collective {row['collective']!r}",
-                source=str(path),
-                field="collective",
-                expected=f"one of {', '.join(COLLECTIVES)}",
-            )
-        try:
-            nodes, gpus = int(row["nodes"]), int(row["gpus"])
-            size, seconds = float(row["size_bytes"]), float(row["time_us"]) * 1e-6
-        except ValueError as error:
-            raise InputError(
-                f"line {number}: {error}", source=str(path), expected="whole node and GPU counts, numbers"
-            ) from None
-        if nodes < 2 or gpus < nodes or size <= 0 or seconds <= 0:
-            raise InputError(
-                f"line {number}: needs at least 2 nodes, a GPU per node, a positive size and time",
-                source=str(path),
-            )
-        points.append(NcclTestsPoint(row["collective"], nodes, gpus, size, seconds))
-    return catalog.system(systems.pop(), field="system"), points
+    system = catalog.system(systems.pop(), field="system")
+    points = [_nccl_tests_point(path, number, row, system) for number, row in enumerate(rows, start=2)]
+    return system, points
+
+
+def _nccl_tests_point(path: Path, number: int, row: dict[str, str], system: System) -> NcclTestsPoint:
+    """One row of an nccl-tests results file, checked: whole nodes of ``system``, finite positive numbers."""
+
+    def refused(message: str, field: str, expected: str) -> InputError:
+        return InputError(f"line {number}: {message}", source=str(path), field=field, expected=expected)
+
+    collective = row["collective"]
+    if collective not in COLLECTIVES:
+        raise refused(f"unknown collective {collective!r}", "collective", f"one of {', '.join(COLLECTIVES)}")
+    try:
+        nodes, gpus = int(row["nodes"]), int(row["gpus"])
+        size, seconds = float(row["size_bytes"]), float(row["time_us"]) * 1e-6
+    except (TypeError, ValueError):  # a short row leaves its last cells None
+        raise refused(
+            "nodes, gpus, size_bytes and time_us must be numbers", "nodes", "whole counts, finite numbers"
+        ) from None
+    if not (math.isfinite(size) and math.isfinite(seconds) and size > 0 and seconds > 0):
+        raise refused(
+            "size_bytes and time_us must be finite and positive", "time_us", "e.g. 33554432 and 427.1"
+        )
+    if nodes < 2 or gpus % nodes or not nodes <= gpus <= nodes * system.gpus_per_node:
+        raise refused(
+            f"{gpus} GPUs on {nodes} node(s)",
+            "gpus",
+            f"2 or more nodes, the same ranks on each, at most {system.gpus_per_node} per {system.name} node",
+        )
+    return NcclTestsPoint(collective, nodes, gpus, size, seconds)
 
 
 def nccl_tests_times(
@@ -210,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     efficiency, latency_s = fit_to_nccl_tests(points, system, accelerator)
     nodes = sorted({point.nodes for point in points})
     for label, (eff, lat) in {
-        "NCCL's InfiniBand constants": (0.96, 0.0),
+        "NCCL's InfiniBand constants": (constants().network.efficiency, 0.0),
         "fitted": (efficiency, latency_s),
     }.items():
         median, p90 = error_summary(nccl_tests_times(points, system, accelerator, eff, lat) / measured - 1)

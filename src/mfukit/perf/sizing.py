@@ -65,6 +65,10 @@ class SizingInputs:
     batch_rounding_frac: float = 0.0  # see mfukit.perf.layouts.BATCH_ROUNDING_FRAC (0: exact)
     # what the performance model warns about its plan (a batch given in tokens rounded, an MFU beyond measured)
     model_warnings: tuple[str, ...] = ()
+    # the attention kernel and dropout of training.attention, training.attention_dropout, training.hidden_dropout
+    flash_attention: bool = True
+    attention_dropout: bool = False
+    hidden_dropout: bool = False
 
 
 @dataclass(frozen=True)
@@ -258,6 +262,9 @@ def _shape(inputs: SizingInputs, num_microbatches: int | None) -> StepShape:
         micro_batch_size=inputs.micro_batch_size,
         num_microbatches=num_microbatches,
         precision=inputs.precision,
+        flash_attention=inputs.flash_attention,
+        attention_dropout=inputs.attention_dropout,
+        hidden_dropout=inputs.hidden_dropout,
         gpus_per_node=inputs.system.gpus_per_node,
     )
 

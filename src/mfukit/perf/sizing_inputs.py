@@ -61,6 +61,9 @@ def sizing_inputs(scene: ResolvedScenario, mfu_text: str | None) -> SizingInputs
         fixed=fixed,
         pue=cluster.pue,
         usd_per_gpu_hour=cluster.usd_per_gpu_hour,
+        flash_attention=training.attention == "flash",
+        attention_dropout=training.attention_dropout > 0,
+        hidden_dropout=training.hidden_dropout > 0,
     )
 
 

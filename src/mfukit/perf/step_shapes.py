@@ -55,8 +55,9 @@ MOE_PERMUTE_ELEMENTS = 4  # each routed copy of a token is written and read on d
 SOFTMAX_SCORE_BYTES = (4.0, 6.0)  # forward, backward, per score element
 DROPOUT_SCORE_BYTES = (5.0, 5.0)
 # Hidden dropout (fused into Megatron's bias-dropout-add) writes a 1-byte mask per element of the hidden
-# state after attention and after the MLP, and its backward reads it: in 16-bit element accesses, half each
-DROPOUT_MASK_ACCESSES = 0.5
+# state after attention and after the MLP, and its backward reads it: 2 B per element in all. The forward's
+# element-wise bytes are charged three times (the forward, and a backward of twice them), so a third here.
+DROPOUT_MASK_BYTES = 2.0
 FLASH_BACKWARD_TO_FORWARD = 2.5  # FlashAttention-2 backward: 5 matmuls (with the recomputed scores) vs 2
 
 
@@ -202,7 +203,7 @@ def layer_shapes(w: Workload, g: LayoutGrid, *, kernels: ElementwiseKernels = "f
         "fused" if w.fused_norm else "composite" if w.fused_norm is False and not w.compile else kernels
     )
     norm = NORM_ACCESSES[norm_kernels]
-    residual = RESIDUAL_ADD_ACCESSES + (DROPOUT_MASK_ACCESSES if w.hidden_dropout else 0.0)
+    residual = RESIDUAL_ADD_ACCESSES + (DROPOUT_MASK_BYTES / (3 * act) if w.hidden_dropout else 0.0)
     common = (2 * norm + 2 * residual) * h * share + rope
     memory = {"dense": act * t * (common + act_elements * ffn / tp)}
     moe_mlp: list[Gemm] = []

@@ -163,10 +163,13 @@ def with_network_profile(
     fitted = topology.with_options(
         net_efficiency=profile.efficiency, net_step_latency_s=profile.step_latency_s
     )
+    # the profile replaces the scale-out efficiency (and any nccl-tests latency) from_system assumed
+    kept = [note for note in notes if not note.startswith("scale-out:")]
     return fitted, [
-        *notes,
-        f"network profile {name}: collectives move {profile.efficiency:.0%} of the NICs' line rate, "
-        f"+{profile.step_latency_s * 1e6:.1f} us per network step (fitted, perf/data/efficiency.toml)",
+        *kept,
+        f"scale-out: network profile {name}, fitted on the training runs that crossed it "
+        f"(perf/data/efficiency.toml): collectives move {profile.efficiency:.0%} of the NICs' line rate, "
+        f"+{profile.step_latency_s * 1e6:.1f} us per network step",
     ]
 
 
