@@ -9,10 +9,11 @@ import pytest
 
 from mfukit import catalog
 from mfukit.comm.collectives import busbw_factor, collective_named
-from mfukit.comm.model import estimates, predict
+from mfukit.comm.model import estimates, group_of, predict
 from mfukit.comm.topology import CommTopology, from_system, switch_hops
 from mfukit.comm.tuning import constants
 from mfukit.errors import InputError, UnknownNameError
+from mfukit.perf.step_comm import ranks_per_domain
 
 
 def topology(name: str = "dgx-h100", nodes: int = 1, **kwargs) -> CommTopology:  # type: ignore[no-untyped-def]
@@ -157,9 +158,23 @@ def test_bad_requests() -> None:
     with pytest.raises(InputError):
         predict("all_reduce", 8, topology(), 0)
     with pytest.raises(InputError):
-        predict("all_reduce", 8, topology("dgx-h100", 2), 16, gpus_per_domain=3)
+        predict("all_reduce", 8, topology("dgx-h100", 2), 16, gpus_per_domain=9)  # more than a node holds
     with pytest.raises(InputError, match="simple protocol"):
         predict("all_reduce", 8, topology(), 8, algorithm="nvls", protocol="ll")
+
+
+def test_ranks_that_do_not_fill_every_domain_leave_the_last_one_partial() -> None:
+    # 64 data-parallel ranks 2 apart on 72-GPU NVL72 domains (Megatron's order): 36 in the first, 28 in the
+    # second, not the 4 per domain a common divisor of 64 and 36 would say
+    assert int(ranks_per_domain(np.asarray([64]), np.asarray([2]), 72)[0]) == 36
+    assert int(ranks_per_domain(np.asarray([12]), np.asarray([1]), 8)[0]) == 8  # 8 + 4 on 8-GPU nodes
+    assert int(ranks_per_domain(np.asarray([4]), np.asarray([16]), 8)[0]) == 1  # 16 apart: one a node
+    group = group_of(topology("dgx-h100", 2), 12, gpus_per_domain=8)
+    assert (group.num_domains, group.gpus_per_domain, group.smallest_domain_gpus) == (2, 8, 4)
+    packed = predict("all_reduce", 1 << 28, topology("dgx-h100", 2), 12)
+    assert float(
+        predict("all_reduce", 1 << 28, topology("dgx-h100", 2), 12, gpus_per_domain=8).time_s[0]
+    ) == (pytest.approx(float(packed.time_s[0])))
 
 
 @pytest.mark.parametrize("gpus", [9, 12, 20, 30])

@@ -242,16 +242,12 @@ def switch_hops(topology: CommTopology, num_nodes: int) -> int:
 
 
 def spread(topology: CommTopology, num_gpus: int, gpus_per_domain: int | None) -> tuple[int, int]:
-    """(GPUs in each scale-up domain, number of domains) for a group of ``num_gpus`` packed GPUs."""
+    """(GPUs in each full scale-up domain, number of domains) for a group of ``num_gpus`` GPUs packed
+    ``gpus_per_domain`` to a domain (default: as many as one holds); the last domain holds the rest."""
     local = min(num_gpus, topology.domain_gpus) if gpus_per_domain is None else gpus_per_domain
     if local < 1 or local > topology.domain_gpus:
         raise InputError(
             f"must be between 1 and {topology.domain_gpus}", field="gpus_per_domain", value=gpus_per_domain
         )
-    if gpus_per_domain is not None and num_gpus % local:
-        raise InputError(
-            f"{num_gpus} GPUs do not split into groups of {local} per domain",
-            field="gpus_per_domain",
-            value=local,
-        )
+    local = min(local, num_gpus)
     return local, math.ceil(num_gpus / local)

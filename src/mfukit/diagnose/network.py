@@ -15,6 +15,7 @@ topology, which is what the cluster should give, not what it gives.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass
@@ -214,7 +215,7 @@ def expected_busbw(cluster: Cluster, load: GradientLoad) -> Bandwidth | None:
     ranks = traffic.group_ranks
     if ranks < 2:
         return None
-    nodes = max(1, ranks // traffic.ranks_per_domain)
+    nodes = max(1, math.ceil(ranks / traffic.ranks_per_domain))
     size = load.bus_bytes_per_step / float(busbw_factor("all_reduce", ranks))
     try:
         prediction = predict(

@@ -2,9 +2,10 @@
 
 Ranks are ordered as Megatron-LM orders them (``megatron/core/parallel_state.py``, order ``tp-cp-ep-dp-pp``):
 tensor-parallel ranks are adjacent, context- and data-parallel ranks are ``tp`` apart, expert-data-parallel
-ranks ``tp x ep`` apart and pipeline stages ``tp x cp x dp`` apart. A group therefore keeps
-``gcd(group, domain / stride)`` ranks in each scale-up (NVLink) domain, and it crosses the network as soon
-as that is less than the whole group. Each collective is timed by
+ranks ``tp x ep`` apart and pipeline stages ``tp x cp x dp`` apart. A group therefore fills each scale-up
+(NVLink) domain it spans with ``domain / stride`` ranks, the last domain holding the rest (64 data-parallel
+ranks 2 apart on 72-GPU NVL72 domains: 36 and 28), and it crosses the network as soon as one domain cannot
+hold it all. Each collective is timed by
 :func:`mfukit.comm.model.collective_time_s` (NCCL's algorithms and protocols on the topology's tiers);
 message sizes follow nccl-tests (all-gather and reduce-scatter: the whole gathered buffer; all-to-all: the
 bytes one rank sends). None of this depends on the fitted efficiency constants, so the planner and the
@@ -28,9 +29,10 @@ _HYBRID = np.asarray([name == "fsdp-hybrid" for name in SHARDINGS])
 
 
 def ranks_per_domain(group: Ints, stride: Ints, domain_gpus: int) -> Ints:
-    """Ranks of a group whose members are ``stride`` ranks apart that share one scale-up domain."""
+    """Ranks of a group whose members are ``stride`` ranks apart in each full scale-up domain it spans (the
+    last may hold fewer: the collective model prices it with that domain's NICs)."""
     per_domain = np.maximum(1, domain_gpus // np.maximum(stride, 1))
-    return np.asarray(np.gcd(group, np.minimum(group, per_domain)), dtype=np.int64)
+    return np.asarray(np.minimum(group, per_domain), dtype=np.int64)
 
 
 def collective_s(
