@@ -7,14 +7,8 @@ import pytest
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, split_stage_layers
 from mfukit.perf.activations import ActivationShape, embedding_input_bytes, layer_activation_bytes
-from mfukit.perf.memory import (
-    StepShape,
-    estimate_memory,
-    in_flight_microbatches,
-    sharding_of,
-    stage_layers,
-    state_bytes_per_param,
-)
+from mfukit.perf.memory import StepShape, estimate_memory, in_flight_microbatches, stage_layers
+from mfukit.perf.model_states import sharding_of, state_bytes_per_param
 
 # GPT-3 175B (Brown et al. 2020, Table 2.1): the model of Korthikanti et al.'s Table 2.
 GPT3 = ModelSpec(

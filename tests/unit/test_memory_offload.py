@@ -12,8 +12,9 @@ from mfukit.core.scenario import TrainingSection, load_scenario
 from mfukit.errors import InputError
 from mfukit.perf.inputs import perf_inputs, training_workload
 from mfukit.perf.layouts import SHARDINGS, Workload, grid_of, step_shape
-from mfukit.perf.memory import ADAM_STEP_BYTES_PER_PARAM, estimate_memory
+from mfukit.perf.memory import estimate_memory
 from mfukit.perf.memory_grid import grid_memory
+from mfukit.perf.model_states import ADAM_STEP_BYTES_PER_PARAM
 from mfukit.perf.offload import gpu_stepped_state_bytes, host_rates, offload_time
 from mfukit.perf.step_time import estimate_steps, machine_for
 

@@ -12,17 +12,14 @@ from mfukit.core.scenario import TrainingSection
 from mfukit.perf.activations import ActivationShape, layer_activation_bytes, logits_and_loss_bytes
 from mfukit.perf.inputs import training_workload
 from mfukit.perf.layouts import Workload, grid_of, step_shape
-from mfukit.perf.memory import (
+from mfukit.perf.memory import StepShape, estimate_memory, stack_memory, stack_memory_table
+from mfukit.perf.memory_grid import grid_memory
+from mfukit.perf.model_states import (
     FP8_WEIGHT_COPY_BYTES,
-    StepShape,
-    estimate_memory,
     gathered_weight_bytes,
     gradient_reduce_bytes,
-    stack_memory,
-    stack_memory_table,
     state_bytes_per_param,
 )
-from mfukit.perf.memory_grid import grid_memory
 from mfukit.perf.step_time import machine_for, prepare
 
 LLAMA_8B = catalog.model("llama3.1-8b")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mfukit.errors import InputError
-from mfukit.perf.memory import FP32_BYTES
+from mfukit.perf.model_states import FP32_BYTES
 from mfukit.train import preflight
 from mfukit.train.prepare import TrainRequest, prepare
 

@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mfukit.perf.measured_runs import OPTIONAL_COLUMNS
+
 HERE = Path(__file__).resolve().parent
 OUTPUT = HERE / "gathered_runs.csv"
 
@@ -25,18 +27,7 @@ with (HERE.parents[2] / "tests" / "data" / "perf" / "megatron_published_runs.csv
     newline=""
 ) as _handle:
     SCHEMA = next(csv.reader(_handle))
-EXTRA_COLUMNS = [
-    "framework",
-    "attention",
-    "offload",
-    "system",
-    "compile",
-    "tp_comm_overlap",
-    "norm",
-    "attention_dropout",
-    "hidden_dropout",
-]
-HEADER = SCHEMA + EXTRA_COLUMNS
+HEADER = SCHEMA + list(OPTIONAL_COLUMNS)  # the reader's optional columns, in its order
 
 # Dense peaks per GPU in TFLOP/s (perf-model.md section 2 conventions).
 # Blackwell: the catalog's dense peaks (src/mfukit/catalog/data/accelerators/b200.toml, gb200.toml).

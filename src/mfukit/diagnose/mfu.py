@@ -35,7 +35,8 @@ from mfukit.errors import InputError
 from mfukit.perf.estimate import best_plan, training_plan
 from mfukit.perf.flops import model_flops_per_token, utilization
 from mfukit.perf.inputs import training_workload
-from mfukit.perf.memory import headroom_bytes, sharding_of
+from mfukit.perf.memory import headroom_bytes
+from mfukit.perf.model_states import sharding_of
 from mfukit.perf.planner import Plan
 
 WARMUP_FRACTION = 0.1  # the first 10 % of logged steps (compile, allocator warm-up) are left out

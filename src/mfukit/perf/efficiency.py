@@ -107,7 +107,7 @@ FRAMEWORK_FACTS: dict[str, float | str | None] = {
     # the one computing (None: the whole next unit; DeepSpeed: stage3_prefetch_bucket_size)
     "zero3_gathers": "per-layer",
     "zero3_prefetch_params": None,
-    # the data-parallel shardings the stack implements (perf.memory.Sharding names; None: every one), which
+    # the data-parallel shardings the stack implements (perf.model_states.Sharding names; None: every one), which
     # the planner searches
     "shardings": None,
     # an offloaded optimizer step on the CPU (training.offload_optimizer_step = "cpu"), parameters per second

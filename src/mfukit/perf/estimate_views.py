@@ -10,7 +10,8 @@ from mfukit.core.results import Output, Table, shown
 from mfukit.perf.efficiency import beyond_measured
 from mfukit.perf.estimate import LayoutEstimate
 from mfukit.perf.inputs import PerfInputs
-from mfukit.perf.memory import MemoryEstimate, sharding_of
+from mfukit.perf.memory import MemoryEstimate
+from mfukit.perf.model_states import sharding_of
 from mfukit.perf.planner import Plan
 from mfukit.perf.views import (
     breakdown_table,

@@ -15,7 +15,8 @@ from mfukit.core.scenario import TrainingSection
 from mfukit.errors import InputError
 from mfukit.perf.efficiency import efficiency_for
 from mfukit.perf.layouts import BATCH_ROUNDING_FRAC, Workload
-from mfukit.perf.memory import headroom_bytes, sharding_of, stack_memory_fields
+from mfukit.perf.memory import headroom_bytes, stack_memory_fields
+from mfukit.perf.model_states import sharding_of
 from mfukit.perf.offload import host_rates, offloads
 from mfukit.perf.planner import SearchSpace
 

@@ -4,7 +4,7 @@ they run.
 The planner evaluates thousands of layouts per GPU count; the step-time and memory models take a
 :class:`LayoutGrid` and return arrays. A single layout (``mfukit estimate``) is a grid of one. Layout
 fields follow :class:`~mfukit.core.parallelism.Parallelism`; the sharding is one of the conventions of
-:data:`mfukit.perf.memory.SHARDING_NAMES`; ``num_microbatches`` is per pipeline per optimizer step.
+:data:`mfukit.perf.model_states.SHARDING_NAMES`; ``num_microbatches`` is per pipeline per optimizer step.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from mfukit.core.parallelism import Parallelism, Recompute, stage_layer_counts
 from mfukit.core.scenario import Fp8Recipe, OptimizerStepDevice, Precision
 from mfukit.perf.activations import Kernels, SelectiveRecompute, recomputed_share
 from mfukit.perf.flops import AttentionConvention
-from mfukit.perf.memory import Fp8Weights, MainGrads, Sharding, StepShape, sharding_of
+from mfukit.perf.memory import StepShape
+from mfukit.perf.model_states import Fp8Weights, MainGrads, Sharding, sharding_of
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]

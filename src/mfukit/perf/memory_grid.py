@@ -48,14 +48,12 @@ from mfukit.perf.memory import (
     fp8_weight_copy_bytes_per_param,
     fragmentation_frac,
     framework_buffers,
-    fsdp_shard_ranks,
-    gradient_reduce_bytes,
     held_state_bytes_per_param,
     in_flight_microbatches,
     stage_layers,
     stage_params,
-    weight_bytes_per_param,
 )
+from mfukit.perf.model_states import fsdp_shard_ranks, gradient_reduce_bytes, weight_bytes_per_param
 
 _GATHERING = np.asarray([name in {"zero-3", "fsdp-full", "fsdp-hybrid"} for name in SHARDINGS])
 _FIRST, _LAST, _MIDDLE = 0, 1, 2  # the middle stage: the second rank (pp > 2), the most in flight of them

@@ -44,21 +44,21 @@ from mfukit.core.hardware import Accelerator, System
 from mfukit.core.parallelism import Parallelism
 from mfukit.errors import InputError
 from mfukit.perf.layouts import SHARDINGS, Floats, LayoutGrid, Workload, sharding_fields
-from mfukit.perf.memory import (
+from mfukit.perf.memory_grid import stage_layer_kinds, stored_activation_bytes
+from mfukit.perf.model_states import (
     ADAM_STEP_BYTES_PER_PARAM,
     PARAMETER_SHARDINGS,
     gradient_reduce_bytes,
     state_bytes_per_param,
     weight_bytes_per_param,
 )
-from mfukit.perf.memory_grid import stage_layer_kinds, stored_activation_bytes
 
 _PARAM_SHARDED = np.asarray([name in PARAMETER_SHARDINGS for name in SHARDINGS])
 
 
 def gpu_stepped_state_bytes(workload: Workload) -> Floats:
     """Per sharding (:data:`SHARDINGS`), bytes per parameter of the optimizer states a GPU step sends out and
-    takes back: what the memory model holds of them (:func:`~mfukit.perf.memory.state_bytes_per_param`),
+    takes back: what the memory model holds of them (:func:`~mfukit.perf.model_states.state_bytes_per_param`),
     unsharded; the fp32 master and Adam's m and v, or m and v alone where the fp32 shard is the master."""
     return np.asarray(
         [

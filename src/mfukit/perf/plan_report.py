@@ -11,7 +11,8 @@ from pathlib import Path
 from mfukit import units
 from mfukit.core.results import Table
 from mfukit.perf.layouts import SHORT_SHARDING
-from mfukit.perf.memory import MemoryEstimate, sharding_of
+from mfukit.perf.memory import MemoryEstimate
+from mfukit.perf.model_states import sharding_of
 from mfukit.perf.planner import Plan
 from mfukit.perf.sizing_report import memory_bars, memory_chart
 from mfukit.report.html import Chart, Report, Section, write_report

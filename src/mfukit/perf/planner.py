@@ -37,8 +37,8 @@ from mfukit.perf.layouts import (
     rounded_batch,
     with_changes,
 )
-from mfukit.perf.memory import Sharding
 from mfukit.perf.memory_grid import STAGE_KINDS, GridMemory, grid_memory, stage_layer_kinds
+from mfukit.perf.model_states import Sharding
 from mfukit.perf.step_time import Machine, StepEstimate, evaluate, machine_for, prepare
 from mfukit.perf.uncertainty import Interval, cached_interval, regime_named, sharding_class_of
 

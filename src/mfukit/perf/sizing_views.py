@@ -10,7 +10,8 @@ from mfukit import units
 from mfukit.comm.topology import scale_out_switch
 from mfukit.core.results import Output, Table, shown
 from mfukit.perf.activations import KERNELS_NAMES
-from mfukit.perf.memory import SHARDING_NAMES, default_overheads, dropout_names
+from mfukit.perf.memory import default_overheads, dropout_names
+from mfukit.perf.model_states import SHARDING_NAMES
 from mfukit.perf.sizing import (
     EXPOSED_COMM_BUDGET,
     Candidate,

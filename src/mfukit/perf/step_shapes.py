@@ -36,8 +36,8 @@ import numpy as np
 from mfukit.perf.efficiency import EagerElementwise as ElementwiseKernels
 from mfukit.perf.gemm import Shapes
 from mfukit.perf.layouts import Floats, LayoutGrid, Workload
-from mfukit.perf.memory import gathered_weight_bytes
 from mfukit.perf.memory_grid import stage_layer_kinds
+from mfukit.perf.model_states import gathered_weight_bytes
 
 # Element accesses of the activation dtype per element, fused kernels vs composite eager ops (module docstring)
 NORM_ACCESSES = {"fused": 2.0, "composite": 18.0}

@@ -79,13 +79,13 @@ from mfukit.perf.layouts import (
     per_unique,
     sharding_fields,
 )
-from mfukit.perf.memory import (
+from mfukit.perf.memory_grid import stage_params_grid
+from mfukit.perf.model_states import (
     ADAM_STEP_BYTES_PER_PARAM,
     GRADIENTS_FOLLOW_CPU_STEP,
     REDUCED_EVERY_MICROBATCH,
     gradient_reduce_bytes,
 )
-from mfukit.perf.memory_grid import stage_params_grid
 from mfukit.perf.offload import cpu_steps, offload_time
 from mfukit.perf.step_comm import CommInputs, CommTimes, DataParallelTimes, communication_times
 from mfukit.perf.step_shapes import FLASH_BACKWARD_TO_FORWARD, LayerShapes, layer_shapes

@@ -41,12 +41,11 @@ from mfukit.comm.model import nic_bytes
 from mfukit.comm.topology import CommTopology
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
-from mfukit.perf.memory import (
+from mfukit.perf.memory import StepShape, parameters_per_gpu
+from mfukit.perf.model_states import (
     REDUCED_EVERY_MICROBATCH,
-    StepShape,
     gathered_weight_bytes,
     gradient_reduce_bytes,
-    parameters_per_gpu,
     sharding_of,
 )
 

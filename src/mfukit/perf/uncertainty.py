@@ -116,7 +116,7 @@ def sharding_class(layout: Parallelism) -> str:
 
 
 def sharding_class_of(name: str) -> str:
-    """:func:`sharding_class` of a planner sharding name (``perf.memory.Sharding``)."""
+    """:func:`sharding_class` of a planner sharding name (``perf.model_states.Sharding``)."""
     return "sharded weights" if name in ("zero-3", "fsdp-full", "fsdp-hybrid") else "full weights"
 
 

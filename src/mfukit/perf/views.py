@@ -12,7 +12,8 @@ from mfukit.perf.efficiency import Efficiency, large_gemm_fraction
 from mfukit.perf.flops import ATTENTION_CONVENTION_NAMES
 from mfukit.perf.inputs import DEGREES, PerfInputs
 from mfukit.perf.layouts import SHORT_SHARDING, Workload
-from mfukit.perf.memory import MemoryEstimate, StageMemory, memory_note, sharding_of
+from mfukit.perf.memory import MemoryEstimate, StageMemory, memory_note
+from mfukit.perf.model_states import sharding_of
 from mfukit.perf.planner import Plan
 from mfukit.perf.step_time import Machine
 

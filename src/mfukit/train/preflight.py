@@ -20,7 +20,8 @@ from pathlib import Path
 from mfukit import units
 from mfukit.core.parallelism import Parallelism
 from mfukit.errors import InputError
-from mfukit.perf.memory import FP32_BYTES, StepShape, estimate_memory
+from mfukit.perf.memory import StepShape, estimate_memory
+from mfukit.perf.model_states import FP32_BYTES
 from mfukit.train.prepare import Prepared
 
 MEMINFO = Path("/proc/meminfo")
