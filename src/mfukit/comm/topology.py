@@ -135,6 +135,10 @@ def scale_out_switch(system: System, ports: int, *, rail_groups: int = 1) -> tup
     return own, f"{need}; modelled as 3 tiers: split the cluster or oversubscribe the core"
 
 
+# how the assumption naming the scale-out network's efficiency starts (a fitted network profile replaces it)
+SCALE_OUT_NOTE = "scale-out:"
+
+
 def from_system(
     system: System,
     accelerator: Accelerator,
@@ -167,7 +171,9 @@ def from_system(
             f"{accelerator.generation}; NCCL's ~20 % protocol overhead)"
         )
     out = catalog.link(system.scale_out_fabric, field=f"{system.name}.scale_out_fabric")
-    line = f"scale-out: {system.nics_per_node} x {system.nic_bytes_per_s * 8 / 1e9:.0f} Gb/s per node x "
+    line = (
+        f"{SCALE_OUT_NOTE} {system.nics_per_node} x {system.nic_bytes_per_s * 8 / 1e9:.0f} Gb/s per node x "
+    )
     if out.nccl is None:
         net_efficiency, net_step_latency_s = tuning.network.efficiency, 0.0
         assumptions.append(f"{line}{net_efficiency} (NIC busbw / line rate, nccl-tests#119)")

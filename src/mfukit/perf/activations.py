@@ -246,9 +246,8 @@ def layer_activation_bytes(
         return _op_checkpoint_bytes(model, shape)
     keep_scores = not (stored and shape.recompute == "selective")
     hidden = layer_input_bytes(model, shape)
-    masks = (
-        2 * MASK_BYTES / shape.act_bytes * hidden if shape.hidden_dropout else 0.0
-    )  # after attention and MLP
+    # hidden dropout's masks after attention and after the MLP
+    masks = 2 * MASK_BYTES / shape.act_bytes * hidden if shape.hidden_dropout else 0.0
     norms = (
         2 if fused_unless_eager(shape.fused_norm, shape.kernels) else 4
     ) * hidden  # each norm's input (eager: and its normalised x)

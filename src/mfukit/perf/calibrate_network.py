@@ -31,7 +31,7 @@ import numpy as np
 from mfukit import catalog
 from mfukit.comm.collectives import COLLECTIVES, Collective
 from mfukit.comm.model import collective_time_s
-from mfukit.comm.topology import from_system
+from mfukit.comm.topology import CommTopology, from_system
 from mfukit.comm.tuning import constants
 from mfukit.core.hardware import Accelerator, System
 from mfukit.errors import InputError
@@ -65,6 +65,22 @@ def _decode(profile: NetworkProfile, x: Floats) -> NetworkProfile:
     )
 
 
+def _least_loss(
+    profile: NetworkProfile,
+    predicted: Callable[[NetworkProfile], Floats],
+    measured: Floats,
+    weights: Floats,
+) -> NetworkProfile:
+    """``profile`` with the efficiency and step latency that minimise the soft-L1 of ln(predicted / measured),
+    each measurement weighted as ``weights`` says; from a neutral start, not the previous fit (which may sit on
+    a bound, where the clipping flattens the loss)."""
+
+    def residuals(x: Floats) -> Floats:
+        return soft_l1(np.log(predicted(_decode(profile, x)) / measured), weights)
+
+    return _decode(profile, levenberg_marquardt(residuals, np.asarray([0.0, math.log(1e-5)]), iterations=25))
+
+
 def fit_network(
     profile: NetworkProfile, cases: Sequence[Case], efficiency: Callable[[str, str], Efficiency]
 ) -> tuple[NetworkProfile, tuple[int, float, float] | None]:
@@ -81,12 +97,7 @@ def fit_network(
     def predicted(candidate: NetworkProfile) -> Floats:
         return Evaluator(rows, networks={profile.name: candidate}).predict(efficiency)
 
-    def residuals(x: Floats) -> Floats:
-        return soft_l1(np.log(predicted(_decode(profile, x)) / measured), weights)
-
-    # a neutral start, not the previous fit (which may sit on a bound, where the clipping flattens the loss)
-    start = np.asarray([0.0, math.log(1e-5)])
-    fitted = _decode(profile, levenberg_marquardt(residuals, start, iterations=25))
+    fitted = _least_loss(profile, predicted, measured, weights)
     median, p90 = error_summary(predicted(fitted) / measured - 1)
     sources = sorted({case.source for case in rows})
     record = FitRecord(sources=sources, rows=len(rows), median_abs_rel_error=median, p90_abs_rel_error=p90)
@@ -170,35 +181,37 @@ def nccl_tests_times(
     latency_s: float,
 ) -> Floats:
     """The collective model's seconds for each of ``points`` with the network at ``efficiency`` of line rate
-    and ``latency_s`` more per network step."""
+    and ``latency_s`` more per network step: one topology per node count, the sizes of one collective on one
+    group timed together."""
     times = np.empty(len(points))
+    groups: dict[tuple[Collective, int, int], list[int]] = collections.defaultdict(list)
     for index, point in enumerate(points):
-        topology, _ = from_system(system, accelerator, num_nodes=point.nodes)
-        topology = topology.with_options(net_efficiency=efficiency, net_step_latency_s=latency_s)
-        times[index] = collective_time_s(
-            point.collective, [point.size_bytes], topology, point.gpus, gpus_per_domain=system.gpus_per_node
-        )[0]
+        groups[(point.collective, point.nodes, point.gpus)].append(index)
+    topologies: dict[int, CommTopology] = {}
+    for (collective, nodes, gpus), indices in groups.items():
+        if nodes not in topologies:
+            built, _ = from_system(system, accelerator, num_nodes=nodes)
+            topologies[nodes] = built.with_options(net_efficiency=efficiency, net_step_latency_s=latency_s)
+        sizes = [points[index].size_bytes for index in indices]
+        times[indices] = collective_time_s(
+            collective, sizes, topologies[nodes], gpus, gpus_per_domain=system.gpus_per_node
+        )
     return times
 
 
 def fit_to_nccl_tests(
     points: Sequence[NcclTestsPoint], system: System, accelerator: Accelerator
 ) -> tuple[float, float]:
-    """The network's efficiency and extra step latency that best reproduce ``points`` (soft-L1 of the log
-    error, each measurement weighted equally, from the same neutral start as :func:`fit_network`)."""
+    """The network's efficiency and extra step latency that best reproduce ``points`` (:func:`_least_loss`,
+    each measurement weighted equally)."""
+
+    def predicted(candidate: NetworkProfile) -> Floats:
+        assert candidate.efficiency is not None and candidate.step_latency_s is not None
+        return nccl_tests_times(points, system, accelerator, candidate.efficiency, candidate.step_latency_s)
+
     measured = np.asarray([point.seconds for point in points])
-    weights = np.full(len(points), 1.0 / len(points))
     neutral = NetworkProfile(name=system.scale_out_fabric)
-
-    def residuals(x: Floats) -> Floats:
-        profile = _decode(neutral, x)
-        assert profile.efficiency is not None and profile.step_latency_s is not None
-        predicted = nccl_tests_times(points, system, accelerator, profile.efficiency, profile.step_latency_s)
-        return soft_l1(np.log(predicted / measured), weights)
-
-    fitted = _decode(
-        neutral, levenberg_marquardt(residuals, np.asarray([0.0, math.log(1e-5)]), iterations=25)
-    )
+    fitted = _least_loss(neutral, predicted, measured, np.full(len(points), 1.0 / len(points)))
     assert fitted.efficiency is not None and fitted.step_latency_s is not None
     return fitted.efficiency, fitted.step_latency_s
 

@@ -94,9 +94,7 @@ class Workload:
     offload_optimizer_step: OptimizerStepDevice = "cpu"  # where offloaded optimizer states are stepped
     flash_attention: bool = True  # training.attention = "flash"; False: eager attention keeps the s^2 scores
     attention_dropout: bool = False  # training.attention_dropout > 0: eager attention stores and moves a mask
-    hidden_dropout: bool = (
-        False  # training.hidden_dropout > 0: a mask after attention, the MLP and the embedding
-    )
+    hidden_dropout: bool = False  # training.hidden_dropout > 0: masks after attention, MLP and embedding
     framework: str = "megatron-core"  # a framework profile (software stack) of mfukit.perf.efficiency
     compile: bool = False  # torch.compile: element-wise ops fused by Inductor
     # TP collectives decomposed under the GEMMs (async TP, --tp-comm-overlap); None: the stack's default

@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from mfukit.comm.topology import CommTopology, from_system
+from mfukit.comm.topology import SCALE_OUT_NOTE, CommTopology, from_system
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
@@ -164,10 +164,10 @@ def with_network_profile(
         net_efficiency=profile.efficiency, net_step_latency_s=profile.step_latency_s
     )
     # the profile replaces the scale-out efficiency (and any nccl-tests latency) from_system assumed
-    kept = [note for note in notes if not note.startswith("scale-out:")]
+    kept = [note for note in notes if not note.startswith(SCALE_OUT_NOTE)]
     return fitted, [
         *kept,
-        f"scale-out: network profile {name}, fitted on the training runs that crossed it "
+        f"{SCALE_OUT_NOTE} network profile {name}, fitted on the training runs that crossed it "
         f"(perf/data/efficiency.toml): collectives move {profile.efficiency:.0%} of the NICs' line rate, "
         f"+{profile.step_latency_s * 1e6:.1f} us per network step",
     ]
