@@ -559,6 +559,14 @@ DS4SCI_LAYERS, DS4SCI_HIDDEN, DS4SCI_HEADS, DS4SCI_VOCAB, DS4SCI_TP = 64, 6144, 
 DS4SCI_PADDED_VOCAB = -(-DS4SCI_VOCAB // (128 * DS4SCI_TP)) * 128 * DS4SCI_TP  # 53248
 
 
+def neox_2022_flops_per_token(shape: Shape, seq: int) -> float:
+    """FLOPs per token as gpt-neox's training logger counted them when GPT-NeoX-20B was released
+    (EleutherAI/gpt-neox megatron/logging.py get_flops at c560814b, 2022-02-10): 6 x the model's total
+    parameters (model.total_params, embeddings included) + 60 x seq x hidden x layers, with no factor for
+    activation recompute (the x4/3 of checkpointed runs arrived with #1044, 2023-09-27)."""
+    return 6 * shape.n_params + 60 * seq * shape.hidden * shape.layers
+
+
 def ds4sci_flops_per_token(seq: int) -> float:
     """FLOPs per token that Megatron-DeepSpeed's megatron/utils.py throughput_calculator (commit cc3a94c6) counts
     for the 30B script: 24 x 4 (checkpoint_activations factor) x L h^2 (1 + s/(6h) + V/(16 L h)) per token, with
@@ -1603,12 +1611,16 @@ def rows() -> list[dict[str, str]]:
             reported="n_gpus(12 x 8 A100-SXM4-40GB);global_batch_sequences(1538 contexts, ~3.15M tokens);seq_len;"
             "n_layers;hidden;n_heads;measured_tflops_per_gpu(117)",
             inferred="micro_batch/zero/recompute/precision (configs/20B.yml; tp 2 and pp 4 are also printed in "
-            "the model card);tflops_accounting(hardware: "
-            "gpt-neox's logger counts x4 with activation checkpointing)",
+            "the model card);tflops_accounting(gpt-neox's logger at the 20B release, megatron/logging.py get_flops "
+            "@c560814b: no factor for the recompute, which came in September 2023 with #1044);"
+            "tokens_per_sec_per_gpu(derived: 117e12 / that count per token)",
             notes="configs/20B.yml gives micro batch 4 x grad-accum 32 x DP 12 = 1536, the paper says 1538. "
-            "117 TFLOP/s per GPU from the paper text; not re-checked against a PDF in this session.",
+            "117 TFLOP/s per GPU from the paper text; not re-checked against a PDF in this session. Read as "
+            "what the training logger of the release printed: 6 x total parameters + 60 x seq x hidden x layers "
+            "FLOPs per token (neox_2022_flops_per_token).",
             tflops=117,
-            accounting="hardware",
+            accounting="gpt-neox logger of the 20B release: 6 N + 60 s h L per token (no recompute factor)",
+            tokens_per_gpu=117e12 / neox_2022_flops_per_token(SHAPES["gptneox_20b"], 2048),
         )
     )
     out += flagperf_rows(next_id)
