@@ -33,6 +33,17 @@ def test_predict_table_fits(mfukit) -> None:  # type: ignore[no-untyped-def]
     assert max(len(line) for line in run.stdout.splitlines()) <= 100
 
 
+def test_a_gpu_alone_picks_its_own_default_node(mfukit) -> None:  # type: ignore[no-untyped-def]
+    # --gpu without --system means the GPU's default node (as estimate and plan read it), not dgx-h100's
+    run = mfukit(
+        "comm", "predict", "--collective", "all_reduce", "--bytes", "64MiB", "--gpu", "a100-80gb-sxm", "--gpus", "16",
+        "--format", "json",
+    )  # fmt: skip
+    assert run.exit_code == 0, run.stderr
+    assert run.json()["result"]["num_domains"] == 2
+    assert any("NVLink 3" in note for note in run.json()["assumptions"])
+
+
 def test_predict_bad_input(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit("comm", "predict", "--collective", "allreduse", "--bytes", "1GiB")
     assert run.exit_code == 2 and "did you mean all_reduce" in run.stderr and "Traceback" not in run.stderr

@@ -279,7 +279,8 @@ def cluster_from_flags(
     if scenario_path is not None:
         return resolve.cluster(load_scenario(scenario_path, overrides).cluster, source=str(scenario_path))
     fields = by_section(overrides).get("cluster", {})
-    fields.setdefault("system", DEFAULT_SYSTEM)
+    if "gpu" not in fields:  # --gpu alone picks its own default node (resolve.cluster)
+        fields.setdefault("system", DEFAULT_SYSTEM)
     if "num_gpus" not in fields and "num_nodes" not in fields:
         if default_nodes is None:
             raise InputError("needs --nodes or --gpus", field="--nodes", hint="e.g. --nodes 128")
