@@ -318,6 +318,24 @@ def test_an_fp8_scaling_the_model_lacks_is_skipped_and_tensorwise_is_read(tmp_pa
     assert skipped[0].row_id == "1" and "rowwise scaling is not modelled" in skipped[0].reason
 
 
+@pytest.mark.parametrize(
+    ("framework", "precision", "fp8_weights"),
+    [
+        ("torchtitan", "fp8 (float8 tensorwise, fp8 all-gather)", "gathered"),  # torchao's FP8 all-gather
+        ("torchtitan", "fp8 (float8 tensorwise)", "transient"),  # the stack's default: 16-bit all-gathers
+        ("megatron-core", "fp8 (fp8 all-gather)", "primary"),  # --fp8-param-gather
+        ("nemo", "fp8 (bf16 all-gather)", "cached"),  # NeMo's recipes gather FP8 unless the row says not
+        ("nemo", "fp8", "primary"),
+    ],
+)
+def test_the_precision_cell_says_how_the_weights_were_all_gathered(
+    tmp_path: Path, framework: str, precision: str, fp8_weights: str
+) -> None:
+    row = _row(precision=precision, gpu_type="H100-SXM5-80GB", framework=framework)
+    (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework",)))
+    assert case.workload.fp8_weights == fp8_weights
+
+
 def test_a_file_without_the_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "runs.csv"
     path.write_text("a,b\n1,2\n")

@@ -16,6 +16,7 @@ from mfukit.perf.memory import StepShape, estimate_memory, stack_memory, stack_m
 from mfukit.perf.memory_grid import grid_memory
 from mfukit.perf.model_states import (
     FP8_WEIGHT_COPY_BYTES,
+    fp8_weights_with_gather,
     gathered_weight_bytes,
     gradient_reduce_bytes,
     state_bytes_per_param,
@@ -243,3 +244,21 @@ def test_torch_compile_reads_an_eager_stacks_kernels_as_fused() -> None:
         return estimate_memory(LLAMA_8B, layout, shape).peak_bytes
 
     assert peak(compiled) < peak(eager)
+
+
+@pytest.mark.parametrize(
+    ("stack", "fp8_all_gather", "expected"),
+    [
+        ("cached", None, "cached"),
+        ("cached", True, "primary"),
+        ("primary", False, "cached"),
+        ("transient", True, "gathered"),
+        ("gathered", False, "transient"),
+        ("transient", False, "transient"),
+        ("primary", True, "primary"),
+    ],
+)
+def test_fp8_all_gather_turns_each_stack_way_into_its_gathered_twin(
+    stack: str, fp8_all_gather: bool | None, expected: str
+) -> None:
+    assert fp8_weights_with_gather(stack, fp8_all_gather) == expected  # type: ignore[arg-type]

@@ -396,6 +396,30 @@ def test_fp8_inputs_cast_inside_fused_norm_and_activation_kernels_cost_nothing_o
     assert float(saved[0]) == pytest.approx(expected, rel=1e-6)
 
 
+def test_fp8_all_gathers_halve_fsdp_traffic_and_cast_only_the_ranks_shard() -> None:
+    spec = catalog.model("llama3.1-405b")
+    system, accelerator = catalog.system("dgx-h100"), catalog.accelerator("h100-sxm")
+    layout = Parallelism(tp=8, dp=16, fsdp="full", sequence_parallel=True, recompute="full")
+    grid = grid_of([layout], model=spec, micro_batch_size=[2], num_microbatches=[1])
+    machine = machine_for(system, accelerator, 128)
+
+    def prepared(fp8_weights: str) -> Prepared:
+        workload = Workload(
+            model=spec, seq_len=8192, global_batch_sequences=32, precision="fp8", framework="torchtitan",
+            fp8_weights=fp8_weights,  # type: ignore[arg-type]
+        )  # fmt: skip
+        return prepare(workload, grid, machine)
+
+    bf16, fp8 = prepared("transient"), prepared("gathered")
+    # the unit all-gathers move 1 B per weight instead of 2 (the reduce-scatters stay in fp32)
+    assert float(fp8.comm.dp_first.unit_gather_s[0]) < 0.6 * float(bf16.comm.dp_first.unit_gather_s[0])
+    assert float(fp8.fp8_weight_cast_share[0]) == 1 / 16 and float(bf16.fp8_weight_cast_share[0]) == 1.0
+    # so the step spends less on exposed gathers and on the weight casts
+    steps = {name: evaluate(p).breakdown_s for name, p in (("bf16", bf16), ("fp8", fp8))}
+    assert steps["fp8"]["fsdp_comm"][0] < steps["bf16"]["fsdp_comm"][0]
+    assert steps["fp8"]["memory_bound"][0] < steps["bf16"]["memory_bound"][0]
+
+
 def test_current_scaling_pays_an_amax_pass_on_every_fp8_input() -> None:
     spec = catalog.model("llama2-70b")
     system, accelerator = catalog.system("dgx-h100"), catalog.accelerator("h100-sxm")

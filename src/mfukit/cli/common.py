@@ -110,6 +110,7 @@ FLAG_FIELDS: dict[str, str] = {
     "--compile": "training.compile",
     "--tp-comm-overlap": "training.tp_comm_overlap",
     "--fp8-recipe": "training.fp8_recipe",
+    "--fp8-all-gather": "training.fp8_all_gather",
     "--system": "cluster.system",
     "--gpu": "cluster.gpu",
     "--gpus": "cluster.num_gpus",

@@ -24,6 +24,7 @@ PERF_FLAGS = (
     "compile",
     "tp_comm_overlap",
     "fp8_recipe",
+    "fp8_all_gather",
     "system",
     "gpu",
     "gpus",

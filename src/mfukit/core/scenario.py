@@ -144,6 +144,12 @@ class TrainingSection(Strict):
         "Megatron's --tp-comm-overlap); needs sequence parallelism; default: what the stack's recipes set "
         "(on for megatron-core and nemo with SP, off otherwise)",
     )
+    fp8_all_gather: bool | None = Field(
+        default=None,
+        description="with precision fp8, the data-parallel all-gathers of the weights move FP8 (1 B) instead of "
+        "16 bits: Megatron's --fp8-param-gather, torchao's float8.enable_fsdp_float8_all_gather (each rank casts "
+        "its own shard before the gather); default: the stack's (on for nemo, off otherwise)",
+    )
     fp8_recipe: Fp8Recipe = Field(
         default="delayed",
         description="FP8 scaling under Transformer Engine (precision = fp8): delayed (the amax of past steps; the "

@@ -53,7 +53,9 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
     """The workload of a scenario's ``[training]`` with ``sequences`` per step; the stack's memory behaviour
     (kernels, FP8 weights, allocator) from ``data/memory_stacks.toml``, the Workload defaults for a stack
     not listed there."""
-    memory: dict[str, Any] = stack_memory_fields(training.framework, training.norm, training.compile)
+    memory: dict[str, Any] = stack_memory_fields(
+        training.framework, training.norm, training.compile, training.fp8_all_gather
+    )
     return Workload(
         model=model,
         seq_len=training.seq_len,

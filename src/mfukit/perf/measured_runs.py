@@ -247,6 +247,17 @@ def _precision(row: _Row) -> Precision:
     return "bf16"  # bf16 and fp16 share the tensor-core peak on every catalog GPU
 
 
+def _fp8_all_gather(row: _Row) -> bool | None:
+    """What the precision cell says of the weights' all-gathers ("fp8 all-gather", "bf16 all-gather"); None
+    when it says nothing (the stack's default)."""
+    text = row.text("precision").lower()
+    if "fp8 all-gather" in text or "float8 all-gather" in text:
+        return True
+    if "bf16 all-gather" in text or "16-bit all-gather" in text:
+        return False
+    return None
+
+
 def _fp8_recipe(row: _Row) -> Fp8Recipe:
     """Transformer Engine's FP8 scaling as the row's precision names it, else its source's, else delayed."""
     text = row.text("precision").lower()
@@ -514,7 +525,7 @@ def _case(row: _Row) -> Case | SkippedRow:
             "norm", f"norm is {norm_text!r}", "use fused or eager, or leave it empty (the stack's)"
         )
     stack_fields: dict[str, Any] = stack_memory_fields(
-        stack, NORM_KERNELS.get(norm_text), bool(row.switch("compile"))
+        stack, NORM_KERNELS.get(norm_text), bool(row.switch("compile")), _fp8_all_gather(row)
     )
     workload = Workload(
         model=model,

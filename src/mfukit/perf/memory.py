@@ -70,6 +70,7 @@ from mfukit.perf.model_states import (
     MainGrads,
     Sharding,
     StateBytesPerParam,
+    fp8_weights_with_gather,
     fsdp_shard_ranks,
     gradient_reduce_bytes,
     sharding_of,
@@ -146,7 +147,7 @@ def stack_memory(framework: str) -> StackMemory | None:
 
 
 def stack_memory_fields(
-    framework: str, norm: NormKernel | None = None, compiled: bool = False
+    framework: str, norm: NormKernel | None = None, compiled: bool = False, fp8_all_gather: bool | None = None
 ) -> dict[str, object]:
     """The Workload fields of ``framework``'s memory behaviour (kernels, FP8 weights and main gradients,
     allocator, loss kernel, what selective recompute keeps); empty for a stack not listed (the Workload
@@ -155,14 +156,15 @@ def stack_memory_fields(
     AOTAutograd's min-cut partitioner saves for the backward what a fused kernel keeps, recomputing the
     element-wise intermediates instead of storing them (PyTorch docs, "torch.compile: min-cut
     rematerialization"): its kernels are read as fused, as the step time reads them
-    (``step_time.elementwise_kernels``)."""
+    (``step_time.elementwise_kernels``). ``fp8_all_gather`` (``training.fp8_all_gather``), when given, says
+    whether the weights' all-gathers moved FP8 (:func:`model_states.fp8_weights_with_gather`)."""
     stack = stack_memory(framework)
     given: dict[str, object] = {} if norm is None else {"fused_norm": norm == "fused"}
     if stack is None:
         return given
     return {
         "kernels": "fused" if compiled and stack.kernels == "eager" else stack.kernels,
-        "fp8_weights": stack.fp8_weights,
+        "fp8_weights": fp8_weights_with_gather(stack.fp8_weights, fp8_all_gather),
         "fp8_main_grads": stack.fp8_main_grads,
         "expandable_segments": stack.expandable_segments,
         "fused_cross_entropy": stack.fused_cross_entropy,

@@ -29,12 +29,29 @@ ADAM_STEP_BYTES_PER_PARAM = 6 * FP32_BYTES + FP32_BYTES + 2.0
 FP8_WEIGHT_COPY_BYTES = 2.0
 
 # How a stack holds FP8 GEMM weights (Workload.fp8_weights; only read when the precision is fp8)
-Fp8Weights = Literal["cached", "primary", "transient"]
+Fp8Weights = Literal["cached", "primary", "transient", "gathered"]
 FP8_WEIGHTS_NAMES: dict[Fp8Weights, str] = {
     "cached": "16-bit weights plus Transformer Engine's cached FP8 copy and transpose (Megatron-Core default)",
     "primary": "FP8 primary weights (--fp8-param-gather, TE fp8_model_init: NeMo FP8 recipes)",
     "transient": "16-bit weights cast to FP8 per GEMM, no copy kept (torchao Float8Linear: torchtitan)",
+    "gathered": "16-bit weight shards cast to FP8 before FSDP's all-gather (torchao "
+    "enable_fsdp_float8_all_gather)",
 }
+# What training.fp8_all_gather turns each stack's way of holding FP8 weights into: Megatron's
+# --fp8-param-gather makes them FP8 primary weights; torchao's enable_fsdp_float8_all_gather casts each rank's
+# shard to FP8 (precompute_float8_dynamic_scale_for_fsdp: one amax pass over the shards) and all-gathers FP8
+_WITH_FP8_GATHER: dict[Fp8Weights, Fp8Weights] = {"cached": "primary", "transient": "gathered"}
+
+
+def fp8_weights_with_gather(stack: Fp8Weights, fp8_all_gather: bool | None) -> Fp8Weights:
+    """How a run holds its FP8 weights: the stack's way (``fp8_all_gather`` None), with its weights
+    all-gathered in FP8 (True), or in 16 bits (False)."""
+    if fp8_all_gather is None:
+        return stack
+    if fp8_all_gather:
+        return _WITH_FP8_GATHER.get(stack, stack)
+    return next((plain for plain, gathered in _WITH_FP8_GATHER.items() if gathered == stack), stack)
+
 
 # The dtype of Megatron's main gradients, the buffer its backward accumulates into and its data-parallel
 # reduction moves (Workload.fp8_main_grads, read only with precision fp8): fp32 unless told otherwise (Megatron-LM
@@ -97,9 +114,10 @@ def weight_bytes_per_param(precision: Precision) -> float:
 
 def gathered_weight_bytes(precision: Precision, fp8_weights: Fp8Weights) -> float:
     """Bytes per weight a data-parallel all-gather of the weights moves (the distributed optimizer's updated
-    weights, ZeRO-3/FSDP units): FP8 primary weights travel as FP8 (``--fp8-param-gather``: 1 B), others in
+    weights, ZeRO-3/FSDP units): FP8 primary weights and torchao's FP8 all-gather travel as FP8 (1 B), others in
     their working dtype."""
-    return 1.0 if precision == "fp8" and fp8_weights == "primary" else weight_bytes_per_param(precision)
+    gathered_in_fp8 = fp8_weights in ("primary", "gathered")
+    return 1.0 if precision == "fp8" and gathered_in_fp8 else weight_bytes_per_param(precision)
 
 
 def main_grad_bytes(precision: Precision, fp8_main_grads: MainGrads) -> float:

@@ -187,6 +187,9 @@ class Prepared:
     model_flops_per_token: float
     hardware_flops_per_token: Floats  # with the recompute of each layout (HFU)
     executed_flops_per_token: Floats  # the least the GPUs must execute (the compute bound)
+    # the share of its FP8 GEMMs' weights a rank casts each micro-batch: all of them, or, where a ZeRO-3/FSDP
+    # unit is all-gathered in FP8 (fp8_weights "gathered"), its own shard, cast before the gather
+    fp8_weight_cast_share: Floats
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,8 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         return states, grads
 
     first_local, last_local = local(first.dense, first.expert), local(last.dense, last.expert)
+    cast_on_shard = workload.fp8_weights == "gathered" and _GATHERS_PARAMS[grid.sharding]
+    fp8_weight_cast_share = np.where(cast_on_shard, 1.0 / dense_ranks, 1.0)
     # full recompute of part of the layers (recompute_layers) executes that share of the layers' forward again
     share = per_unique(
         functools.partial(_model_share, workload.model.num_hidden_layers),
@@ -300,6 +305,7 @@ def prepare(workload: Workload, grid: LayoutGrid, machine: Machine) -> Prepared:
         hardware_flops_per_token=per_token(workload.attention),
         # the least the GPUs must execute: with causal attention, since flash attention skips the masked half
         executed_flops_per_token=per_token("causal"),
+        fp8_weight_cast_share=fp8_weight_cast_share,
     )
 
 
@@ -378,6 +384,7 @@ class _Timer:
             recipe.fp8_weight_cast_bytes,
         )
         self.fused_input_casts = recipe.fp8_fused_input_casts > 0
+        self.weight_cast_share = p.fp8_weight_cast_share
         self.shapes = p.shapes
         self.unsharded_gradients = ~_SHARDED_GRADIENTS[p.grid.sharding]
         self.accumulation_bytes = eff.grad_accumulation_bytes(precision)
@@ -411,14 +418,17 @@ class _Timer:
     def casts(self, name: str) -> tuple[Floats, Floats]:
         """FP8 scaling of the GEMMs of ``name``, forward and backward (seconds): the recipe's bytes per element
         of each FP8 GEMM's input (M x K; none where a fused norm or activation kernel casts it, as the stack's
-        facts say) and weight (K x N) in the forward, of its output gradient (M x N) in the backward."""
+        facts say) and weight (K x N, or the rank's shard of it where FSDP gathers it in FP8) in the forward, of
+        its output gradient (M x N) in the backward."""
         input_bytes, grad_bytes, weight_bytes = self.cast_bytes
         forward = np.zeros_like(self.shapes.tokens)
         backward = np.zeros_like(self.shapes.tokens)
         for gemm in self.shapes.gemms[name]:
             if gemm.fp8:
                 own = 0.0 if gemm.fused_input and self.fused_input_casts else input_bytes
-                forward = forward + gemm.count * gemm.k * (gemm.m * own + gemm.n * weight_bytes)
+                forward = forward + gemm.count * gemm.k * (
+                    gemm.m * own + gemm.n * weight_bytes * self.weight_cast_share
+                )
                 backward = backward + gemm.count * gemm.m * gemm.n * grad_bytes
         return forward / self.hbm, backward / self.hbm
 
