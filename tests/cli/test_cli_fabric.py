@@ -52,6 +52,14 @@ def test_design_with_storage_and_prices(mfukit) -> None:  # type: ignore[no-unty
     assert "cost, all networks (+ storage)" in table.stdout
 
 
+def test_design_of_a_gpu_alone_uses_its_default_node(mfukit) -> None:  # type: ignore[no-untyped-def]
+    # dgx-a100-80gb's 8 x 200 Gb/s HDR ports, not dgx-h100's 400 Gb/s ones
+    run = mfukit("fabric", "design", "--gpu", "a100-80gb-sxm", "--nodes", "4", "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    assert run.json()["result"]["endpoint_ports"] == 32
+    assert any("qm8790" in note and "200 Gb/s" in note for note in run.json()["assumptions"])
+
+
 def test_design_needs_a_size(mfukit) -> None:  # type: ignore[no-untyped-def]
     run = mfukit("fabric", "design", "--system", "dgx-h100")
     assert run.exit_code == 2 and "--nodes" in run.stderr

@@ -326,6 +326,12 @@ def test_an_fp8_scaling_the_model_lacks_is_skipped_and_tensorwise_is_read(tmp_pa
         ("megatron-core", "fp8 (fp8 all-gather)", "primary"),  # --fp8-param-gather
         ("nemo", "fp8 (bf16 all-gather)", "cached"),  # NeMo's recipes gather FP8 unless the row says not
         ("nemo", "fp8", "primary"),
+        (
+            "torchtitan",
+            "fp8 (float8 tensorwise, no fp8 all-gather)",
+            "transient",
+        ),  # said, and said not to run
+        ("megatron-core", "fp8 (--fp8-param-gather)", "primary"),  # Megatron's own spelling
     ],
 )
 def test_the_precision_cell_says_how_the_weights_were_all_gathered(
@@ -334,6 +340,18 @@ def test_the_precision_cell_says_how_the_weights_were_all_gathered(
     row = _row(precision=precision, gpu_type="H100-SXM5-80GB", framework=framework)
     (case,), _ = read_runs(_write(tmp_path / "runs.csv", [row], ("framework",)))
     assert case.workload.fp8_weights == fp8_weights
+
+
+def test_an_fp8_all_gather_on_a_stack_without_one_names_the_row(tmp_path: Path) -> None:
+    row = _row(row_id="7", precision="fp8 (fp8 all-gather)", gpu_type="H100-SXM5-80GB", framework="deepspeed")
+    with pytest.raises(InputError) as raised:
+        read_runs(_write(tmp_path / "runs.csv", [row], ("framework",)))
+    text = raised.value.render()
+    assert (
+        "row 7" in text
+        and "deepspeed stack has no FP8 all-gather" in text
+        and raised.value.field == "precision"
+    )
 
 
 def test_a_file_without_the_schema_is_refused(tmp_path: Path) -> None:

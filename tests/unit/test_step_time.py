@@ -414,6 +414,17 @@ def test_fp8_all_gathers_halve_fsdp_traffic_and_cast_only_the_ranks_shard() -> N
     # the unit all-gathers move 1 B per weight instead of 2 (the reduce-scatters stay in fp32)
     assert float(fp8.comm.dp_first.unit_gather_s[0]) < 0.6 * float(bf16.comm.dp_first.unit_gather_s[0])
     assert float(fp8.fp8_weight_cast_share[0]) == 1 / 16 and float(bf16.fp8_weight_cast_share[0]) == 1.0
+    # a layout that does not shard its weights gathers nothing and casts all of them
+    unsharded = grid_of([Parallelism(tp=8, dp=16, sequence_parallel=True)], model=spec, micro_batch_size=[2],
+                        num_microbatches=[1])  # fmt: skip
+    plain = prepare(
+        Workload(
+            model=spec, seq_len=8192, global_batch_sequences=32, precision="fp8", fp8_weights="gathered"
+        ),
+        unsharded,
+        machine,
+    )
+    assert float(plain.fp8_weight_cast_share[0]) == 1.0
     # so the step spends less on exposed gathers and on the weight casts
     steps = {name: evaluate(p).breakdown_s for name, p in (("bf16", bf16), ("fp8", fp8))}
     assert steps["fp8"]["fsdp_comm"][0] < steps["bf16"]["fsdp_comm"][0]

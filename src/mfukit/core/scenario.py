@@ -147,8 +147,9 @@ class TrainingSection(Strict):
     fp8_all_gather: bool | None = Field(
         default=None,
         description="with precision fp8, the data-parallel all-gathers of the weights move FP8 (1 B) instead of "
-        "16 bits: Megatron's --fp8-param-gather, torchao's float8.enable_fsdp_float8_all_gather (each rank casts "
-        "its own shard before the gather); default: the stack's (on for nemo, off otherwise)",
+        "16 bits: Megatron's --fp8-param-gather (FP8 primary weights: no cached FP8 copy beside 16-bit ones), "
+        "torchao's float8.enable_fsdp_float8_all_gather (each rank casts its own FSDP shard before the gather); "
+        "only megatron-core, nemo and torchtitan have one; default: the stack's (on for nemo, off otherwise)",
     )
     fp8_recipe: Fp8Recipe = Field(
         default="delayed",

@@ -77,7 +77,7 @@ class Workload:
     attention: AttentionConvention = "full"
     # Memory behaviour of the software stack (set per training.framework from data/memory_stacks.toml by
     # mfukit.perf.inputs): what its kernels save for backward (te | fused | eager), how it holds FP8 weights
-    # (cached | primary | transient), its main gradients under FP8 (fp32 | 16-bit), whether it runs PyTorch's
+    # (cached | primary | transient | gathered), its main gradients under FP8 (fp32 | 16-bit), whether it runs PyTorch's
     # expandable-segments allocator.
     kernels: Kernels = "fused"
     fp8_weights: Fp8Weights = "transient"

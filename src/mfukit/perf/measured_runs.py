@@ -247,15 +247,24 @@ def _precision(row: _Row) -> Precision:
     return "bf16"  # bf16 and fp16 share the tensor-core peak on every catalog GPU
 
 
+# how a precision cell says the weights were all-gathered in FP8 (torchao's FSDP Float8 all-gather, Megatron's
+# --fp8-param-gather) or in 16 bits
+FP8_GATHER_PHRASES = ("fp8 all-gather", "float8 all-gather", "fp8-param-gather", "fp8 param gather")
+SIXTEEN_BIT_GATHER_PHRASES = ("bf16 all-gather", "16-bit all-gather")
+
+
 def _fp8_all_gather(row: _Row) -> bool | None:
     """What the precision cell says of the weights' all-gathers ("fp8 all-gather", "bf16 all-gather"); None
     when it says nothing (the stack's default)."""
-    text = row.text("precision").lower()
-    if "fp8 all-gather" in text or "float8 all-gather" in text:
-        return True
-    if "bf16 all-gather" in text or "16-bit all-gather" in text:
-        return False
-    return None
+    text = row.text("precision").lower().replace("_", "-")
+    said = [phrase for phrase in FP8_GATHER_PHRASES if phrase in text]
+    if not said:
+        return None if not any(phrase in text for phrase in SIXTEEN_BIT_GATHER_PHRASES) else False
+    # "no fp8 all-gather", "fp8 all-gather off": said, and said not to have run
+    negated = any(f"{word} {phrase}" in text for word in ("no", "without") for phrase in said) or any(
+        f"{phrase} off" in text or f"{phrase}: off" in text for phrase in said
+    )
+    return not negated
 
 
 def _fp8_recipe(row: _Row) -> Fp8Recipe:
@@ -524,9 +533,13 @@ def _case(row: _Row) -> Case | SkippedRow:
         raise row.error(
             "norm", f"norm is {norm_text!r}", "use fused or eager, or leave it empty (the stack's)"
         )
-    stack_fields: dict[str, Any] = stack_memory_fields(
-        stack, NORM_KERNELS.get(norm_text), bool(row.switch("compile")), _fp8_all_gather(row)
-    )
+    compiled, fp8_all_gather = bool(row.switch("compile")), _fp8_all_gather(row)
+    try:
+        stack_fields: dict[str, Any] = stack_memory_fields(
+            stack, NORM_KERNELS.get(norm_text), compiled, fp8_all_gather
+        )
+    except InputError as error:
+        raise row.error("precision", error.message, "name no FP8 all-gather for this stack") from None
     workload = Workload(
         model=model,
         seq_len=seq,

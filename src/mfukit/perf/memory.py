@@ -14,7 +14,9 @@ micro-batches and the embedding; the last holds the logits; the peak is the larg
   unless ``--disable-parameter-transpose-cache``; not under FSDP): 2 B per GEMM weight
   (:data:`mfukit.perf.model_states.FP8_WEIGHT_COPY_BYTES`). FP8 primary weights (``--fp8-param-gather``, TE ``fp8_model_init``; the
   NeMo FP8 recipes) replace the 16-bit weight by 1 B of FP8 data and 1 B of transpose: as many bytes as
-  16-bit weights, no copies. torchao's Float8Linear (torchtitan) casts per GEMM and keeps no copy.
+  16-bit weights, no copies. torchao's Float8Linear (torchtitan) casts per GEMM and keeps no copy, also when
+  it casts each FSDP shard to FP8 before the all-gather (``gathered``; the gathered units are kept at 16 bits
+  here, the conservative side).
 * **Buffers and overheads** named one by one: ZeRO-3/FSDP gathered parameters, framework communication
   buckets, NCCL's own buffers per communicator, the CUDA context and allocator fragmentation
   (allowances in ``data/memory_overheads.toml``, each with its source). With
@@ -48,6 +50,7 @@ from mfukit.core.scenario import (
     stack_alias,
 )
 from mfukit.core.schema import Bytes, Strict, validate_as
+from mfukit.errors import InputError
 from mfukit.perf.activations import (
     KERNELS_NAMES,
     ActivationShape,
@@ -112,6 +115,7 @@ class StackMemory(Strict):
 
     kernels: Kernels
     fp8_weights: Fp8Weights
+    fp8_all_gather: bool = False  # it can all-gather its weights in FP8 (training.fp8_all_gather)
     fp8_main_grads: MainGrads = "fp32"
     expandable_segments: bool
     fused_cross_entropy: bool | None = None  # None: as the kernels
@@ -160,6 +164,13 @@ def stack_memory_fields(
     whether the weights' all-gathers moved FP8 (:func:`model_states.fp8_weights_with_gather`)."""
     stack = stack_memory(framework)
     given: dict[str, object] = {} if norm is None else {"fused_norm": norm == "fused"}
+    if fp8_all_gather and not (stack is not None and stack.fp8_all_gather):
+        able = ", ".join(name for name, entry in stack_memory_table().items() if entry.fp8_all_gather)
+        raise InputError(
+            f"the {framework} stack has no FP8 all-gather of its weights",
+            field="training.fp8_all_gather",
+            expected=f"false, or a stack that has one ({able})",
+        )
     if stack is None:
         return given
     return {

@@ -107,7 +107,7 @@ class LayerShapes:
     activation_bytes: Floats  # one micro-batch's hidden states (what TP collectives move)
     kv_chunk_bytes: Floats  # K and V of one CP rank's tokens (one ring step)
     dispatch_bytes: Floats  # what one rank sends in one MoE all-to-all
-    weight_bytes: float  # per weight in a data-parallel all-gather (FP8 primary weights: 1 B)
+    weight_bytes: float  # per weight in a data-parallel all-gather (FP8 all-gathers: 1 B)
     first_counts: tuple[Floats, Floats]  # (dense, MoE) layers on the first stage
     middle_counts: tuple[Floats, Floats]
     last_counts: tuple[Floats, Floats]

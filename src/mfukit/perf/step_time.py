@@ -188,7 +188,8 @@ class Prepared:
     hardware_flops_per_token: Floats  # with the recompute of each layout (HFU)
     executed_flops_per_token: Floats  # the least the GPUs must execute (the compute bound)
     # the share of its FP8 GEMMs' weights a rank casts each micro-batch: all of them, or, where a ZeRO-3/FSDP
-    # unit is all-gathered in FP8 (fp8_weights "gathered"), its own shard, cast before the gather
+    # unit is all-gathered in FP8 (fp8_weights "gathered"), its own shard of the dense weights, cast before the
+    # gather (an expert's shard is ep times larger; expert weights are charged the dense share too)
     fp8_weight_cast_share: Floats
 
 
