@@ -76,20 +76,7 @@ def test_estimate_says_which_attention_kernel_the_step_runs(mfukit) -> None:  # 
 
 
 def test_gpt3_style_dropout_keeps_masks_and_slows_eager_attention(mfukit) -> None:  # type: ignore[no-untyped-def]
-    layout = [
-        "--tp",
-        "8",
-        "--pp",
-        "8",
-        "--zero",
-        "1",
-        "--recompute",
-        "none",
-        "--attention",
-        "eager",
-        "--format",
-        "json",
-    ]
+    layout = ["--tp", "8", "--pp", "8", "--zero", "1", "--recompute", "none", "--attention", "eager", "--format", "json"]  # fmt: skip
     dropout = ["--attention-dropout", "0.1", "--hidden-dropout", "10%"]
     plain, dropped = (mfukit("estimate", *GPT3, *layout, *extra).json() for extra in ([], dropout))
     assert dropped["result"]["memory_per_gpu_bytes"] > plain["result"]["memory_per_gpu_bytes"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from mfukit.catalog.resolved import ResolvedScenario
 from mfukit.core.hardware import Accelerator, System
@@ -49,6 +49,23 @@ def batch_rounding_frac(training: TrainingSection) -> float:
     return BATCH_ROUNDING_FRAC if training.global_batch_size is None else 0.0
 
 
+class AttentionFields(TypedDict):
+    """What the step and memory models take of ``[training]``'s attention kernel and dropout probabilities."""
+
+    flash_attention: bool
+    attention_dropout: bool  # a probability above 0: masks kept
+    hidden_dropout: bool
+
+
+def attention_fields(training: TrainingSection) -> AttentionFields:
+    """:class:`AttentionFields` of ``training`` (the Workload's and the sizing inputs' alike)."""
+    return AttentionFields(
+        flash_attention=training.attention == "flash",
+        attention_dropout=training.attention_dropout > 0,
+        hidden_dropout=training.hidden_dropout > 0,
+    )
+
+
 def training_workload(model: ModelSpec, training: TrainingSection, sequences: int) -> Workload:
     """The workload of a scenario's ``[training]`` with ``sequences`` per step; the stack's memory behaviour
     (kernels, FP8 weights, allocator) from ``data/memory_stacks.toml``, the Workload defaults for a stack
@@ -67,9 +84,7 @@ def training_workload(model: ModelSpec, training: TrainingSection, sequences: in
         tp_comm_overlap=training.tp_comm_overlap,
         fp8_recipe=training.fp8_recipe,
         batch_rounding_frac=batch_rounding_frac(training),
-        flash_attention=training.attention == "flash",
-        attention_dropout=training.attention_dropout > 0,
-        hidden_dropout=training.hidden_dropout > 0,
+        **attention_fields(training),
         offload_optimizer=training.offload_optimizer,
         offload_params=training.offload_params,
         offload_activations=training.offload_activations,

@@ -259,7 +259,7 @@ def _fp8_all_gather(row: _Row) -> bool | None:
     text = row.text("precision").lower().replace("_", "-")
     said = [phrase for phrase in FP8_GATHER_PHRASES if phrase in text]
     if not said:
-        return None if not any(phrase in text for phrase in SIXTEEN_BIT_GATHER_PHRASES) else False
+        return False if any(phrase in text for phrase in SIXTEEN_BIT_GATHER_PHRASES) else None
     # "no fp8 all-gather", "fp8 all-gather off": said, and said not to have run
     negated = any(f"{word} {phrase}" in text for word in ("no", "without") for phrase in said) or any(
         f"{phrase} off" in text or f"{phrase}: off" in text for phrase in said
@@ -551,7 +551,7 @@ def _case(row: _Row) -> Case | SkippedRow:
         attention_dropout=row.probability("attention_dropout", unstated_dropout[0]) > 0,
         hidden_dropout=row.probability("hidden_dropout", unstated_dropout[1]) > 0,
         framework=stack,
-        compile=bool(row.switch("compile")),
+        compile=compiled,
         tp_comm_overlap=row.switch("tp_comm_overlap"),
         **_offload(row),
         **stack_fields,

@@ -197,10 +197,13 @@ def fragmentation_frac(shape: StepShape, allowances: MemoryOverheads) -> float:
     return 0.0 if shape.expandable_segments else float(allowances.allocator_fragmentation.value)
 
 
-def dropout_names(attention_masks: bool, hidden_masks: bool) -> str:
-    """Which dropout masks a step keeps, as the assumptions line says it."""
-    kept = [name for name, kept in (("attention", attention_masks), ("hidden", hidden_masks)) if kept]
-    return f"{' and '.join(kept)} dropout masks" if kept else "no dropout masks"
+def attention_names(flash_attention: bool, attention_dropout: bool, hidden_dropout: bool) -> str:
+    """The attention kernel and the dropout masks a step keeps, as the assumptions line says them (flash
+    attention regenerates its dropout mask in backward: it keeps none)."""
+    kernel = "flash attention" if flash_attention else "eager attention (s^2 scores stored)"
+    masks = (("attention", attention_dropout and not flash_attention), ("hidden", hidden_dropout))
+    kept = [name for name, keeps in masks if keeps]
+    return f"{kernel}, {' and '.join(kept)} dropout masks" if kept else f"{kernel}, no dropout masks"
 
 
 def memory_note(shape: StepShape) -> str:
@@ -216,8 +219,7 @@ def memory_note(shape: StepShape) -> str:
     ]
     parts = [
         " ".join([KERNELS_NAMES[shape.kernels], *overrides]),
-        "flash attention" if shape.flash_attention else "eager attention (s^2 scores stored)",
-        dropout_names(shape.attention_dropout and not shape.flash_attention, shape.hidden_dropout),
+        attention_names(shape.flash_attention, shape.attention_dropout, shape.hidden_dropout),
     ]
     if shape.precision == "fp8":
         parts.append(FP8_WEIGHTS_NAMES[shape.fp8_weights])

@@ -8,7 +8,7 @@ from mfukit.catalog.resolved import ResolvedScenario
 from mfukit.core.hardware import Accelerator
 from mfukit.core.scenario import TrainingSection
 from mfukit.errors import InputError
-from mfukit.perf.inputs import batch_rounding_frac
+from mfukit.perf.inputs import attention_fields, batch_rounding_frac
 from mfukit.perf.sizing import SizingInputs, planning_layout
 
 DEFAULT_GOODPUT = 0.9
@@ -61,9 +61,7 @@ def sizing_inputs(scene: ResolvedScenario, mfu_text: str | None) -> SizingInputs
         fixed=fixed,
         pue=cluster.pue,
         usd_per_gpu_hour=cluster.usd_per_gpu_hour,
-        flash_attention=training.attention == "flash",
-        attention_dropout=training.attention_dropout > 0,
-        hidden_dropout=training.hidden_dropout > 0,
+        **attention_fields(training),
     )
 
 

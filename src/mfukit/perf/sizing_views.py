@@ -10,7 +10,7 @@ from mfukit import units
 from mfukit.comm.topology import scale_out_switch
 from mfukit.core.results import Output, Table, shown
 from mfukit.perf.activations import KERNELS_NAMES
-from mfukit.perf.memory import default_overheads, dropout_names
+from mfukit.perf.memory import attention_names, default_overheads
 from mfukit.perf.model_states import SHARDING_NAMES
 from mfukit.perf.sizing import (
     EXPOSED_COMM_BUDGET,
@@ -250,8 +250,7 @@ def _assumptions(
         f"attention FLOPs: {inputs.attention} convention (--attention-flops)",
         f"memory: {SHARDING_NAMES[chosen.memory.sharding]}, recompute {recompute_text(layout)}, sequence parallel "
         f"{layout.sequence_parallel}, {KERNELS_NAMES['fused']}, "
-        f"{'flash attention' if inputs.flash_attention else 'eager attention (s^2 scores stored)'}, "
-        f"{dropout_names(inputs.attention_dropout and not inputs.flash_attention, inputs.hidden_dropout)}; "
+        f"{attention_names(inputs.flash_attention, inputs.attention_dropout, inputs.hidden_dropout)}; "
         "CUDA context "
         f"{units.format_bytes(float(overheads.cuda_context.value))}, NCCL "
         f"{units.format_bytes(float(overheads.nccl_buffer_per_communicator.value))} per communicator, "
