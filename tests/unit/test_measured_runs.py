@@ -289,6 +289,9 @@ def test_the_docs_name_every_optional_column() -> None:
         ("gpu_type", "V100", "unknown gpu_type"),
         ("tokens_per_sec_per_gpu", "-5", "column 'tokens_per_sec_per_gpu'"),
         ("precision", "fp8", "a100-80gb-sxm has no fp8 math"),  # A100 has no FP8 tensor cores
+        ("precision", "nvfp4", "names none of fp8, bf16, fp16, fp32"),  # not read as 16-bit
+        ("hidden", "1e30", "column 'hidden'"),  # a shape no model has, not an MFU for it
+        ("n_heads", "3", "column 'n_heads'"),  # does not divide the hidden size
     ],
 )
 def test_a_bad_cell_names_the_row_and_the_column(tmp_path: Path, column: str, value: str, said: str) -> None:

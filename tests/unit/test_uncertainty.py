@@ -81,6 +81,19 @@ def test_a_regime_no_run_shares_is_extrapolated_and_rests_on_past_extrapolations
     assert math.log(band.high_factor) / band.scales[1] == pytest.approx(0.4, rel=1e-6)
 
 
+def test_a_regime_only_one_source_measured_says_how_many_runs_match_and_what_is_needed() -> None:
+    # one source's runs of the regime (a second GPU family), the rest of another family: the regime is
+    # measured, but too thinly to stand on its own
+    hopper = Regime("hopper", "megatron-core", "full weights", 512, "16-bit")
+    pool = _pool([0.05] * MIN_ROWS, [-0.05] * MIN_ROWS, REGIME) + [
+        Residual("c", i, hopper, 0.0) for i in range(4)
+    ]
+    thin = interval_for(hopper, residuals=pool)
+    assert thin.extrapolated
+    assert "4 runs of 1 source match its family, stack, sharding, band, precision" in thin.reason
+    assert f"({MIN_ROWS} runs of 2 sources needed)" in thin.reason
+
+
 def test_the_band_is_scaled_until_the_held_out_runs_reach_the_target_coverage() -> None:
     # three sources, each biased its own way: the band pooled from two of them misses the third's runs; the
     # scale is the smallest that puts 80 % of the runs (sources weighted equally) inside their own bands

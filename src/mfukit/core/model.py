@@ -18,13 +18,22 @@ from mfukit.core.schema import Strict, validate_as
 
 MlpKind = Literal["gelu", "swiglu"]
 
+# Upper bounds on a shape, far above any trained model (hidden 25,600, FFN 102,400, vocabulary 256K,
+# 128 layers in the catalog): they catch a mistyped or overflowing value (1e30 as a hidden size) before it
+# reaches the FLOP and byte counts, which would otherwise print an MFU for it.
+MAX_LAYERS = 10_000
+MAX_WIDTH = 2**20  # hidden size, head dimension, heads
+MAX_FFN_WIDTH = 2**22
+MAX_VOCAB = 2**24
+MAX_POSITIONS = 2**31
+
 
 class MoESpec(Strict):
     """Mixture of experts (Mixtral, DeepSeek, Qwen-MoE). Field names follow the HF configs."""
 
     num_experts: int = Field(ge=2, description="routed experts per MoE layer")
     num_experts_per_tok: int = Field(ge=1, description="top-k routed experts per token")
-    moe_intermediate_size: int = Field(ge=1, description="FFN width of one routed expert")
+    moe_intermediate_size: int = Field(ge=1, le=MAX_FFN_WIDTH, description="FFN width of one routed expert")
     num_shared_experts: int = Field(default=0, ge=0)
     shared_expert_intermediate_size: int = Field(
         default=0, ge=0, description="total FFN width of the shared expert(s); 0 = none"
@@ -57,16 +66,16 @@ class ModelSpec(Strict):
     aliases: tuple[str, ...] = Field(
         default=(), description="other names it is looked up by: HF hub ids, usual spellings"
     )
-    num_hidden_layers: int = Field(ge=1)
-    hidden_size: int = Field(ge=1)
-    num_attention_heads: int = Field(ge=1)
-    num_key_value_heads: int | None = Field(default=None, ge=1)
-    head_dim: int | None = Field(default=None, ge=1)
-    intermediate_size: int = Field(ge=1, description="FFN width of a dense MLP layer")
-    vocab_size: int = Field(ge=1)
+    num_hidden_layers: int = Field(ge=1, le=MAX_LAYERS)
+    hidden_size: int = Field(ge=1, le=MAX_WIDTH)
+    num_attention_heads: int = Field(ge=1, le=MAX_WIDTH)
+    num_key_value_heads: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    head_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    intermediate_size: int = Field(ge=1, le=MAX_FFN_WIDTH, description="FFN width of a dense MLP layer")
+    vocab_size: int = Field(ge=1, le=MAX_VOCAB)
     mlp: MlpKind = "swiglu"
     tie_word_embeddings: bool = False
-    max_position_embeddings: int = Field(default=2048, ge=1)
+    max_position_embeddings: int = Field(default=2048, ge=1, le=MAX_POSITIONS)
     position_embedding: Literal["rope", "learned", "alibi"] = "rope"
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     attention_bias: bool = False

@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from mfukit import catalog
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
@@ -236,8 +238,20 @@ def _machine(row: _Row) -> tuple[System, Accelerator]:
     return system, catalog.accelerator(system.accelerator)
 
 
+# what a precision cell must name when it is not blank (a blank one is read as 16-bit)
+PRECISION_WORDS = ("fp8", "bf16", "fp16", "fp32")
+
+
 def _precision(row: _Row) -> Precision:
     text = row.text("precision").lower()
+    if text and not any(word in text for word in PRECISION_WORDS):
+        raise row.error(
+            "precision",
+            f"column 'precision' is {row.text('precision')!r}: it names none of "
+            + ", ".join(PRECISION_WORDS),
+            "name the matmul precision the run trained in (bf16, fp16, fp8 or fp32), or leave the cell "
+            "empty for 16-bit; other precisions (fp4, int8) are not modelled",
+        )
     if "fp8" in text:
         return "fp8"
     if text.startswith("fp16") and "bf16" not in text:
@@ -285,6 +299,18 @@ def _stack(row: _Row) -> str:
     return SOURCE_STACKS.get(row.text("source_group"), "megatron-core")
 
 
+# the CSV column of each ModelSpec field a row fills, for naming the cell a bad shape came from
+SHAPE_COLUMNS = {
+    "num_hidden_layers": "n_layers",
+    "hidden_size": "hidden",
+    "num_attention_heads": "n_heads",
+    "num_key_value_heads": "n_kv_heads",
+    "intermediate_size": "ffn_hidden",
+    "vocab_size": "vocab",
+    "max_position_embeddings": "seq_len",
+}
+
+
 def _model(row: _Row) -> ModelSpec:
     hidden, ffn = row.integer("hidden"), row.integer("ffn_hidden")
     heads = row.integer("n_heads")
@@ -304,9 +330,16 @@ def _model(row: _Row) -> ModelSpec:
             tie_word_embeddings=False,
             max_position_embeddings=row.integer("seq_len"),
         )
-    except ValueError as error:  # pydantic: heads that do not divide the hidden size, ...
+    except (
+        ValidationError
+    ) as error:  # pydantic: a shape out of range, heads that do not divide the hidden size
+        first = error.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else ""
+        column = SHAPE_COLUMNS.get(field, "n_heads")
         raise row.error(
-            "n_heads", f"the model shape is inconsistent: {error}", "check the shape columns"
+            column,
+            f"column '{column}' is {row.text(column)!r}, a shape the model does not take: {first['msg']}",
+            "check the shape columns (n_layers, hidden, n_heads, n_kv_heads, ffn_hidden, vocab, seq_len)",
         ) from None
 
 

@@ -546,8 +546,14 @@ def _reason(table: _Table, regime: Regime, pool: np.ndarray, level: int) -> str:
     largest = int(table.num_gpus[same].max())
     if regime.num_gpus > largest:
         return f"{regime.num_gpus:,} GPUs is beyond the largest measured {regime.stack} run on {regime.family} ({largest:,})"
+    if level < 3:
+        return ""
+    # the narrowest level with any run, and what it lacks (MIN_ROWS runs of MIN_SOURCES sources)
+    keys = next(candidate for candidate in LEVELS if table.where(regime, candidate, pool).any())
+    closest = table.where(regime, keys, pool)
+    rows, sources = int(closest.sum()), table.source_count(closest)
     return (
-        ""
-        if level < 3
-        else f"few runs share this regime (matched on {', '.join(LEVELS[level]) or 'nothing'})"
+        f"few runs share this regime: {rows:,} run{'s' if rows != 1 else ''} of {sources} "
+        f"source{'s' if sources != 1 else ''} match its {', '.join(keys)} ({MIN_ROWS} runs of {MIN_SOURCES} "
+        "sources needed)"
     )
