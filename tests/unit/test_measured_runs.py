@@ -289,7 +289,10 @@ def test_the_docs_name_every_optional_column() -> None:
         ("gpu_type", "V100", "unknown gpu_type"),
         ("tokens_per_sec_per_gpu", "-5", "column 'tokens_per_sec_per_gpu'"),
         ("precision", "fp8", "a100-80gb-sxm has no fp8 math"),  # A100 has no FP8 tensor cores
-        ("precision", "nvfp4", "names none of fp8, bf16, fp16, fp32"),  # not read as 16-bit
+        ("precision", "mixed", "names none of fp8, bf16, fp16, fp32"),  # not read as 16-bit
+        ("precision", "nvfp4 (bf16 first/last layers)", "names fp4, which is not modelled"),
+        ("precision", "fp4 w/ fp32 accum", "names fp4, which is not modelled"),  # not read as fp32
+        ("n_kv_heads", "5", "column 'n_kv_heads'"),  # does not divide the 32 heads
         ("hidden", "1e30", "column 'hidden'"),  # a shape no model has, not an MFU for it
         ("n_heads", "3", "column 'n_heads'"),  # does not divide the hidden size
     ],
@@ -300,6 +303,15 @@ def test_a_bad_cell_names_the_row_and_the_column(tmp_path: Path, column: str, va
         read_runs(path)
     text = raised.value.render()
     assert "row 7 (line 2)" in text and said in text
+
+
+@pytest.mark.parametrize(
+    ("cell", "precision"),
+    [("", "bf16"), ("unknown", "bf16"), ("bfloat16", "bf16"), ("float16", "fp16"), ("16-bit", "bf16")],
+)
+def test_a_blank_or_torch_spelled_precision_is_read(tmp_path: Path, cell: str, precision: str) -> None:
+    cases, _ = read_runs(_write(tmp_path / "runs.csv", [_row(precision=cell)]))
+    assert cases[0].workload.precision == precision
 
 
 def test_rows_without_a_published_layout_are_skipped_with_the_reason(tmp_path: Path) -> None:

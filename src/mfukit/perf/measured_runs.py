@@ -238,19 +238,36 @@ def _machine(row: _Row) -> tuple[System, Accelerator]:
     return system, catalog.accelerator(system.accelerator)
 
 
-# what a precision cell must name when it is not blank (a blank one is read as 16-bit)
-PRECISION_WORDS = ("fp8", "bf16", "fp16", "fp32")
+# what a precision cell must name when it is filled (a blank one is read as 16-bit), after the dtype names
+# torch spells out are folded to these; and the precisions the model does not price, refused wherever the
+# cell names them ("nvfp4 (bf16 first/last layers)" is an FP4 run, not a 16-bit one)
+PRECISION_WORDS = ("fp8", "bf16", "fp16", "fp32", "16-bit")
+DTYPE_SPELLINGS = {
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "float32": "fp32",
+    "float8": "fp8",
+    "16 bit": "16-bit",
+}
+UNMODELLED_PRECISIONS = ("fp4", "fp6", "int8", "int4")
 
 
 def _precision(row: _Row) -> Precision:
-    text = row.text("precision").lower()
-    if text and not any(word in text for word in PRECISION_WORDS):
+    text = row.text("precision").lower() if row.has("precision") else ""
+    for spelled, word in DTYPE_SPELLINGS.items():
+        text = text.replace(spelled, word)
+    unmodelled = [word for word in UNMODELLED_PRECISIONS if word in text]
+    if unmodelled or (text and not any(word in text for word in PRECISION_WORDS)):
+        said = (
+            f"names {unmodelled[0]}, which is not modelled"
+            if unmodelled
+            else "names none of " + ", ".join(PRECISION_WORDS)
+        )
         raise row.error(
             "precision",
-            f"column 'precision' is {row.text('precision')!r}: it names none of "
-            + ", ".join(PRECISION_WORDS),
+            f"column 'precision' is {row.text('precision')!r}: it {said}",
             "name the matmul precision the run trained in (bf16, fp16, fp8 or fp32), or leave the cell "
-            "empty for 16-bit; other precisions (fp4, int8) are not modelled",
+            "empty for 16-bit; FP4, FP6 and integer training are not modelled",
         )
     if "fp8" in text:
         return "fp8"
@@ -335,6 +352,8 @@ def _model(row: _Row) -> ModelSpec:
     ) as error:  # pydantic: a shape out of range, heads that do not divide the hidden size
         first = error.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else ""
+        if not field and "num_key_value_heads" in first["msg"]:  # heads that the KV heads do not divide
+            field = "num_key_value_heads"
         column = SHAPE_COLUMNS.get(field, "n_heads")
         raise row.error(
             column,
