@@ -32,6 +32,21 @@ def test_ft_plan_rejects_absurd_and_boolean_gpu_counts(mfukit, tmp_path: Path, v
     assert "cluster.num_gpus" in run.stderr
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("global_batch_size = 2048", "global_batch_size = " + "9" * 400, "training.global_batch_size"),
+        ("seq_len = 8192", "seq_len = 4294967296", "training.seq_len"),
+    ],
+)
+def test_estimate_rejects_a_batch_or_sequence_beyond_64_bit_products(  # type: ignore[no-untyped-def]
+    mfukit, tmp_path: Path, old: str, new: str, field: str
+) -> None:
+    run = mfukit("estimate", str(_scenario(tmp_path, old, new)), "--tp", "8", "--pp", "4")
+    assert run.exit_code == 2, run.stderr
+    assert field in run.stderr
+
+
 def test_a_utf8_bom_is_not_content(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "bom.toml"
     path.write_bytes(b"\xef\xbb\xbf" + EXAMPLE.read_bytes())

@@ -92,7 +92,11 @@ Fraction = Annotated[float, _unit_field(units.parse_fraction)]
 Usd = Annotated[float, _unit_field(units.parse_usd)]
 FailureRate = Annotated[float, _unit_field(units.parse_failure_rate_per_s)]
 """Failures per second per unit (GPU, node or job), written as failures per 1,000 unit-days."""
-PositiveInt = Annotated[int, Field(ge=1)]
+MAX_POSITIVE_INT = 2**31 - 1
+"""Bound on a positive whole number (a batch, a sequence length, a parallel degree): far above any a run
+uses, low enough that the products over it (tokens per step = sequences x tokens per sequence) stay within
+64-bit integers (a global batch of 10^400 sequences overflowed the batch rounding)."""
+PositiveInt = Annotated[int, Field(ge=1, le=MAX_POSITIVE_INT)]
 MAX_GPUS = 10**8
 """Bound on a count of GPUs or nodes: far above any cluster built (the largest announced hold ~10^5-10^6
 GPUs), low enough that every formula over it stays finite (2^63 GPUs overflowed ``ft plan``)."""
