@@ -47,6 +47,17 @@ def test_estimate_rejects_a_batch_or_sequence_beyond_64_bit_products(  # type: i
     assert field in run.stderr
 
 
+@pytest.mark.parametrize("command", [("plan",), ("ft", "plan")])
+def test_a_batch_of_more_sequences_than_the_bound_given_in_tokens_is_refused(  # type: ignore[no-untyped-def]
+    mfukit, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    # 10^15 tokens of 8,192 had sent the planner through 10^11 candidate micro-batch sizes (a hang)
+    scenario = _scenario(tmp_path, "global_batch_size = 2048", 'global_batch_tokens = "1e15"')
+    run = mfukit(*command, str(scenario))
+    assert run.exit_code == 2, run.stderr
+    assert "training.global_batch_tokens" in run.stderr
+
+
 def test_a_utf8_bom_is_not_content(mfukit, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "bom.toml"
     path.write_bytes(b"\xef\xbb\xbf" + EXAMPLE.read_bytes())

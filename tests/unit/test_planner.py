@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mfukit import catalog
-from mfukit.core.parallelism import layout_problems
+from mfukit.core.parallelism import divisors, layout_problems
 from mfukit.errors import InputError
 from mfukit.perf.layouts import Workload, with_changes
 from mfukit.perf.memory_grid import grid_memory
@@ -327,3 +327,11 @@ def test_the_least_recompute_holds_on_the_second_stage_of_an_uneven_pipeline() -
     memory = grid_memory(workload, partial, gpus_per_node=8)
     assert len(partial) and np.all(memory.peak_bytes <= hbm - headroom)
     assert np.any(memory.middle_bytes > np.maximum(memory.first_bytes, memory.last_bytes))
+
+
+def test_divisors_are_every_divisor_ascending_and_quick_for_a_large_batch() -> None:
+    for n in range(1, 400):
+        assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+    # a global batch at the bound of a scenario's whole numbers: 46,341 candidates, not 2^31
+    assert divisors(2**31 - 1) == [1, 2**31 - 1]  # a Mersenne prime
+    assert divisors(2**30)[-3:] == [2**28, 2**29, 2**30]

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import Field, PlainSerializer, PlainValidator, ValidationError, field_validator
+from pydantic import Field, PlainSerializer, PlainValidator, ValidationError, ValidationInfo, field_validator
 
 from mfukit import units
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.schema import (
+    MAX_POSITIVE_INT,
     BytesPerSecond,
     Count,
     FailureRate,
@@ -214,6 +215,16 @@ class TrainingSection(Strict):
     @classmethod
     def _stack_alias(cls, value: object) -> object:
         return stack_alias(value) if isinstance(value, str) else value
+
+    @field_validator("global_batch_tokens")
+    @classmethod
+    def _batch_in_range(cls, tokens: float | None, info: ValidationInfo) -> float | None:
+        # a batch given in tokens is bounded as one given in sequences (PositiveInt): 10^15 tokens had sent the
+        # planner through 10^11 candidate micro-batch sizes
+        seq_len = info.data.get("seq_len")
+        if tokens is not None and isinstance(seq_len, int) and tokens / seq_len > MAX_POSITIVE_INT:
+            raise ValueError(f"more than {MAX_POSITIVE_INT:,} sequences of {seq_len:,} tokens per step")
+        return tokens
 
     @property
     def global_batch_sequences(self) -> int | None:

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from mfukit import units
 from mfukit.core.hardware import Accelerator, System
-from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split
+from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split, divisors
 from mfukit.core.results import ProgressCallback
 from mfukit.perf.efficiency import efficiency_for, require_interleaving
 from mfukit.perf.layouts import (
@@ -162,10 +162,6 @@ class SearchResult:
         return text
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _options(given: tuple[int, ...] | None, default: Iterable[int]) -> list[int]:
     return sorted(set(given)) if given is not None else sorted(set(default))
 
@@ -206,7 +202,7 @@ def micro_batch_options(workload: Workload) -> list[int]:
     """Micro-batch sizes worth trying: those dividing the global batch, and powers of two where the batch may
     be rounded."""
     batch = workload.global_batch_sequences
-    sizes = {b for b in _divisors(batch) if b <= MAX_MICRO_BATCH}
+    sizes = {b for b in divisors(batch) if b <= MAX_MICRO_BATCH}
     if workload.batch_rounding_frac > 0:
         sizes |= {2**k for k in range(MAX_MICRO_BATCH.bit_length()) if 2**k <= MAX_MICRO_BATCH}
     return sorted(sizes)
@@ -237,13 +233,13 @@ def enumerate_layouts(
     """Every buildable layout of ``space`` on ``num_gpus`` GPUs; the rejected ones counted by reason."""
     model = workload.model
     domain = system.scale_up_domain_gpus
-    tps = _options(space.tp, (t for t in _divisors(domain) if t <= max(system.gpus_per_node, MAX_TP)))
+    tps = _options(space.tp, (t for t in divisors(domain) if t <= max(system.gpus_per_node, MAX_TP)))
     pps = _options(space.pp, (p for p in range(1, model.num_hidden_layers + 1) if p <= num_gpus))
     vpps = _options(space.vpp, range(1, MAX_VPP + 1))
     cps = _options(
         space.cp, (c for c in (1, 2, 4, 8, 16, 32) if c == 1 or workload.seq_len // c >= MIN_CP_CHUNK)
     )
-    eps = _options(space.ep, _divisors(model.moe.num_experts) if model.moe else [1])
+    eps = _options(space.ep, divisors(model.moe.num_experts) if model.moe else [1])
     micro = _options(space.micro_batch_size, micro_batch_options(workload))
     splits = _stage_splits(model.num_hidden_layers, pps, vpps, space.uneven_pipeline)
     recomputes = np.asarray([RECOMPUTES.index(mode) for mode in space.recompute], dtype=np.int64)

@@ -27,7 +27,7 @@ from mfukit import units
 from mfukit.comm.topology import from_system
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
-from mfukit.core.parallelism import Parallelism, layout_problems
+from mfukit.core.parallelism import Parallelism, divisors, layout_problems
 from mfukit.core.scenario import Precision
 from mfukit.errors import InputError
 from mfukit.perf.flops import AttentionConvention, model_flops_per_token
@@ -222,10 +222,6 @@ def planning_layout(layout: Parallelism | None) -> tuple[Parallelism, dict[str, 
     return layout.model_copy(update=defaults), fixed
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _choices(inputs: SizingInputs, name: str, options: list[int]) -> list[int]:
     return [inputs.fixed[name]] if name in inputs.fixed else options
 
@@ -274,14 +270,14 @@ def search_layout(inputs: SizingInputs, target_gpus: int) -> tuple[Candidate | N
     and the fewest GPUs; the reasons nothing fits otherwise."""
     model, system = inputs.model, inputs.system
     gpn = system.gpus_per_node
-    tps = [t for t in _divisors(system.scale_up_domain_gpus) if t <= max(gpn, MAX_TP)]
-    eps = _divisors(model.moe.num_experts) if model.moe else [1]
+    tps = [t for t in divisors(system.scale_up_domain_gpus) if t <= max(gpn, MAX_TP)]
+    eps = divisors(model.moe.num_experts) if model.moe else [1]
     hbm = inputs.accelerator.hbm_bytes
     best: Candidate | None = None
     smallest_peak: float | None = None
     problems: dict[str, str] = {}
     for tp in _choices(inputs, "tp", tps):
-        for pp in _choices(inputs, "pp", _divisors(model.num_hidden_layers)):
+        for pp in _choices(inputs, "pp", divisors(model.num_hidden_layers)):
             for cp in _choices(inputs, "cp", [1]):
                 for ep in _choices(inputs, "ep", eps):
                     base = tp * pp * cp
@@ -464,9 +460,9 @@ def layout_that_hides(sizing: Sizing) -> HidingLayout | None:
     model, system = inputs.model, inputs.system
     world = chosen.layout.world_size
     nic_per_gpu = system.scale_out_bytes_per_s_per_node / system.gpus_per_node
-    tps = [t for t in _divisors(system.scale_up_domain_gpus) if t <= max(system.gpus_per_node, MAX_TP)]
+    tps = [t for t in divisors(system.scale_up_domain_gpus) if t <= max(system.gpus_per_node, MAX_TP)]
     best: HidingLayout | None = None
-    for pp in _divisors(model.num_hidden_layers):
+    for pp in divisors(model.num_hidden_layers):
         for tp in tps:
             base = tp * pp * chosen.layout.cp
             if world % base or (tp, pp) == (chosen.layout.tp, chosen.layout.pp):
