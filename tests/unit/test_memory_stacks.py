@@ -9,6 +9,7 @@ import pytest
 from mfukit import catalog
 from mfukit.core.parallelism import Parallelism
 from mfukit.core.scenario import TrainingSection
+from mfukit.errors import InputError
 from mfukit.perf.activations import ActivationShape, layer_activation_bytes, logits_and_loss_bytes
 from mfukit.perf.inputs import training_workload
 from mfukit.perf.layouts import Workload, grid_of, step_shape
@@ -265,8 +266,6 @@ def test_fp8_all_gather_turns_each_stack_way_into_its_gathered_twin(
 
 
 def test_the_scenario_field_reaches_the_workload_and_a_stack_without_it_is_refused() -> None:
-    from mfukit.errors import InputError
-
     spec = catalog.model("llama3.1-8b")
     fields = {"seq_len": 8192, "global_batch_size": 64, "precision": "fp8"}
     gathered = training_workload(
@@ -275,9 +274,8 @@ def test_the_scenario_field_reaches_the_workload_and_a_stack_without_it_is_refus
     assert gathered.fp8_weights == "gathered"
     default = training_workload(spec, TrainingSection(framework="torchtitan", **fields), 64)
     assert default.fp8_weights == "transient"
-    assert training_workload(
-        spec, TrainingSection(framework="nemo", fp8_all_gather=False, **fields), 64
-    ).fp8_weights == ("cached")
+    plain = training_workload(spec, TrainingSection(framework="nemo", fp8_all_gather=False, **fields), 64)
+    assert plain.fp8_weights == "cached"
     with pytest.raises(InputError) as raised:
         training_workload(spec, TrainingSection(framework="deepspeed", fp8_all_gather=True, **fields), 64)
     assert raised.value.field == "training.fp8_all_gather" and "torchtitan" in raised.value.render()

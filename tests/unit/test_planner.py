@@ -332,6 +332,6 @@ def test_the_least_recompute_holds_on_the_second_stage_of_an_uneven_pipeline() -
 def test_divisors_are_every_divisor_ascending_and_quick_for_a_large_batch() -> None:
     for n in range(1, 400):
         assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
-    # a global batch at the bound of a scenario's whole numbers: 46,341 candidates, not 2^31
+    # a count at the bound of a scenario's whole numbers: 46,340 candidates, not 2^31
     assert divisors(2**31 - 1) == [1, 2**31 - 1]  # a Mersenne prime
     assert divisors(2**30)[-3:] == [2**28, 2**29, 2**30]

@@ -12,6 +12,7 @@ import pytest
 
 from mfukit.perf.uncertainty import (
     MIN_ROWS,
+    MIN_SOURCES,
     SCALES,
     TARGET_COVERAGE,
     Regime,
@@ -91,7 +92,7 @@ def test_a_regime_only_one_source_measured_says_how_many_runs_match_and_what_is_
     thin = interval_for(hopper, residuals=pool)
     assert thin.extrapolated
     assert "4 runs of 1 source match its family, stack, sharding, band, precision" in thin.reason
-    assert f"({MIN_ROWS} runs of 2 sources needed)" in thin.reason
+    assert f"({MIN_ROWS} runs of {MIN_SOURCES} sources needed)" in thin.reason
 
 
 def test_the_band_is_scaled_until_the_held_out_runs_reach_the_target_coverage() -> None:

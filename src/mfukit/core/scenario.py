@@ -35,6 +35,8 @@ from mfukit.core.schema import (
 from mfukit.errors import InputError
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
+# the precision each of torch's dtype names means (a config's torch_dtype, a runs file's precision cell)
+TORCH_DTYPE_PRECISIONS: dict[str, Precision] = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 AttentionConvention = Literal["full", "causal"]
 Fp8Recipe = Literal["delayed", "current"]
 OptimizerStepDevice = Literal["cpu", "gpu"]
@@ -102,6 +104,11 @@ def parse_interval(value: object) -> CheckpointInterval:
 Interval = Annotated[
     CheckpointInterval, PlainValidator(parse_interval), PlainSerializer(lambda interval: interval.text)
 ]
+
+
+def sequences_in(tokens: float, seq_len: int) -> int:
+    """The whole sequences of ``seq_len`` tokens a batch of ``tokens`` holds (at least one)."""
+    return max(1, int(tokens // seq_len))
 
 
 class TrainingSection(Strict):
@@ -222,7 +229,11 @@ class TrainingSection(Strict):
         # a batch given in tokens is bounded as one given in sequences (PositiveInt): 10^15 tokens had sent the
         # planner through 10^11 candidate micro-batch sizes
         seq_len = info.data.get("seq_len")
-        if tokens is not None and isinstance(seq_len, int) and tokens / seq_len > MAX_POSITIVE_INT:
+        if (
+            tokens is not None
+            and isinstance(seq_len, int)
+            and sequences_in(tokens, seq_len) > MAX_POSITIVE_INT
+        ):
             raise ValueError(f"more than {MAX_POSITIVE_INT:,} sequences of {seq_len:,} tokens per step")
         return tokens
 
@@ -232,7 +243,7 @@ class TrainingSection(Strict):
         if self.global_batch_size is not None:
             return self.global_batch_size
         if self.global_batch_tokens is not None:
-            return max(1, int(self.global_batch_tokens // self.seq_len))
+            return sequences_in(self.global_batch_tokens, self.seq_len)
         return None
 
     @property

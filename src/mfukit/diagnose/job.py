@@ -22,7 +22,7 @@ from mfukit.catalog.resolve import ResolvedNode
 from mfukit.core.cluster import Cluster
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism
-from mfukit.core.scenario import ClusterSection, TrainingSection
+from mfukit.core.scenario import TORCH_DTYPE_PRECISIONS, ClusterSection, TrainingSection
 from mfukit.diagnose.records import GpuSeries, JobConfig, NcclLog, RankTrace, Record, Setting, TrainingLog
 from mfukit.errors import MfukitError
 
@@ -33,8 +33,8 @@ MOVES_THE_ANSWER = frozenset({"seq_len", "tp", "pp", "dp", "precision"})
 # stack a log says ran: NeMo runs Megatron-Core; DeepSpeed's closest fitted stack is Megatron-DeepSpeed.
 FRAMEWORK_PROFILE = {"megatron": "megatron", "nemo": "megatron", "deepspeed": "megatron-deepspeed",
                      "torchtitan": "torchtitan"}  # fmt: skip
-PRECISIONS = {"bf16": "bf16", "bfloat16": "bf16", "bf16-mixed": "bf16", "fp16": "fp16", "float16": "fp16",
-              "16-mixed": "fp16", "fp8": "fp8", "float32": "fp32", "fp32": "fp32", "32": "fp32"}  # fmt: skip
+PRECISIONS = {**TORCH_DTYPE_PRECISIONS, "bf16": "bf16", "bf16-mixed": "bf16", "fp16": "fp16", "16-mixed": "fp16",
+              "fp8": "fp8", "fp32": "fp32", "32": "fp32"}  # fmt: skip
 # torchtitan's llama3 flavors are the Llama 3.1 shapes (torchtitan/models/llama3/__init__.py llama3_args:
 # 8B dim 4096 x 32 layers, 70B 8192 x 80, 405B 16384 x 126), which the catalog holds under these names.
 TITAN_FLAVORS = {("llama3", "8b"): "llama3.1-8b", ("llama3", "70b"): "llama3.1-70b",

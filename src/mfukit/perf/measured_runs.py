@@ -30,7 +30,7 @@ from mfukit import catalog
 from mfukit.core.hardware import Accelerator, System
 from mfukit.core.model import ModelSpec
 from mfukit.core.parallelism import Parallelism, Recompute, default_stage_split, layout_problems
-from mfukit.core.scenario import Fp8Recipe, NormKernel, Precision
+from mfukit.core.scenario import TORCH_DTYPE_PRECISIONS, Fp8Recipe, NormKernel, Precision
 from mfukit.errors import InputError
 from mfukit.perf import flops
 from mfukit.perf.activations import model_recomputed_share
@@ -242,13 +242,7 @@ def _machine(row: _Row) -> tuple[System, Accelerator]:
 # torch spells out are folded to these; and the precisions the model does not price, refused wherever the
 # cell names them ("nvfp4 (bf16 first/last layers)" is an FP4 run, not a 16-bit one)
 PRECISION_WORDS = ("fp8", "bf16", "fp16", "fp32", "16-bit")
-DTYPE_SPELLINGS = {
-    "bfloat16": "bf16",
-    "float16": "fp16",
-    "float32": "fp32",
-    "float8": "fp8",
-    "16 bit": "16-bit",
-}
+DTYPE_SPELLINGS: dict[str, str] = {**TORCH_DTYPE_PRECISIONS, "float8": "fp8", "16 bit": "16-bit"}
 UNMODELLED_PRECISIONS = ("fp4", "fp6", "int8", "int4")
 
 
@@ -347,9 +341,8 @@ def _model(row: _Row) -> ModelSpec:
             tie_word_embeddings=False,
             max_position_embeddings=row.integer("seq_len"),
         )
-    except (
-        ValidationError
-    ) as error:  # pydantic: a shape out of range, heads that do not divide the hidden size
+    except ValidationError as error:
+        # pydantic: a shape out of range, heads that do not divide the hidden size
         first = error.errors()[0]
         field = str(first["loc"][0]) if first["loc"] else ""
         if not field and "num_key_value_heads" in first["msg"]:  # heads that the KV heads do not divide

@@ -202,7 +202,7 @@ def micro_batch_options(workload: Workload) -> list[int]:
     """Micro-batch sizes worth trying: those dividing the global batch, and powers of two where the batch may
     be rounded."""
     batch = workload.global_batch_sequences
-    sizes = {b for b in divisors(batch) if b <= MAX_MICRO_BATCH}
+    sizes = {b for b in range(1, MAX_MICRO_BATCH + 1) if batch % b == 0}
     if workload.batch_rounding_frac > 0:
         sizes |= {2**k for k in range(MAX_MICRO_BATCH.bit_length()) if 2**k <= MAX_MICRO_BATCH}
     return sorted(sizes)

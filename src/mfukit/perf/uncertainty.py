@@ -549,8 +549,10 @@ def _reason(table: _Table, regime: Regime, pool: np.ndarray, level: int) -> str:
     if level < 3:
         return ""
     # the narrowest level with any run, and what it lacks (MIN_ROWS runs of MIN_SOURCES sources)
-    keys = next(candidate for candidate in LEVELS if table.where(regime, candidate, pool).any())
-    closest = table.where(regime, keys, pool)
+    for keys in LEVELS:
+        closest = table.where(regime, keys, pool)
+        if closest.any():
+            break
     rows, sources = int(closest.sum()), table.source_count(closest)
     return (
         f"few runs share this regime: {rows:,} run{'s' if rows != 1 else ''} of {sources} "
